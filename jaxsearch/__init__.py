@@ -1,0 +1,15 @@
+"""jaxsearch: line-search optimisers for JAX, built from Equinox modules."""
+
+from ._direction import LBFGS as LBFGS, AbstractDirection as AbstractDirection, Gradient as Gradient
+from ._linesearch import (
+    AbstractLineSearch as AbstractLineSearch,
+    AbstractSearch as AbstractSearch,
+    Backtracking as Backtracking,
+    Zoom as Zoom,
+)
+from ._result import Result as Result
+from ._solver import Solver as Solver
+from ._state import SolverState as SolverState
+from ._status import Status as Status
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from ._base import AbstractDirection as AbstractDirection
+from ._gradient import Gradient as Gradient
+from ._lbfgs import LBFGS as LBFGS, LBFGSState as LBFGSState

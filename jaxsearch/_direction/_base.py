@@ -1,0 +1,32 @@
+"""What a descent direction must provide to the solver."""
+
+import abc
+
+import equinox as eqx
+from jaxtyping import Array, Bool, PyTree
+
+
+class AbstractDirection(eqx.Module):
+    """A rule for the search direction d at the current point.
+
+    Subclasses are immutable configuration (static fields); their data lives in the state
+    returned by `init`, whose leaves have fixed dtypes so that a jitted step never retraces.
+    All scalars are in `dtype`, at least float32.
+    """
+
+    @abc.abstractmethod
+    def init(self, params: PyTree, dtype) -> PyTree:
+        """This direction's state for `params` (the inexact array leaves of the user's params)."""
+
+    @abc.abstractmethod
+    def compute(self, state: PyTree, grad: PyTree, dtype) -> tuple[PyTree, Bool[Array, ""]]:
+        """Return (d, scaled): d has the structure and dtypes of `grad`; `scaled` is True when
+        d carries curvature information, so that the unit step is the natural first trial."""
+
+    @abc.abstractmethod
+    def update(self, state: PyTree, s: PyTree, y: PyTree, dtype) -> PyTree:
+        """Record an accepted step: s = x_new - x, y = grad_new - grad (in at least float32)."""
+
+    @abc.abstractmethod
+    def reset(self, state: PyTree) -> PyTree:
+        """Forget accumulated information (used when d fails to be a descent direction)."""

@@ -1,0 +1,23 @@
+"""Steepest descent."""
+
+import jax.tree_util as jtu
+import jax.numpy as jnp
+
+from ._base import AbstractDirection
+
+
+class Gradient(AbstractDirection):
+    """Steepest descent, d = -grad f(x). Its scale carries no curvature information, so the
+    line searches start from a scaled guess (N&W eq. 3.60) rather than the unit step."""
+
+    def init(self, params, dtype) -> None:
+        return None
+
+    def compute(self, state, grad, dtype):
+        return jtu.tree_map(jnp.negative, grad), jnp.array(False)
+
+    def update(self, state, s, y, dtype) -> None:
+        return None
+
+    def reset(self, state) -> None:
+        return None

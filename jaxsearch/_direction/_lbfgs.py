@@ -1,0 +1,119 @@
+"""Limited-memory BFGS (Nocedal, 1980; Liu & Nocedal, 1989)."""
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+from jaxtyping import Array, Int, PyTree, Scalar
+
+from .._misc import at_least_float32, dtype_eps, scalar, tree_dot, tree_norm, widest_float
+from ._base import AbstractDirection
+
+
+class LBFGSState(eqx.Module):
+    s: PyTree  # each leaf has a leading (memory_size,) axis: a circular buffer of steps
+    y: PyTree  # ... and of gradient differences
+    rho: Array  # (memory_size,) 1 / s'y, in the scalar dtype (never float16: it would overflow)
+    gamma: Scalar  # initial inverse-Hessian scale s'y / y'y of the newest pair
+    count: Int[Array, ""]  # number of valid pairs, <= memory_size
+    head: Int[Array, ""]  # slot the next pair is written to
+
+
+class LBFGS(AbstractDirection):
+    """L-BFGS direction by the two-loop recursion (Nocedal & Wright, algorithm 7.4).
+
+    Keeps the last `memory_size` pairs (s, y) in buffers with a leading `(memory_size,)` axis per
+    leaf. The initial matrix is gamma * I with gamma = s'y / y'y from the newest pair (N&W eq. 7.20).
+
+    A pair is stored only if it is finite after rounding to the memory dtype and satisfies the
+    curvature guard s'y > eps |s| |y|, with `eps` the machine epsilon of the least precise
+    memory dtype unless given; this keeps the implicit inverse Hessian positive definite.
+
+    Memory leaves have the dtype of their param leaf, or at least `memory_dtype` when given
+    (e.g. `memory_dtype=jnp.float32` for bfloat16 or float16 params). Inner products accumulate
+    in at least float32.
+    """
+
+    memory_size: int = eqx.field(static=True, default=10)
+    memory_dtype: object = eqx.field(static=True, default=None)
+    curvature_eps: float | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if not isinstance(self.memory_size, int) or self.memory_size < 1:
+            raise ValueError(f"LBFGS: memory_size must be an integer >= 1, got {self.memory_size!r}.")
+        if self.memory_dtype is not None and not jnp.issubdtype(self.memory_dtype, jnp.floating):
+            raise ValueError(f"LBFGS: memory_dtype must be a floating dtype, got {self.memory_dtype!r}.")
+        if self.curvature_eps is not None and self.curvature_eps < 0:
+            raise ValueError(f"LBFGS: curvature_eps must be non-negative, got {self.curvature_eps}.")
+
+    def _memory_dtype(self, dtype):
+        return dtype if self.memory_dtype is None else widest_float(dtype, self.memory_dtype)
+
+    def init(self, params, dtype) -> LBFGSState:
+        m = self.memory_size
+
+        def buffer(x):
+            return jnp.zeros((m, *x.shape), self._memory_dtype(x.dtype))
+
+        return LBFGSState(
+            s=jtu.tree_map(buffer, params),
+            y=jtu.tree_map(buffer, params),
+            rho=jnp.zeros((m,), dtype),
+            gamma=scalar(1, dtype),
+            count=scalar(0, jnp.int32),
+            head=scalar(0, jnp.int32),
+        )
+
+    def compute(self, state, grad, dtype):
+        m = self.memory_size
+
+        def pair(j):
+            take = lambda b: lax.dynamic_index_in_dim(b, j, keepdims=False)  # noqa: E731
+            return jtu.tree_map(take, state.s), jtu.tree_map(take, state.y)
+
+        def newest_first(i, carry):
+            q, alpha = carry
+            j = (state.head - 1 - i) % m
+            s, y = pair(j)
+            a = state.rho[j] * tree_dot(s, q, dtype)
+            q = jtu.tree_map(lambda qi, yi: qi - a.astype(qi.dtype) * yi.astype(qi.dtype), q, y)
+            return q, alpha.at[j].set(a)
+
+        def oldest_first(i, r):
+            j = (state.head - state.count + i) % m
+            s, y = pair(j)
+            b = state.rho[j] * tree_dot(y, r, dtype)
+            coef = alpha[j] - b
+            return jtu.tree_map(lambda ri, si: ri + coef.astype(ri.dtype) * si.astype(ri.dtype), r, s)
+
+        work = jtu.tree_map(lambda g, s: g.astype(at_least_float32(s.dtype)), grad, state.s)
+        q, alpha = lax.fori_loop(0, state.count, newest_first, (work, jnp.zeros((m,), dtype)))
+        r = jtu.tree_map(lambda qi: (state.gamma.astype(qi.dtype) * qi), q)
+        r = lax.fori_loop(0, state.count, oldest_first, r)
+        d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
+        return d, state.count > 0
+
+    def update(self, state, s, y, dtype) -> LBFGSState:
+        s = jtu.tree_map(lambda si, b: si.astype(b.dtype), s, state.s)
+        y = jtu.tree_map(lambda yi, b: yi.astype(b.dtype), y, state.y)
+        sy = tree_dot(s, y, dtype)
+        yy = tree_dot(y, y, dtype)
+        eps = dtype_eps(state.s) if self.curvature_eps is None else self.curvature_eps
+        guard = sy > eps * tree_norm(s, dtype) * jnp.sqrt(yy)
+        keep = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & (yy > 0)
+
+        def write(buffer, new):
+            return buffer.at[state.head].set(jnp.where(keep, new, buffer[state.head]))
+
+        m = self.memory_size
+        return LBFGSState(
+            s=jtu.tree_map(write, state.s, s),
+            y=jtu.tree_map(write, state.y, y),
+            rho=jnp.where(keep, state.rho.at[state.head].set(1 / sy), state.rho),
+            gamma=jnp.where(keep, sy / yy, state.gamma).astype(dtype),
+            count=jnp.where(keep, jnp.minimum(state.count + 1, m), state.count).astype(jnp.int32),
+            head=jnp.where(keep, (state.head + 1) % m, state.head).astype(jnp.int32),
+        )
+
+    def reset(self, state) -> LBFGSState:
+        return eqx.tree_at(lambda st: (st.count, st.head), state, (state.count * 0, state.head * 0))

@@ -1,0 +1,88 @@
+"""Backtracking line search with the Armijo sufficient-decrease condition."""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Scalar
+
+from .._misc import scalar
+from ._base import AbstractLineSearch, AbstractSearch
+
+
+class _BacktrackingSearch(AbstractSearch):
+    phi0: Scalar
+    dphi0: Scalar
+
+
+class Backtracking(AbstractLineSearch):
+    """Backtracking until the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) holds.
+
+    Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 3.1. Each rejected trial
+    (including one where f or its slope is not finite) multiplies t by `shrink`. After
+    `max_steps` rejected trials no step is taken (`step == 0`).
+
+    The first trial is the solver's shared initial guess (1 for quasi-Newton directions); with
+    `growth` set it is instead min(growth * previous accepted step, max_step_size) once a step
+    has been accepted, as optax's backtracking search does.
+    """
+
+    c1: float = eqx.field(static=True, default=1e-4)
+    shrink: float = eqx.field(static=True, default=0.5)
+    max_steps: int = eqx.field(static=True, default=30)
+    growth: float | None = eqx.field(static=True, default=None)
+    max_step_size: float = eqx.field(static=True, default=1e10)
+
+    def __check_init__(self):
+        if not 0 < self.c1 < 1:
+            raise ValueError(f"Backtracking: c1 must lie in (0, 1), got {self.c1}.")
+        if not 0 < self.shrink < 1:
+            raise ValueError(f"Backtracking: shrink must lie in (0, 1), got {self.shrink}.")
+        if self.max_steps < 1:
+            raise ValueError(f"Backtracking: max_steps must be >= 1, got {self.max_steps}.")
+        if self.growth is not None and self.growth < 1:
+            raise ValueError(f"Backtracking: growth must be >= 1 or None, got {self.growth}.")
+        if not self.max_step_size > 0:
+            raise ValueError("Backtracking: max_step_size must be positive.")
+
+    def init(self, dtype) -> Scalar:
+        return scalar(0, dtype)  # previous accepted step; 0 until one is accepted
+
+    def start(self, state, phi0, dphi0, guess) -> _BacktrackingSearch:
+        dtype = phi0.dtype
+        t0 = guess
+        if self.growth is not None:
+            grown = jnp.minimum(state * self.growth, self.max_step_size).astype(dtype)
+            t0 = jnp.where(state > 0, grown, guess)
+        false = jnp.array(False)
+        return _BacktrackingSearch(
+            trial=t0,
+            done=false,
+            step=scalar(0, dtype),
+            success=false,
+            num_trials=scalar(0, jnp.int32),
+            phi0=phi0,
+            dphi0=dphi0,
+        )
+
+    def update(self, search, t, phi, dphi) -> _BacktrackingSearch:
+        accept = armijo(search.phi0, search.dphi0, t, phi, self.c1) & jnp.isfinite(dphi)
+        num_trials = search.num_trials + 1
+        give_up = ~accept & (num_trials >= self.max_steps)
+        return eqx.tree_at(
+            lambda s: (s.trial, s.done, s.step, s.success, s.num_trials),
+            search,
+            (
+                jnp.where(accept, t, t * self.shrink).astype(t.dtype),
+                accept | give_up,
+                jnp.where(accept, t, 0).astype(t.dtype),
+                accept,
+                num_trials,
+            ),
+        )
+
+    def finish(self, state, search) -> Scalar:
+        return jnp.where(search.step > 0, search.step, state).astype(state.dtype)
+
+
+def armijo(phi0: Scalar, dphi0: Scalar, t: Scalar, phi: Scalar, c1: float) -> Bool[Array, ""]:
+    """Sufficient decrease phi(t) <= phi(0) + c1 t phi'(0), False when phi(t) is not finite."""
+    return jnp.isfinite(phi) & (phi <= phi0 + c1 * t * dphi0)

@@ -1,0 +1,50 @@
+"""What a line search must provide to the solver."""
+
+import abc
+
+import equinox as eqx
+from jaxtyping import Array, Bool, Int, PyTree, Scalar
+
+
+class AbstractSearch(eqx.Module):
+    """The record a line search carries through one search.
+
+    The solver evaluates phi(t) = f(x + t d) and phi'(t) = <grad f(x + t d), d> at `trial`
+    and hands both back to `AbstractLineSearch.update` until `done`. When a search ends with
+    `step > 0`, the last evaluated trial was at `step` (so the solver keeps that point's value
+    and gradient); `step == 0` means no step is taken.
+    """
+
+    trial: Scalar  # next step size to evaluate
+    done: Bool[Array, ""]
+    step: Scalar  # accepted step size, 0 if none
+    success: Bool[Array, ""]  # True when the search's own conditions hold at `step`
+    num_trials: Int[Array, ""]
+
+
+class AbstractLineSearch(eqx.Module):
+    """A line search over phi(t) = f(x + t d) that sees value *and* slope at every trial.
+
+    Subclasses are immutable configuration: every field is static, so equal searches hash
+    equal and share compiled programs. All scalars are in `dtype`, at least float32.
+    """
+
+    max_step_size: eqx.AbstractVar[float]  # no trial step exceeds this
+
+    @abc.abstractmethod
+    def init(self, dtype) -> PyTree:
+        """State kept between searches (e.g. the previous step size)."""
+
+    @abc.abstractmethod
+    def start(self, state: PyTree, phi0: Scalar, dphi0: Scalar, guess: Scalar) -> AbstractSearch:
+        """Begin a search from phi(0), phi'(0) < 0 and the shared initial-step `guess`."""
+
+    @abc.abstractmethod
+    def update(
+        self, search: AbstractSearch, t: Scalar, phi: Scalar, dphi: Scalar
+    ) -> AbstractSearch:
+        """Take phi(t), phi'(t) at t = search.trial; non-finite values must never be accepted."""
+
+    @abc.abstractmethod
+    def finish(self, state: PyTree, search: AbstractSearch) -> PyTree:
+        """State for the next search, once this one is done."""

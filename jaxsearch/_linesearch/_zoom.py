@@ -1,0 +1,160 @@
+"""Strong Wolfe line search: bracketing, then zoom (Nocedal & Wright, algorithms 3.5 and 3.6)."""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Int, Scalar
+
+from .._misc import scalar, select
+from ._backtracking import armijo
+from ._base import AbstractLineSearch, AbstractSearch
+from ._interpolate import expansion_trial, zoom_trial
+
+_BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
+
+
+class _Point(eqx.Module):
+    t: Scalar
+    phi: Scalar
+    dphi: Scalar
+
+    def triple(self):
+        return self.t, self.phi, self.dphi
+
+
+class _ZoomSearch(AbstractSearch):
+    phase: Int[Array, ""]
+    phi0: Scalar
+    dphi0: Scalar
+    prev: _Point  # previous trial while bracketing
+    lo: _Point  # lowest value with sufficient decrease so far (N&W's alpha_lo)
+    hi: _Point
+
+
+class Zoom(AbstractLineSearch):
+    """Line search for the strong Wolfe conditions
+
+        phi(t) <= phi(0) + c1 t phi'(0)   and   |phi'(t)| <= c2 |phi'(0)|,
+
+    following Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithms 3.5 (bracketing
+    by expansion) and 3.6 (zoom). Zoom trials come from safeguarded cubic interpolation with a
+    quadratic and then a bisection fallback; expansion trials from safeguarded cubic
+    extrapolation. A trial with a non-finite value or slope fails sufficient decrease, so the
+    search backs off from it.
+
+    The search fails after `max_steps` trials, when the bracket shrinks below `xtol` relative to
+    its position, or when expansion reaches `max_step_size`. It then returns the trial with the
+    lowest value that satisfies sufficient decrease (re-evaluating it once if it was not the
+    last trial), or no step when there is none; `success` is False in both cases.
+    """
+
+    c1: float = eqx.field(static=True, default=1e-4)
+    c2: float = eqx.field(static=True, default=0.9)
+    max_steps: int = eqx.field(static=True, default=25)
+    safeguard: float = eqx.field(static=True, default=0.1)
+    xtol: float = eqx.field(static=True, default=1e-7)
+    max_step_size: float = eqx.field(static=True, default=1e10)
+
+    def __check_init__(self):
+        if not 0 < self.c1 < 1:
+            raise ValueError(f"Zoom: c1 must lie in (0, 1), got {self.c1}.")
+        if not self.c1 < self.c2 < 1:
+            raise ValueError(f"Zoom: c2 must lie in (c1, 1) = ({self.c1}, 1), got {self.c2}.")
+        if self.max_steps < 1:
+            raise ValueError(f"Zoom: max_steps must be >= 1, got {self.max_steps}.")
+        if not 0 < self.safeguard < 0.5:
+            raise ValueError(f"Zoom: safeguard must lie in (0, 0.5), got {self.safeguard}.")
+        if self.xtol < 0:
+            raise ValueError(f"Zoom: xtol must be non-negative, got {self.xtol}.")
+        if not self.max_step_size > 0:
+            raise ValueError("Zoom: max_step_size must be positive.")
+
+    def init(self, dtype) -> None:
+        return None
+
+    def start(self, state, phi0, dphi0, guess) -> _ZoomSearch:
+        dtype = phi0.dtype
+        origin = _Point(scalar(0, dtype), phi0, dphi0)
+        false = jnp.array(False)
+        return _ZoomSearch(
+            trial=guess,
+            done=false,
+            step=scalar(0, dtype),
+            success=false,
+            num_trials=scalar(0, jnp.int32),
+            phase=scalar(_BRACKET, jnp.int32),
+            phi0=phi0,
+            dphi0=dphi0,
+            prev=origin,
+            lo=origin,
+            hi=origin,
+        )
+
+    def update(self, search, t, phi, dphi) -> _ZoomSearch:
+        dtype = t.dtype
+        current = _Point(t, phi, dphi)
+        decrease = armijo(search.phi0, search.dphi0, t, phi, self.c1) & jnp.isfinite(dphi)
+        curvature = jnp.abs(dphi) <= -self.c2 * search.dphi0
+        bracketing = search.phase == _BRACKET
+        first = search.num_trials == 0
+
+        # Algorithm 3.5 (bracketing) and 3.6 (zoom): is `current` the new upper end?
+        above = ~decrease | jnp.where(bracketing, ~first & (phi >= search.prev.phi), phi >= search.lo.phi)
+        accept = ~above & curvature
+        # Otherwise `current` has sufficient decrease and the wrong slope.
+        rising = ~above & ~accept & (dphi >= 0)  # bracketing: minimum lies behind us
+        flip = ~above & ~accept & (dphi * (search.hi.t - search.lo.t) >= 0)  # zoom: hi <- lo
+        expand = bracketing & ~above & ~accept & ~rising
+
+        lo_if_bracket = select(above, search.prev, current)
+        hi_if_bracket = select(above, current, search.prev)
+        lo_if_zoom = select(above, search.lo, current)
+        hi_if_zoom = select(above, current, select(flip, search.lo, search.hi))
+        lo = select(bracketing, lo_if_bracket, lo_if_zoom)
+        hi = select(bracketing, hi_if_bracket, hi_if_zoom)
+
+        next_trial = jnp.where(
+            expand,
+            expansion_trial(search.prev.triple(), current.triple(), self.max_step_size),
+            zoom_trial(lo.triple(), hi.triple(), self.safeguard),
+        ).astype(dtype)
+        num_trials = search.num_trials + 1
+        width = jnp.abs(hi.t - lo.t)
+        exhausted = (
+            (num_trials >= self.max_steps)
+            | (expand & (t >= self.max_step_size))
+            | (~expand & (width <= self.xtol * jnp.maximum(lo.t, hi.t)))
+        )
+        fail = ~accept & exhausted
+        # Best point with sufficient decrease: `current` while expanding, else alpha_lo.
+        fallback = jnp.where(expand, t, lo.t)
+        fallback_is_current = fallback == t
+        fallback_needs_eval = fail & (fallback > 0) & ~fallback_is_current
+
+        in_fallback = search.phase == _FALLBACK  # re-evaluation of the best point: take it
+        fallback_ok = in_fallback & jnp.isfinite(phi) & jnp.isfinite(dphi)
+        done = in_fallback | accept | (fail & ~fallback_needs_eval)
+        step = jnp.where(
+            in_fallback,
+            jnp.where(fallback_ok, t, 0),
+            jnp.where(accept | (fail & fallback_is_current & (fallback > 0)), t, 0),
+        ).astype(dtype)
+        phase = jnp.where(
+            fallback_needs_eval, _FALLBACK, jnp.where(expand, _BRACKET, _ZOOM)
+        ).astype(jnp.int32)
+        trial = jnp.where(fallback_needs_eval, fallback, next_trial).astype(dtype)
+        return _ZoomSearch(
+            trial=trial,
+            done=done,
+            step=step,
+            success=accept & ~in_fallback,
+            num_trials=num_trials,
+            phase=jnp.where(in_fallback, search.phase, phase),
+            phi0=search.phi0,
+            dphi0=search.dphi0,
+            prev=current,
+            lo=lo,
+            hi=hi,
+        )
+
+    def finish(self, state, search) -> None:
+        return None

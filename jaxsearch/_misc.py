@@ -1,0 +1,128 @@
+"""Small pytree and dtype helpers shared by directions, line searches and the solver.
+
+All inner products and norms accumulate in at least float32, whatever the leaf dtypes,
+and every helper casts explicitly, so the package runs under strict dtype promotion.
+"""
+
+import functools
+
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jaxtyping import Array, Bool, PyTree, Scalar
+
+
+def widest_float(*dtypes) -> np.dtype:
+    """The narrowest floating dtype that holds every one of `dtypes` exactly.
+
+    Unlike `jnp.promote_types` this never consults the promotion mode, so it works under
+    `jax.numpy_dtype_promotion("strict")`. bfloat16 and float16 together give float32.
+    """
+    dtypes = [np.dtype(d) for d in dtypes]
+    best = dtypes[0]
+    for dtype in dtypes[1:]:
+        if dtype == best:
+            continue
+        bits, best_bits = jnp.finfo(dtype).bits, jnp.finfo(best).bits
+        if bits > best_bits:
+            best = dtype
+        elif bits == best_bits:  # bfloat16 against float16
+            best = np.dtype(jnp.float32)
+    return best
+
+
+def at_least_float32(dtype) -> np.dtype:
+    """`dtype`, widened to float32 if it is narrower."""
+    return widest_float(dtype, jnp.float32)
+
+
+def leaves(tree: PyTree) -> list:
+    return jtu.tree_leaves(tree)
+
+
+def tree_dot(a: PyTree, b: PyTree, dtype) -> Scalar:
+    """Sum over leaves of <a, b>, each leaf accumulated in at least float32, returned as `dtype`."""
+    total = jnp.zeros((), dtype)
+    for x, y in zip(leaves(a), leaves(b), strict=True):
+        common = widest_float(x.dtype, y.dtype)
+        acc = at_least_float32(common)
+        part = jnp.vdot(x.astype(common), y.astype(common), preferred_element_type=acc)
+        total = total + part.astype(dtype)
+    return total
+
+
+def tree_norm(a: PyTree, dtype) -> Scalar:
+    """Euclidean norm over all leaves, accumulated in at least float32 (no float16 overflow)."""
+    return jnp.sqrt(tree_dot(a, a, dtype))
+
+
+def tree_inf_norm(a: PyTree, dtype) -> Scalar:
+    """Largest absolute entry over all leaves (0 for an empty tree), as `dtype`."""
+    total = jnp.zeros((), dtype)
+    for x in leaves(a):
+        total = jnp.maximum(total, jnp.max(jnp.abs(x), initial=0).astype(dtype))
+    return total
+
+
+def tree_all_finite(a: PyTree) -> Bool[Array, ""]:
+    result = jnp.array(True)
+    for x in leaves(a):
+        result = result & jnp.all(jnp.isfinite(x))
+    return result
+
+
+def tree_equal(a: PyTree, b: PyTree) -> Bool[Array, ""]:
+    result = jnp.array(True)
+    for x, y in zip(leaves(a), leaves(b), strict=True):
+        result = result & jnp.all(x == y)
+    return result
+
+
+def tree_add_scaled(x: PyTree, t: Scalar, d: PyTree) -> PyTree:
+    """x + t * d, computed per leaf in at least float32 and rounded once to the leaf's dtype."""
+
+    def add(xi, di):
+        acc = widest_float(at_least_float32(xi.dtype), t.dtype)
+        return (xi.astype(acc) + t.astype(acc) * di.astype(acc)).astype(xi.dtype)
+
+    return jtu.tree_map(add, x, d)
+
+
+def tree_sub(a: PyTree, b: PyTree, dtypes: PyTree) -> PyTree:
+    """a - b per leaf, computed in at least float32 and cast to the matching leaf of `dtypes`."""
+
+    def sub(x, y, like):
+        acc = at_least_float32(widest_float(x.dtype, y.dtype))
+        return (x.astype(acc) - y.astype(acc)).astype(like.dtype)
+
+    return jtu.tree_map(sub, a, b, dtypes)
+
+
+def tree_scale(t: Scalar, a: PyTree) -> PyTree:
+    """t * a per leaf, keeping each leaf's dtype."""
+    return jtu.tree_map(lambda x: (t.astype(at_least_float32(x.dtype)) * x).astype(x.dtype), a)
+
+
+def tree_zeros_like(a: PyTree) -> PyTree:
+    return jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), a)
+
+
+def tree_cast_like(a: PyTree, like: PyTree) -> PyTree:
+    """Cast every leaf of `a` to the dtype of the matching leaf of `like` (strong type)."""
+    return jtu.tree_map(lambda x, y: jnp.asarray(x).astype(y.dtype), a, like)
+
+
+def scalar(value, dtype) -> Array:
+    """A strongly typed 0-d array."""
+    return jnp.asarray(value).astype(dtype)
+
+
+def select(pred, on_true: PyTree, on_false: PyTree) -> PyTree:
+    """Leafwise `jnp.where(pred, on_true, on_false)` over two pytrees of equal structure."""
+    return jtu.tree_map(functools.partial(jnp.where, pred), on_true, on_false)
+
+
+def dtype_eps(tree: PyTree) -> float:
+    """Machine epsilon of the least precise leaf of `tree`."""
+    return max(float(jnp.finfo(x.dtype).eps) for x in leaves(tree))
+

@@ -1,0 +1,340 @@
+"""The Solver: a descent direction composed with a line search."""
+
+import dataclasses
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax import lax
+from jaxtyping import Array, Bool, Int, PyTree, Scalar
+
+from . import _evaluate
+from ._direction import LBFGS, AbstractDirection
+from ._linesearch import AbstractLineSearch, AbstractSearch, Zoom, initial_step
+from ._misc import (
+    at_least_float32,
+    leaves,
+    scalar,
+    select,
+    tree_add_scaled,
+    tree_all_finite,
+    tree_dot,
+    tree_equal,
+    tree_inf_norm,
+    tree_norm,
+    tree_sub,
+    tree_zeros_like,
+    widest_float,
+)
+from ._result import Result
+from ._state import SolverState
+from ._status import Status
+
+_SCIPY_FTOL = 2.220446049250313e-09  # scipy L-BFGS-B: factr = 1e7 times float64 epsilon
+
+
+_replace = dataclasses.replace
+
+
+class _Carry(eqx.Module):
+    """Loop carry of one step: one iteration evaluates fn once."""
+
+    state: SolverState
+    d: PyTree
+    search: AbstractSearch
+    at_base: Bool[Array, ""]  # the next evaluation is at x itself (no f, grad known yet)
+    prepare: Bool[Array, ""]  # start a search from state.value / state.grad before evaluating
+    stop: Int[Array, ""]  # nonzero: the step ends at x with this Status, no search
+    done: Bool[Array, ""]
+    value: Scalar  # last trial
+    grad: PyTree
+    aux: PyTree
+
+
+def _partition(params):
+    diff, static = eqx.partition(params, eqx.is_inexact_array)
+    for leaf in leaves(static):
+        if isinstance(leaf, jax.Array | np.ndarray) and not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            raise TypeError(
+                f"params has a leaf of dtype {leaf.dtype}; only floating arrays can be optimised. "
+                "Pass integer or boolean data through `args` instead."
+            )
+    if not leaves(diff):
+        raise TypeError("params has no floating array leaves: there is nothing to optimise.")
+    for leaf in leaves(diff):
+        if jnp.issubdtype(leaf.dtype, jnp.complexfloating):
+            raise TypeError("params has a complex leaf; jaxsearch optimises real floating arrays.")
+    return diff, static
+
+
+def _floating_dtype(dtype, what: str):
+    dtype = jax.dtypes.canonicalize_dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"{what} must be a real floating dtype, got {dtype}.")
+    return dtype
+
+
+class Solver(eqx.Module):
+    """Minimise f(params, *args) by a descent direction composed with a line search.
+
+    Each step computes a direction d from the gradient, then a line search along d chooses the
+    step size from values and slopes of phi(t) = f(x + t d). Stopping criteria, as scipy's
+    L-BFGS-B: `gtol` on the infinity norm of the gradient, `ftol` on the relative decrease
+    (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1) (`ftol=0` switches it off), and `max_steps`.
+    A step that changes no parameter, or that leaves f unchanged while `ftol` is below the
+    value dtype's resolution, ends with `Status.STALLED`, never as converged.
+
+    All configuration is static, so two solvers with equal settings share compiled programs.
+    """
+
+    direction: AbstractDirection
+    linesearch: AbstractLineSearch
+    gtol: float = eqx.field(static=True)
+    ftol: float = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+    has_aux: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        direction: AbstractDirection | None = None,
+        linesearch: AbstractLineSearch | None = None,
+        *,
+        gtol: float = 1e-5,
+        ftol: float = _SCIPY_FTOL,
+        max_steps: int = 1000,
+        has_aux: bool = False,
+    ):
+        direction = LBFGS() if direction is None else direction
+        linesearch = Zoom() if linesearch is None else linesearch
+        if not isinstance(direction, AbstractDirection):
+            raise TypeError(f"direction must be an AbstractDirection, got {type(direction).__name__}.")
+        if not isinstance(linesearch, AbstractLineSearch):
+            raise TypeError(
+                f"linesearch must be an AbstractLineSearch, got {type(linesearch).__name__}."
+            )
+        if not gtol >= 0:
+            raise ValueError(f"gtol must be non-negative, got {gtol}.")
+        if not ftol >= 0:
+            raise ValueError(f"ftol must be non-negative, got {ftol}.")
+        if not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}.")
+        self.direction = direction
+        self.linesearch = linesearch
+        self.gtol = float(gtol)
+        self.ftol = float(ftol)
+        self.max_steps = max_steps
+        self.has_aux = bool(has_aux)
+
+    # ----------------------------------------------------------------------------- public
+
+    def init(
+        self, params: PyTree, value_dtype=None, *, fn=None, args: tuple = ()
+    ) -> SolverState:
+        """The state for `params`, with every leaf's dtype fixed and strongly typed.
+
+        `value_dtype` is the dtype of f in the state; a value of another dtype from fn is cast
+        to it. If None: inferred from `fn(params, *args)` when `fn` is given, else the widest
+        floating dtype of params, at least float32. Scalars of the line search use
+        `value_dtype` widened to at least float32. `fn` is needed with `has_aux=True`, to
+        learn the structure of aux.
+        """
+        diff, _ = _partition(params)
+        out = None
+        if fn is not None:
+            out = jax.eval_shape(lambda p: _evaluate.split_output(fn(p, *args), self.has_aux), params)
+            _evaluate.check_value(out[0])
+        elif self.has_aux:
+            raise TypeError("Solver(has_aux=True).init needs `fn=` to learn the structure of aux.")
+        if value_dtype is None:
+            if out is not None:
+                value_dtype = out[0].dtype
+            else:
+                value_dtype = widest_float(*(x.dtype for x in leaves(diff)), jnp.float32)
+        value_dtype = _floating_dtype(value_dtype, "value_dtype")
+        dtype = at_least_float32(value_dtype)
+        aux = None
+        if self.has_aux:
+            aux = jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), out[1])
+        return SolverState(
+            value=scalar(jnp.inf, value_dtype),
+            grad=tree_zeros_like(diff),
+            aux=aux,
+            has_eval=jnp.array(False),
+            direction=self.direction.init(diff, dtype),
+            linesearch=self.linesearch.init(dtype),
+            prev_decrease=scalar(jnp.nan, dtype),
+            num_steps=scalar(0, jnp.int32),
+            num_fun_evals=scalar(0, jnp.int32),
+            status=scalar(Status.RUNNING, jnp.int32),
+        )
+
+    @eqx.filter_jit
+    def step(self, fn, params: PyTree, state: SolverState, *args) -> tuple[PyTree, SolverState]:
+        """One iteration: direction, line search, state update. Returns (params, state).
+
+        The state caches f and its gradient at the returned params, so the next step evaluates
+        fn only at trial points; pass the params that `step` returned (with the same args).
+        `state.status` tells how this step ended (`Status.RUNNING` if no criterion was met).
+        """
+        diff, static = _partition(params)
+        diff, state = self._step(fn, args, static, diff, state)
+        return eqx.combine(diff, static), state
+
+    @eqx.filter_jit
+    def run(self, fn, x0: PyTree, *args, value_dtype=None) -> Result:
+        """Minimise fn from x0: one compiled `lax.while_loop` over steps.
+
+        New `x0` or `args` values of the same shapes and dtypes reuse the compiled program;
+        the identity of `fn` is part of the compile key, so pass data through `args` rather
+        than through a new closure per call.
+        """
+        state = self.init(x0, value_dtype, fn=fn, args=args)
+        diff, static = _partition(x0)
+
+        def keep_going(carry):
+            _, st = carry
+            return (st.status == Status.RUNNING) & (st.num_steps < self.max_steps)
+
+        def one_step(carry):
+            return self._step(fn, args, static, *carry)
+
+        diff, state = lax.while_loop(keep_going, one_step, (diff, state))
+        status = jnp.where(state.status == Status.RUNNING, Status.MAX_STEPS, state.status)
+        return Result(
+            params=eqx.combine(diff, static),
+            value=state.value,
+            grad=state.grad,
+            aux=state.aux,
+            status=status.astype(jnp.int32),
+            num_steps=state.num_steps,
+            num_fun_evals=state.num_fun_evals,
+        )
+
+    # ---------------------------------------------------------------------------- private
+
+    def _check(self, value, grad, dtype) -> Int[Array, ""]:
+        """Status that forbids a search from this point: non-finite, or converged by gtol."""
+        finite = jnp.isfinite(value) & tree_all_finite(grad)
+        converged = tree_inf_norm(grad, dtype) <= self.gtol
+        code = jnp.where(finite, jnp.where(converged, Status.CONVERGED_GTOL, Status.RUNNING), Status.NONFINITE)
+        return code.astype(jnp.int32)
+
+    def _step(self, fn, args, static, diff, state):
+        dtype = state.prev_decrease.dtype
+        evaluate = functools.partial(
+            _evaluate.value_and_grad, fn, self.has_aux, state.value.dtype, state.aux
+        )
+        stop = jnp.where(
+            state.has_eval, self._check(state.value, state.grad, dtype), Status.RUNNING
+        ).astype(jnp.int32)
+        placeholder = self.linesearch.start(
+            state.linesearch, scalar(0, dtype), scalar(-1, dtype), scalar(1, dtype)
+        )
+        carry = _Carry(
+            state=state,
+            d=tree_zeros_like(diff),
+            search=placeholder,
+            at_base=~state.has_eval,
+            prepare=state.has_eval & (stop == Status.RUNNING),
+            stop=stop,
+            done=stop != Status.RUNNING,
+            value=state.value,
+            grad=state.grad,
+            aux=state.aux,
+        )
+
+        def body(c: _Carry) -> _Carry:
+            c = lax.cond(c.prepare, self._prepare, lambda c: c, c)
+            t = jnp.where(c.at_base, jnp.zeros((), dtype), c.search.trial)
+            value, grad, aux = evaluate(tree_add_scaled(diff, t, c.d), static, args)
+            c = _replace(c, state=_replace(c.state, num_fun_evals=c.state.num_fun_evals + 1))
+            return lax.cond(c.at_base, self._take_base, self._take_trial, c, t, value, grad, aux)
+
+        c = lax.while_loop(lambda c: ~c.done, body, carry)
+        return self._finish(c, diff, state.grad)
+
+    def _prepare(self, c: _Carry) -> _Carry:
+        """Direction at x and the start of a line search along it."""
+        st = c.state
+        dtype = st.prev_decrease.dtype
+        d, scaled = self.direction.compute(st.direction, st.grad, dtype)
+        dphi0 = tree_dot(st.grad, d, dtype)
+        descent = jnp.isfinite(dphi0) & (dphi0 < 0)
+        # Not a descent direction (e.g. rounding in low precision): restart from -grad.
+        steepest = jtu.tree_map(jnp.negative, st.grad)
+        d = select(descent, d, steepest)
+        dphi0 = jnp.where(descent, dphi0, -tree_dot(st.grad, st.grad, dtype))
+        direction_state = lax.cond(
+            descent, lambda s: s, self.direction.reset, st.direction
+        )
+        guess = initial_step(
+            scaled & descent, dphi0, tree_norm(d, dtype), st.prev_decrease, self.linesearch.max_step_size
+        )
+        search = self.linesearch.start(st.linesearch, st.value.astype(dtype), dphi0, guess)
+        st = _replace(st, direction=direction_state)
+        return _replace(c, state=st, d=d, search=search, prepare=jnp.array(False))
+
+    def _take_base(self, c: _Carry, t, value, grad, aux) -> _Carry:
+        """f and grad at x itself (first step after init): store them, then search or stop."""
+        dtype = c.state.prev_decrease.dtype
+        stop = self._check(value, grad, dtype)
+        st = _replace(c.state, value=value, grad=grad, aux=aux, has_eval=jnp.array(True))
+        running = stop == Status.RUNNING
+        return _replace(
+            c, state=st, at_base=jnp.array(False), prepare=running, stop=stop, done=~running
+        )
+
+    def _take_trial(self, c: _Carry, t, value, grad, aux) -> _Carry:
+        """Hand phi(t), phi'(t) to the line search and keep the trial's f, grad, aux."""
+        dtype = c.state.prev_decrease.dtype
+        search = self.linesearch.update(c.search, t, value.astype(dtype), tree_dot(grad, c.d, dtype))
+        return _replace(c, search=search, done=search.done, value=value, grad=grad, aux=aux)
+
+    def _finish(self, c: _Carry, x, grad_old):
+        """New point, direction memory, counters and status after the search."""
+        st = c.state
+        dtype = st.prev_decrease.dtype
+        searched = c.stop == Status.RUNNING
+        moved = searched & (c.search.step > 0)
+        x_new = select(moved, tree_add_scaled(x, c.search.step, c.d), x)
+        value = jnp.where(moved, c.value, st.value)
+        grad = select(moved, c.grad, st.grad)
+        aux = select(moved, c.aux, st.aux) if self.has_aux else None
+
+        s, y = tree_sub(x_new, x, x), tree_sub(grad, grad_old, grad)
+        direction_state = lax.cond(
+            moved, lambda ds: self.direction.update(ds, s, y, dtype), lambda ds: ds, st.direction
+        )
+        decrease = st.value.astype(dtype) - value.astype(dtype)
+        scale = jnp.maximum(jnp.maximum(jnp.abs(st.value), jnp.abs(value)).astype(dtype), 1)
+        ftol_below_resolution = self.ftol < float(jnp.finfo(st.value.dtype).eps)
+        no_decrease = decrease <= 0
+        status = jnp.select(
+            [
+                ~searched,
+                ~moved,
+                tree_equal(x_new, x) | (no_decrease & ftol_below_resolution),
+                tree_inf_norm(grad, dtype) <= self.gtol,
+                (self.ftol > 0) & (decrease <= self.ftol * scale),
+            ],
+            [c.stop, Status.LINESEARCH_FAILED, Status.STALLED, Status.CONVERGED_GTOL, Status.CONVERGED_FTOL],
+            Status.RUNNING,
+        ).astype(jnp.int32)
+        st = SolverState(
+            value=value,
+            grad=grad,
+            aux=aux,
+            has_eval=st.has_eval,
+            direction=direction_state,
+            linesearch=lax.cond(
+                searched, lambda ls: self.linesearch.finish(ls, c.search), lambda ls: ls, st.linesearch
+            ),
+            prev_decrease=jnp.where(moved, decrease, st.prev_decrease),
+            num_steps=st.num_steps + searched.astype(jnp.int32),
+            num_fun_evals=st.num_fun_evals,
+            status=status,
+        )
+        return x_new, st

@@ -1,0 +1,52 @@
+"""Test problems shared by the test files. Each objective is module level, so its identity
+(part of the compile key) is stable across tests."""
+
+import jax.numpy as jnp
+import numpy as np
+
+
+def rosenbrock(x):
+    """Extended Rosenbrock; minimum 0 at all ones. Classic start (-1.2, 1)."""
+    return jnp.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def rosenbrock_f32(x):
+    """Rosenbrock evaluated in float32 whatever the dtype of x (low-precision params,
+    float32 arithmetic)."""
+    return rosenbrock(x.astype(jnp.float32))
+
+
+def rosenbrock_tree(p):
+    """Rosenbrock on {"a": x[:1], "b": (x[1:],)}, to compare with the flat run."""
+    x = jnp.concatenate([p["a"], p["b"][0]])
+    return rosenbrock(x)
+
+
+def quadratic(x, a, b):
+    """0.5 x'Ax - b'x; minimiser A^{-1} b for SPD A."""
+    return 0.5 * x @ (a @ x) - b @ x
+
+
+def spd_quadratic_data(n=50, cond=100.0, seed=0, dtype=np.float64):
+    """A random SPD matrix with condition number `cond`, a right-hand side, and the solution."""
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    eig = np.logspace(0, np.log10(cond), n)
+    a = (q * eig) @ q.T
+    a = (a + a.T) / 2
+    b = rng.standard_normal(n)
+    return a.astype(dtype), b.astype(dtype), np.linalg.solve(a, b).astype(dtype)
+
+
+def logistic(w, x, y, lam):
+    """L2-regularised logistic regression: mean log(1 + exp(-y x'w)) + lam/2 |w|^2, y in {-1, 1}."""
+    margins = y * (x @ w)
+    return jnp.mean(jnp.logaddexp(jnp.zeros((), margins.dtype), -margins)) + 0.5 * lam * (w @ w)
+
+
+def logistic_data(n=200, d=10, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    w_true = rng.standard_normal(d)
+    y = np.where(x @ w_true + 0.5 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return x.astype(dtype), y.astype(dtype)
