@@ -144,7 +144,9 @@ class Solver(eqx.Module):
         diff, _ = _partition(params)
         out = None
         if fn is not None:
-            out = jax.eval_shape(lambda p: _evaluate.split_output(fn(p, *args), self.has_aux), params)
+            out = eqx.filter_eval_shape(
+                lambda p: _evaluate.split_output(fn(p, *args), self.has_aux), params
+            )
             _evaluate.check_value(out[0])
         elif self.has_aux:
             raise TypeError("Solver(has_aux=True).init needs `fn=` to learn the structure of aux.")

@@ -1,0 +1,273 @@
+"""Compile-once tests: the central promise of jaxsearch (DESIGN.md, "The state is the contract").
+
+For every direction x line search x params dtype setting, one test checks in sequence:
+
+1. a user `eqx.filter_jit` train step calling `solver.step` five times compiles exactly once;
+2. the state after `init` and after five steps has the same tree structure, shapes, dtypes and
+   weak types, and no leaf is weakly typed;
+3. `solver.step` called eagerly five times compiles once (it is `eqx.filter_jit`-ed itself);
+4. a `Solver` built anew with equal settings reuses the compiled `step` and train step.
+
+`solver.run` (compiles once for new x0 and args values; reused by an equal solver) is tested in
+`test_compile_run.py`, so that pytest-xdist's `--dist loadfile` runs both halves in parallel.
+
+Compiles are counted only around the calls under test: every input array and state is made
+before `compiles.reset()`, because eager array operations compile small programs too. The
+objectives are defined here, at module level: their identity is part of every compile key, so
+no other test file can have compiled these programs already in the same worker process.
+"""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsearch as js
+
+from .problems import rosenbrock
+
+GTOL = 1e-6
+MAX_STEPS = 20
+NUM_STEPS = 5
+
+
+# --------------------------------------------------------------------------- objectives
+
+
+def _flat(params, dtype):
+    """The leaves of params (in `jax.tree.leaves` order), ravelled, cast to dtype, joined."""
+    return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in jax.tree.leaves(params)])
+
+
+def shifted_rosenbrock(params, shift):
+    """Rosenbrock of (params - shift), evaluated in shift's dtype; minimum 0 at 1 + shift.
+    `shift` is a data argument passed through `args`, like a mini-batch."""
+    return rosenbrock(_flat(params, shift.dtype) - shift)
+
+
+def rosenbrock_f64(x):
+    """Rosenbrock evaluated in float64 whatever the dtype of x (needs x64)."""
+    return rosenbrock(x.astype(jnp.float64))
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """A params dtype setting: the params' leaf dtypes, the state's value_dtype (None: inferred)
+    and the dtype of the objective's data, which is the dtype fn returns."""
+
+    name: str
+    dtypes: tuple  # one per leaf; a single leaf is a bare array, several a dict
+    value_dtype: object
+    data_dtype: object
+    x64: bool = False
+
+    def params(self, seed: int):
+        """Rosenbrock-like 2-D start near (-1.2, 1), different for each seed."""
+        x = np.array([-1.2, 1.0]) + 0.05 * np.random.default_rng(seed).standard_normal(2)
+        if len(self.dtypes) == 1:
+            return jnp.asarray(x, self.dtypes[0])
+        return {"a": jnp.asarray(x[:1], self.dtypes[0]), "b": {"c": jnp.asarray(x[1:], self.dtypes[1])}}
+
+    def data(self, seed: int):
+        shift = 0.1 * np.random.default_rng(1000 + seed).standard_normal(2)
+        return jnp.asarray(shift, self.data_dtype)
+
+    def expected_value_dtype(self):
+        return jnp.dtype(self.data_dtype if self.value_dtype is None else self.value_dtype)
+
+
+SETTINGS = [
+    # Low precision params, float32 values: the mixed-precision use case.
+    Setting("float16", (jnp.float16,), jnp.float32, jnp.float32),
+    Setting("bfloat16", (jnp.bfloat16,), jnp.float32, jnp.float32),
+    # value_dtype inferred (None) from the params: float32, and float64 under x64.
+    Setting("float32", (jnp.float32,), None, jnp.float32),
+    Setting("float64", (jnp.float64,), None, jnp.float64, x64=True),
+    # A pytree mixing a bfloat16 and a float32 leaf.
+    Setting("mixed_bf16_f32", (jnp.bfloat16, jnp.float32), jnp.float32, jnp.float32),
+]
+
+DIRECTIONS = {"Gradient": lambda: js.Gradient(), "LBFGS": lambda: js.LBFGS(memory_size=5)}
+SEARCHES = {"Zoom": lambda: js.Zoom(), "Backtracking": lambda: js.Backtracking()}
+
+
+def make_solver(direction: str, search: str) -> js.Solver:
+    """A new Solver, from newly built direction and line search objects each time."""
+    return js.Solver(DIRECTIONS[direction](), SEARCHES[search](), gtol=GTOL, max_steps=MAX_STEPS)
+
+
+def signature(tree):
+    """Tree structure and, per leaf, (shape, dtype, weak_type): what a jit cache keys on."""
+    avals = [jax.typeof(x) for x in jax.tree.leaves(tree)]
+    return jax.tree.structure(tree), [(a.shape, a.dtype, a.weak_type) for a in avals]
+
+
+def weak_leaves(tree) -> list[str]:
+    """Paths of the weakly typed leaves of tree."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [jax.tree_util.keystr(path) for path, x in flat if jax.typeof(x).weak_type]
+
+
+@eqx.filter_jit
+def train_step(solver, params, state, data):
+    """The user's jitted training step. `solver` has no array leaves: it is static, hashed."""
+    return solver.step(shifted_rosenbrock, params, state, data)
+
+
+@eqx.filter_jit
+def train_step_f64(solver, params, state):
+    return solver.step(rosenbrock_f64, params, state)
+
+
+def block(tree):
+    return jax.block_until_ready(tree)
+
+
+# -------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+@pytest.mark.parametrize("search", list(SEARCHES))
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_step_compiles_once(direction, search, setting, compiles):
+    with jax.enable_x64(setting.x64):
+        solver = make_solver(direction, search)
+        counts = {}
+
+        # 1. User train step, five calls with a new data array each (like mini-batches).
+        params = setting.params(0)
+        batches = [setting.data(i) for i in range(NUM_STEPS)]
+        state0 = block(solver.init(params, value_dtype=setting.value_dtype))
+        state = state0
+        compiles.reset()
+        for batch in batches:
+            params, state = train_step(solver, params, state, batch)
+        block((params, state))
+        counts["train_step"] = compiles.count
+
+        # 2. The state keeps its structure, shapes, dtypes and weak types; no leaf is weak.
+        assert signature(state) == signature(state0)
+        assert weak_leaves(state0) == []
+        assert weak_leaves(state) == []
+        assert weak_leaves(params) == []
+        assert state.value.dtype == setting.expected_value_dtype()
+        assert [x.dtype for x in jax.tree.leaves(params)] == list(map(jnp.dtype, setting.dtypes))
+        assert int(state.num_steps) >= 1  # the steps ran (a search was made at least once)
+
+        # 3. Eager steps: `Solver.step` is filter_jit-ed, so eager calls hit its cache.
+        params = setting.params(1)
+        state = block(solver.init(params, value_dtype=setting.value_dtype))
+        compiles.reset()
+        for batch in batches:
+            params, state = solver.step(shifted_rosenbrock, params, state, batch)
+        block((params, state))
+        counts["eager_step"] = compiles.count
+        assert signature(state) == signature(state0)
+
+        # 4. An equal solver, built anew, shares both compiled programs.
+        rebuilt = make_solver(direction, search)
+        assert rebuilt == solver and hash(rebuilt) == hash(solver)
+        params = setting.params(2)
+        state = block(rebuilt.init(params, value_dtype=setting.value_dtype))
+        assert signature(state) == signature(state0)
+        compiles.reset()
+        block(rebuilt.step(shifted_rosenbrock, params, state, batches[0]))
+        block(train_step(rebuilt, params, state, batches[1]))
+        counts["rebuilt"] = compiles.count
+
+        assert counts == {"train_step": 1, "eager_step": 1, "rebuilt": 0}
+
+
+def test_value_dtype_none_matches_float32_for_low_precision():
+    """value_dtype=None on bfloat16/float16 params infers float32: the same state as asking."""
+    solver = make_solver("LBFGS", "Zoom")
+    for dtypes in [(jnp.bfloat16,), (jnp.float16,), (jnp.bfloat16, jnp.float32)]:
+        params = Setting("", dtypes, None, jnp.float32).params(0)
+        inferred = solver.init(params)
+        assert signature(inferred) == signature(solver.init(params, value_dtype=jnp.float32))
+        assert inferred.value.dtype == jnp.float32
+        assert weak_leaves(inferred) == []
+
+
+@pytest.mark.parametrize("search", list(SEARCHES))
+def test_state_dtype_contract(search):
+    """value in value_dtype, grad leaves in the params' dtypes, scalars at least float32."""
+    solver = make_solver("LBFGS", search)
+    params = {"w": jnp.ones((3,), jnp.bfloat16), "b": jnp.ones((2,), jnp.float16)}
+    state = solver.init(params, value_dtype=jnp.float32)
+    assert state.value.dtype == jnp.float32
+    assert jax.tree.map(lambda g: g.dtype, state.grad) == {"w": jnp.bfloat16, "b": jnp.float16}
+    assert jax.tree.map(lambda g: g.shape, state.grad) == {"w": (3,), "b": (2,)}
+    assert state.prev_decrease.dtype == jnp.float32
+    assert state.direction.rho.dtype == jnp.float32
+    assert state.direction.gamma.dtype == jnp.float32
+    for leaf in jax.tree.leaves(state.linesearch):  # Backtracking keeps its last step size
+        assert leaf.dtype == jnp.float32
+    # L-BFGS memory: a leading (memory_size,) axis, the param leaf's dtype by default.
+    assert state.direction.s["w"].shape == (5, 3) and state.direction.s["w"].dtype == jnp.bfloat16
+    assert state.direction.y["b"].shape == (5, 2) and state.direction.y["b"].dtype == jnp.float16
+    assert state.num_steps.dtype == jnp.int32 and state.status.dtype == jnp.int32
+    assert weak_leaves(state) == []
+
+    # float16 values still get float32 scalars.
+    state = solver.init(jnp.ones((2,), jnp.float16), value_dtype=jnp.float16)
+    assert state.value.dtype == jnp.float16
+    assert state.prev_decrease.dtype == jnp.float32
+    assert weak_leaves(state) == []
+
+    with jax.enable_x64(True):
+        state = solver.init(jnp.ones((2,), jnp.float64))
+        assert state.value.dtype == jnp.float64
+        assert state.prev_decrease.dtype == jnp.float64
+        assert state.direction.rho.dtype == jnp.float64
+        assert state.grad.dtype == jnp.float64
+        assert weak_leaves(state) == []
+        # Inferred from fn when fn is given: rosenbrock_f64 returns float64 on float32 params.
+        state = solver.init(jnp.ones((2,), jnp.float32), fn=rosenbrock_f64)
+        assert state.value.dtype == jnp.float64
+        assert state.grad.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("search", list(SEARCHES))
+def test_float64_value_is_cast_to_value_dtype(search, compiles):
+    """fn returns float64 on float32 params (x64 on); a float32 state casts it, never widens."""
+    with jax.enable_x64(True):
+        solver = make_solver("LBFGS", search)
+        params = jnp.asarray([-1.2, 1.0], jnp.float32)
+        state0 = block(solver.init(params, value_dtype=jnp.float32))
+        state = state0
+        compiles.reset()
+        for _ in range(NUM_STEPS):
+            params, state = train_step_f64(solver, params, state)
+        block((params, state))
+        assert compiles.count == 1
+        assert signature(state) == signature(state0)
+        assert state.value.dtype == jnp.float32
+        assert params.dtype == jnp.float32 and state.grad.dtype == jnp.float32
+        assert weak_leaves(state) == []
+        assert float(state.value) < float(rosenbrock_f64(jnp.asarray([-1.2, 1.0], jnp.float32)))
+
+
+def test_counter_sees_a_recompile_for_a_weakly_typed_state_leaf(compiles):
+    """The counter counts genuine recompiles: a state whose `prev_decrease` is weakly typed
+    (what `jnp.asarray(nan)` would give) is a new jit signature, so it costs a compile. This is
+    why `init` must make every leaf strongly typed, and why the tests above can fail."""
+    solver = make_solver("Gradient", "Backtracking")
+    params = jnp.asarray([-1.2, 1.0], jnp.float32)
+    state = solver.init(params)
+    weak = eqx.tree_at(lambda s: s.prev_decrease, state, jnp.asarray(float("nan")))
+    assert weak_leaves(weak) == [".prev_decrease"]
+    assert signature(weak) != signature(state)
+    data = jnp.zeros((2,), jnp.float32)
+    block(solver.step(shifted_rosenbrock, params, state, data))  # compile for the strong state
+    compiles.reset()
+    block(solver.step(shifted_rosenbrock, params, state, data))
+    assert compiles.count == 0
+    block(solver.step(shifted_rosenbrock, params, weak, data))
+    assert compiles.count == 1

@@ -1,0 +1,82 @@
+"""Compile-once tests for `Solver.run` (the `step` half is in `test_compile.py`; two files so
+that pytest-xdist's `--dist loadfile` runs them in parallel).
+
+For every direction x line search x params dtype setting: `run` called twice with new x0 and
+new data of the same shapes compiles once in total, and an equal `Solver` built anew reuses
+that program. Every input is made before `compiles.reset()` (eager array operations compile
+small programs too).
+"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from .test_compile import (
+    DIRECTIONS,
+    SEARCHES,
+    SETTINGS,
+    block,
+    make_solver,
+    shifted_rosenbrock,
+    weak_leaves,
+)
+
+
+def _dtypes(tree):
+    return [x.dtype for x in jax.tree.leaves(tree)]
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+@pytest.mark.parametrize("search", list(SEARCHES))
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_run_compiles_once(direction, search, setting, compiles):
+    with jax.enable_x64(setting.x64):
+        solver = make_solver(direction, search)
+        x0s = [setting.params(seed) for seed in (10, 11, 12)]
+        data = [setting.data(seed) for seed in (10, 11, 12)]
+        counts = {}
+
+        # Two runs from new x0 with new data: the first compiles, the second adds nothing.
+        compiles.reset()
+        first = block(solver.run(shifted_rosenbrock, x0s[0], data[0], value_dtype=setting.value_dtype))
+        counts["run_first"] = compiles.count
+        second = block(solver.run(shifted_rosenbrock, x0s[1], data[1], value_dtype=setting.value_dtype))
+        counts["run_both"] = compiles.count
+
+        # An equal solver, built anew, reuses the compiled run.
+        rebuilt = make_solver(direction, search)
+        compiles.reset()
+        block(rebuilt.run(shifted_rosenbrock, x0s[2], data[2], value_dtype=setting.value_dtype))
+        counts["rebuilt"] = compiles.count
+
+        assert counts == {"run_first": 1, "run_both": 1, "rebuilt": 0}
+
+        for result, x0 in [(first, x0s[0]), (second, x0s[1])]:
+            assert jax.tree.structure(result.params) == jax.tree.structure(x0)
+            assert _dtypes(result.params) == _dtypes(x0)
+            assert _dtypes(result.grad) == _dtypes(x0)
+            assert result.value.dtype == setting.expected_value_dtype()
+            assert weak_leaves(result) == []
+            assert int(result.num_steps) >= 1
+        # The new x0 and data were used, not baked into the program as constants.
+        assert not all(
+            bool(jnp.array_equal(a, b))
+            for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(second.params))
+        )
+
+
+@pytest.mark.parametrize("search", list(SEARCHES))
+def test_run_casts_float64_value_and_compiles_once(search, compiles):
+    """fn returns float64 on float32 params (x64 on); run(value_dtype=float32) casts it."""
+    from .test_compile import rosenbrock_f64
+
+    with jax.enable_x64(True):
+        solver = make_solver("LBFGS", search)
+        x0s = [jnp.asarray([-1.2, 1.0], jnp.float32), jnp.asarray([-1.0, 1.2], jnp.float32)]
+        compiles.reset()
+        results = [block(solver.run(rosenbrock_f64, x0, value_dtype=jnp.float32)) for x0 in x0s]
+        assert compiles.count == 1
+        for result in results:
+            assert result.value.dtype == jnp.float32
+            assert result.params.dtype == jnp.float32 and result.grad.dtype == jnp.float32
+            assert weak_leaves(result) == []

@@ -1,0 +1,311 @@
+"""The Solver converges, counts evaluations honestly, and reports why it stopped."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+
+import jaxsearch as js
+
+from .problems import (
+    logistic,
+    logistic_data,
+    quadratic,
+    rosenbrock,
+    rosenbrock_f32,
+    rosenbrock_tree,
+    spd_quadratic_data,
+)
+
+DIRECTIONS = {"lbfgs": js.LBFGS(), "gradient": js.Gradient()}
+SEARCHES = {"zoom": js.Zoom(), "backtracking": js.Backtracking()}
+PAIRS = [(d, s) for d in DIRECTIONS for s in SEARCHES]
+ROSENBROCK_START = (-1.2, 1.0)
+
+
+def solver_for(direction, search, **kwargs):
+    """Gradient descent gets enough steps; ftol=0 so only gtol can stop it as converged."""
+    max_steps = 40_000 if direction == "gradient" else 500
+    kwargs = {"gtol": 1e-6, "ftol": 0.0, "max_steps": max_steps, **kwargs}
+    return js.Solver(DIRECTIONS[direction], SEARCHES[search], **kwargs)
+
+
+def inf_norm(tree):
+    return max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(tree))
+
+
+@pytest.mark.parametrize("direction,search", PAIRS)
+def test_rosenbrock_float64(direction, search):
+    with jax.enable_x64(True):
+        result = solver_for(direction, search).run(rosenbrock, jnp.array(ROSENBROCK_START))
+        assert result.status == js.Status.CONVERGED_GTOL, result.message
+        assert result.success
+        np.testing.assert_allclose(result.params, [1.0, 1.0], atol=1e-5)
+        # The reported value and gradient are those of the returned params (up to the
+        # rounding differences between compiled and eager evaluation).
+        np.testing.assert_allclose(result.value, rosenbrock(result.params), rtol=1e-6, atol=1e-14)
+        np.testing.assert_allclose(
+            result.grad, jax.grad(rosenbrock)(result.params), rtol=1e-6, atol=1e-12
+        )
+        assert inf_norm(result.grad) <= 1e-6
+
+
+@pytest.mark.parametrize("direction,search", PAIRS)
+def test_spd_quadratic_float64(direction, search):
+    a, b, solution = spd_quadratic_data(n=50, cond=100.0)
+    with jax.enable_x64(True):
+        result = solver_for(direction, search).run(
+            quadratic, jnp.zeros(50), jnp.asarray(a), jnp.asarray(b)
+        )
+        assert result.status == js.Status.CONVERGED_GTOL, result.message
+        # |x - x*| <= |A^{-1}| |g| <= 1 * gtol * sqrt(n) (smallest eigenvalue is 1).
+        np.testing.assert_allclose(result.params, solution, atol=1e-5)
+
+
+@pytest.mark.parametrize("direction,search", PAIRS)
+def test_logistic_regression_float64(direction, search):
+    x, y = logistic_data()
+    lam = 1e-2
+
+    def value_and_grad(w):
+        v, g = jax.value_and_grad(logistic)(jnp.asarray(w), jnp.asarray(x), jnp.asarray(y), lam)
+        return float(v), np.asarray(g)
+
+    with jax.enable_x64(True):
+        reference = scipy.optimize.minimize(
+            value_and_grad, np.zeros(10), jac=True, method="L-BFGS-B",
+            options={"gtol": 1e-10, "ftol": 0.0},
+        )
+        result = solver_for(direction, search).run(
+            logistic, jnp.zeros(10), jnp.asarray(x), jnp.asarray(y), lam
+        )
+        assert result.status == js.Status.CONVERGED_GTOL, result.message
+        # Strong convexity (lam) bounds |w - w*| <= |g| / lam.
+        np.testing.assert_allclose(result.params, reference.x, atol=2e-4)
+
+
+def scipy_lbfgsb(fn, x0, gtol):
+    def value_and_grad(x):
+        v, g = jax.value_and_grad(fn)(jnp.asarray(x))
+        return float(v), np.asarray(g)
+
+    return scipy.optimize.minimize(
+        value_and_grad, np.asarray(x0), jac=True, method="L-BFGS-B", options={"gtol": gtol}
+    )
+
+
+def test_lbfgs_zoom_evaluations_against_scipy():
+    """At most 1.2x scipy L-BFGS-B's evaluations on 2-D Rosenbrock, same tolerances."""
+    with jax.enable_x64(True):
+        reference = scipy_lbfgsb(rosenbrock, ROSENBROCK_START, gtol=1e-6)
+        assert reference.success
+        result = js.Solver(js.LBFGS(), js.Zoom(), gtol=1e-6).run(
+            rosenbrock, jnp.array(ROSENBROCK_START)
+        )
+        assert result.success, result.message
+        np.testing.assert_allclose(result.params, [1.0, 1.0], atol=1e-4)
+        assert int(result.num_fun_evals) <= 1.2 * reference.nfev, (
+            int(result.num_fun_evals),
+            reference.nfev,
+        )
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("direction,search", PAIRS)
+@pytest.mark.parametrize("fn", [rosenbrock, rosenbrock_f32], ids=["lowp-math", "f32-math"])
+def test_low_precision_is_honest(dtype, direction, search, fn):
+    solver = solver_for(direction, search, gtol=1e-3, max_steps=300)
+    x0 = jnp.array(ROSENBROCK_START, dtype)
+    result = solver.run(fn, x0)
+    assert result.params.dtype == dtype
+    assert bool(jnp.all(jnp.isfinite(result.params)))
+    honest = {js.Status.CONVERGED_GTOL, js.Status.STALLED, js.Status.LINESEARCH_FAILED}
+    if direction == "gradient":
+        honest.add(js.Status.MAX_STEPS)  # gradient descent may simply be slow
+    assert js.Status(int(result.status)) in honest, result.message
+    # Whatever it claims is measured at the returned point.
+    value, grad = jax.value_and_grad(fn)(result.params)
+    assert float(result.value) == float(value.astype(result.value.dtype))
+    np.testing.assert_array_equal(result.grad, grad)
+    if result.status == js.Status.CONVERGED_GTOL:
+        assert inf_norm(grad) <= 1e-3
+    # Never worse than the start.
+    assert float(result.value) <= float(fn(x0))
+
+
+def logistic_f32_math(w, x, y, lam):
+    return logistic(w.astype(jnp.float32), x, y, lam)
+
+
+@pytest.mark.parametrize("memory_dtype", [None, jnp.float32])
+def test_bfloat16_params_reach_bfloat16_resolution(memory_dtype):
+    """bfloat16 params with float32 arithmetic: L-BFGS gets within a few bfloat16 spacings
+    of the float64 minimiser of a well-conditioned problem."""
+    x, y = logistic_data(dtype=np.float32)
+    with jax.enable_x64(True):
+        reference = js.Solver(gtol=1e-10, ftol=0.0).run(
+            logistic, jnp.zeros(10), jnp.asarray(x, np.float64), jnp.asarray(y, np.float64), 1e-2
+        )
+        w_star = np.asarray(reference.params)
+    solver = js.Solver(js.LBFGS(memory_dtype=memory_dtype), js.Zoom(), gtol=1e-4, max_steps=300)
+    result = solver.run(
+        logistic_f32_math, jnp.zeros(10, jnp.bfloat16), jnp.asarray(x), jnp.asarray(y), 1e-2
+    )
+    assert result.params.dtype == jnp.bfloat16
+    spacing = 2.0**-7 * np.abs(w_star).max()  # bfloat16 has 8 significant bits
+    np.testing.assert_allclose(np.asarray(result.params, np.float64), w_star, atol=4 * spacing)
+
+
+@pytest.mark.parametrize("direction,search", PAIRS)
+def test_pytree_matches_flat(direction, search):
+    solver = solver_for(direction, search, max_steps=200)
+    with jax.enable_x64(True):
+        flat = solver.run(rosenbrock, jnp.array(ROSENBROCK_START))
+        tree = solver.run(rosenbrock_tree, {"a": jnp.array([-1.2]), "b": (jnp.array([1.0]),)})
+        assert int(tree.status) == int(flat.status)
+        assert int(tree.num_steps) == int(flat.num_steps)
+        assert int(tree.num_fun_evals) == int(flat.num_fun_evals)
+        np.testing.assert_allclose(tree.params["a"], flat.params[:1], rtol=1e-10)
+        np.testing.assert_allclose(tree.params["b"][0], flat.params[1:], rtol=1e-10)
+
+
+def test_mixed_dtype_pytree_runs():
+    def fn(p):
+        x = jnp.concatenate([p["lo"].astype(jnp.float32), p["hi"]])
+        return rosenbrock(x)
+
+    params = {"lo": jnp.array([-1.2], jnp.bfloat16), "hi": jnp.array([1.0], jnp.float32)}
+    result = js.Solver(gtol=1e-3, max_steps=200).run(fn, params)
+    assert result.params["lo"].dtype == jnp.bfloat16
+    assert result.params["hi"].dtype == jnp.float32
+    assert float(result.value) < 1e-2
+
+
+def test_has_aux_returns_aux_at_final_point():
+    def fn(x):
+        return rosenbrock(x), {"residual": x - 1.0}
+
+    with jax.enable_x64(True):
+        result = js.Solver(gtol=1e-8, has_aux=True).run(fn, jnp.array(ROSENBROCK_START))
+        assert result.success, result.message
+        np.testing.assert_array_equal(result.aux["residual"], result.params - 1.0)
+
+
+def test_step_loop_matches_run():
+    solver = js.Solver(js.LBFGS(), js.Zoom(), gtol=1e-8, max_steps=100)
+    with jax.enable_x64(True):
+        x0 = jnp.array(ROSENBROCK_START)
+        result = solver.run(rosenbrock, x0)
+        params, state = x0, solver.init(x0)
+        for _ in range(int(result.num_steps)):
+            params, state = solver.step(rosenbrock, params, state)
+        np.testing.assert_array_equal(params, result.params)
+        assert int(state.num_fun_evals) == int(result.num_fun_evals)
+        assert int(state.status) == int(result.status)
+
+
+def test_converged_start_takes_no_step():
+    with jax.enable_x64(True):
+        result = js.Solver().run(rosenbrock, jnp.array([1.0, 1.0]))
+        assert result.status == js.Status.CONVERGED_GTOL
+        assert int(result.num_steps) == 0
+        assert int(result.num_fun_evals) == 1
+
+
+def test_nonfinite_start_returns_input():
+    x0 = jnp.array([jnp.nan, 1.0])
+    result = js.Solver().run(rosenbrock, x0)
+    assert result.status == js.Status.NONFINITE
+    assert int(result.num_fun_evals) == 1
+    np.testing.assert_array_equal(result.params, x0)
+
+
+def barrier(x):
+    """Finite only inside the unit ball; the unit first step lands outside it."""
+    r = jnp.sum(x**2)
+    return jnp.where(r < 1, -jnp.log1p(-r) + jnp.sum((x - 0.3) ** 2), jnp.nan)
+
+
+@pytest.mark.parametrize("direction,search", PAIRS)
+def test_nonfinite_trials_are_never_accepted(direction, search):
+    with jax.enable_x64(True):
+        result = solver_for(direction, search, gtol=1e-8).run(barrier, jnp.array([0.9, 0.0]))
+        assert bool(jnp.all(jnp.isfinite(result.params)))
+        assert result.status == js.Status.CONVERGED_GTOL, result.message
+
+
+def test_stalled_is_not_converged():
+    """bfloat16 params whose minimiser lies between two representable numbers: the search
+    cannot make progress, and the run must not claim convergence."""
+
+    def fn(x):
+        return jnp.sum((x.astype(jnp.float32) - 0.3) ** 2)
+
+    solver = js.Solver(js.LBFGS(), js.Backtracking(), gtol=0.0, ftol=0.0, max_steps=50)
+    result = solver.run(fn, jnp.array([0.3], jnp.bfloat16))
+    assert not result.success
+    assert js.Status(int(result.status)) in {js.Status.STALLED, js.Status.LINESEARCH_FAILED}
+
+
+def test_zero_decrease_below_value_resolution_is_stalled():
+    """f rounds to the same bfloat16 value: with ftol below bfloat16's resolution this is a
+    stall, not convergence by ftol."""
+
+    def fn(x):
+        return jnp.sum(1000.0 + (x - 0.3) ** 2).astype(jnp.bfloat16)
+
+    solver = js.Solver(js.Gradient(), js.Backtracking(), gtol=0.0, max_steps=50)
+    result = solver.run(fn, jnp.array([0.31, -0.2]))
+    assert result.status == js.Status.STALLED, result.message
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"gtol": -1.0}, "gtol"),
+        ({"ftol": -1.0}, "ftol"),
+        ({"max_steps": 0}, "max_steps"),
+    ],
+)
+def test_solver_rejects_bad_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        js.Solver(**kwargs)
+
+
+def test_solver_rejects_bad_components():
+    with pytest.raises(TypeError, match="direction"):
+        js.Solver(js.Zoom())
+    with pytest.raises(ValueError, match="memory_size"):
+        js.LBFGS(memory_size=0)
+
+
+def test_bad_objective_outputs():
+    x0 = jnp.zeros(2)
+    with pytest.raises(TypeError, match="scalar"):
+        js.Solver().run(lambda x: x, x0)
+    with pytest.raises(TypeError, match="has_aux=True"):
+        js.Solver().run(lambda x: (jnp.sum(x), x), x0)
+    with pytest.raises(TypeError, match="has_aux=False"):
+        js.Solver(has_aux=True).run(jnp.sum, x0)
+    with pytest.raises(TypeError, match="floating"):
+        js.Solver().run(lambda x: jnp.sum(x).astype(jnp.int32), x0)
+    with pytest.raises(TypeError, match="value_dtype"):
+        js.Solver().init(x0, value_dtype=jnp.int32)
+    with pytest.raises(TypeError, match="floating"):
+        js.Solver().init({"w": x0, "n": jnp.array(3)})
+
+
+def test_equinox_module_params():
+    """Only inexact array leaves are optimised; the rest of an eqx.Module passes through."""
+    model = eqx.nn.MLP(2, 1, 4, 1, key=jax.random.key(0))
+    x = jnp.linspace(-1, 1, 16).reshape(8, 2)
+    y = jnp.sin(x[:, :1])
+
+    def loss(m, x, y):
+        return jnp.mean((jax.vmap(m)(x) - y) ** 2)
+
+    result = js.Solver(max_steps=50).run(loss, model, x, y)
+    assert result.params.activation is model.activation
+    assert float(result.value) < float(loss(model, x, y))
