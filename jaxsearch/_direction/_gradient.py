@@ -1,7 +1,7 @@
 """Steepest descent."""
 
-import jax.tree_util as jtu
 import jax.numpy as jnp
+import jax.tree_util as jtu
 
 from ._base import AbstractDirection
 

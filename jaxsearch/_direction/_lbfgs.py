@@ -22,8 +22,9 @@ class LBFGSState(eqx.Module):
 class LBFGS(AbstractDirection):
     """L-BFGS direction by the two-loop recursion (Nocedal & Wright, algorithm 7.4).
 
-    Keeps the last `memory_size` pairs (s, y) in buffers with a leading `(memory_size,)` axis per
-    leaf. The initial matrix is gamma * I with gamma = s'y / y'y from the newest pair (N&W eq. 7.20).
+    Keeps the last `memory_size` pairs (s, y) in buffers with a leading `(memory_size,)` axis
+    per leaf. The initial matrix is gamma * I with gamma = s'y / y'y from the newest pair
+    (N&W eq. 7.20).
 
     A pair is stored only if it is finite after rounding to the memory dtype and satisfies the
     curvature guard s'y > eps |s| |y|, with `eps` the machine epsilon of the least precise
@@ -40,11 +41,17 @@ class LBFGS(AbstractDirection):
 
     def __check_init__(self):
         if not isinstance(self.memory_size, int) or self.memory_size < 1:
-            raise ValueError(f"LBFGS: memory_size must be an integer >= 1, got {self.memory_size!r}.")
+            raise ValueError(
+                f"LBFGS: memory_size must be an integer >= 1, got {self.memory_size!r}."
+            )
         if self.memory_dtype is not None and not jnp.issubdtype(self.memory_dtype, jnp.floating):
-            raise ValueError(f"LBFGS: memory_dtype must be a floating dtype, got {self.memory_dtype!r}.")
+            raise ValueError(
+                f"LBFGS: memory_dtype must be a floating dtype, got {self.memory_dtype!r}."
+            )
         if self.curvature_eps is not None and self.curvature_eps < 0:
-            raise ValueError(f"LBFGS: curvature_eps must be non-negative, got {self.curvature_eps}.")
+            raise ValueError(
+                f"LBFGS: curvature_eps must be non-negative, got {self.curvature_eps}."
+            )
 
     def _memory_dtype(self, dtype):
         return dtype if self.memory_dtype is None else widest_float(dtype, self.memory_dtype)
@@ -84,11 +91,13 @@ class LBFGS(AbstractDirection):
             s, y = pair(j)
             b = state.rho[j] * tree_dot(y, r, dtype)
             coef = alpha[j] - b
-            return jtu.tree_map(lambda ri, si: ri + coef.astype(ri.dtype) * si.astype(ri.dtype), r, s)
+            return jtu.tree_map(
+                lambda ri, si: ri + coef.astype(ri.dtype) * si.astype(ri.dtype), r, s
+            )
 
         work = jtu.tree_map(lambda g, s: g.astype(at_least_float32(s.dtype)), grad, state.s)
         q, alpha = lax.fori_loop(0, state.count, newest_first, (work, jnp.zeros((m,), dtype)))
-        r = jtu.tree_map(lambda qi: (state.gamma.astype(qi.dtype) * qi), q)
+        r = jtu.tree_map(lambda qi: state.gamma.astype(qi.dtype) * qi, q)
         r = lax.fori_loop(0, state.count, oldest_first, r)
         d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
         return d, state.count > 0

@@ -1,0 +1,25 @@
+"""Sessions: `nox -s tests`, `nox -s lint`, `nox -s examples`."""
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+
+
+@nox.session
+def tests(session):
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session
+def lint(session):
+    session.install("ruff")
+    session.run("ruff", "check", "jaxsearch", "tests", "examples", "noxfile.py")
+    session.run("ruff", "format", "--check", "jaxsearch", "tests", "examples", "noxfile.py")
+
+
+@nox.session
+def examples(session):
+    session.install("-e", ".")
+    for script in ("quickstart.py", "training_loop.py", "mixed_precision.py"):
+        session.run("python", f"examples/{script}")
