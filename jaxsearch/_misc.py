@@ -125,4 +125,3 @@ def select(pred, on_true: PyTree, on_false: PyTree) -> PyTree:
 def dtype_eps(tree: PyTree) -> float:
     """Machine epsilon of the least precise leaf of `tree`."""
     return max(float(jnp.finfo(x.dtype).eps) for x in leaves(tree))
-

@@ -84,8 +84,9 @@ class Solver(eqx.Module):
     step size from values and slopes of phi(t) = f(x + t d). Stopping criteria, as scipy's
     L-BFGS-B: `gtol` on the infinity norm of the gradient, `ftol` on the relative decrease
     (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1) (`ftol=0` switches it off), and `max_steps`.
-    A step that changes no parameter, or that leaves f unchanged while `ftol` is below the
-    value dtype's resolution, ends with `Status.STALLED`, never as converged.
+    A step that changes no parameter ends with `Status.STALLED`, never as converged; so does
+    a step after which f did not decrease while `ftol` is below the value dtype's resolution
+    (so the ftol test cannot be trusted), unless the gradient there meets `gtol`.
 
     All configuration is static, so two solvers with equal settings share compiled programs.
     """
@@ -110,7 +111,9 @@ class Solver(eqx.Module):
         direction = LBFGS() if direction is None else direction
         linesearch = Zoom() if linesearch is None else linesearch
         if not isinstance(direction, AbstractDirection):
-            raise TypeError(f"direction must be an AbstractDirection, got {type(direction).__name__}.")
+            raise TypeError(
+                f"direction must be an AbstractDirection, got {type(direction).__name__}."
+            )
         if not isinstance(linesearch, AbstractLineSearch):
             raise TypeError(
                 f"linesearch must be an AbstractLineSearch, got {type(linesearch).__name__}."
@@ -130,9 +133,7 @@ class Solver(eqx.Module):
 
     # ----------------------------------------------------------------------------- public
 
-    def init(
-        self, params: PyTree, value_dtype=None, *, fn=None, args: tuple = ()
-    ) -> SolverState:
+    def init(self, params: PyTree, value_dtype=None, *, fn=None, args: tuple = ()) -> SolverState:
         """The state for `params`, with every leaf's dtype fixed and strongly typed.
 
         `value_dtype` is the dtype of f in the state; a value of another dtype from fn is cast
@@ -221,7 +222,9 @@ class Solver(eqx.Module):
         """Status that forbids a search from this point: non-finite, or converged by gtol."""
         finite = jnp.isfinite(value) & tree_all_finite(grad)
         converged = tree_inf_norm(grad, dtype) <= self.gtol
-        code = jnp.where(finite, jnp.where(converged, Status.CONVERGED_GTOL, Status.RUNNING), Status.NONFINITE)
+        code = jnp.where(
+            finite, jnp.where(converged, Status.CONVERGED_GTOL, Status.RUNNING), Status.NONFINITE
+        )
         return code.astype(jnp.int32)
 
     def _step(self, fn, args, static, diff, state):
@@ -269,11 +272,13 @@ class Solver(eqx.Module):
         steepest = jtu.tree_map(jnp.negative, st.grad)
         d = select(descent, d, steepest)
         dphi0 = jnp.where(descent, dphi0, -tree_dot(st.grad, st.grad, dtype))
-        direction_state = lax.cond(
-            descent, lambda s: s, self.direction.reset, st.direction
-        )
+        direction_state = lax.cond(descent, lambda s: s, self.direction.reset, st.direction)
         guess = initial_step(
-            scaled & descent, dphi0, tree_norm(d, dtype), st.prev_decrease, self.linesearch.max_step_size
+            scaled & descent,
+            dphi0,
+            tree_norm(d, dtype),
+            st.prev_decrease,
+            self.linesearch.max_step_size,
         )
         search = self.linesearch.start(st.linesearch, st.value.astype(dtype), dphi0, guess)
         st = _replace(st, direction=direction_state)
@@ -292,7 +297,9 @@ class Solver(eqx.Module):
     def _take_trial(self, c: _Carry, t, value, grad, aux) -> _Carry:
         """Hand phi(t), phi'(t) to the line search and keep the trial's f, grad, aux."""
         dtype = c.state.prev_decrease.dtype
-        search = self.linesearch.update(c.search, t, value.astype(dtype), tree_dot(grad, c.d, dtype))
+        search = self.linesearch.update(
+            c.search, t, value.astype(dtype), tree_dot(grad, c.d, dtype)
+        )
         return _replace(c, search=search, done=search.done, value=value, grad=grad, aux=aux)
 
     def _finish(self, c: _Carry, x, grad_old):
@@ -314,15 +321,24 @@ class Solver(eqx.Module):
         scale = jnp.maximum(jnp.maximum(jnp.abs(st.value), jnp.abs(value)).astype(dtype), 1)
         ftol_below_resolution = self.ftol < float(jnp.finfo(st.value.dtype).eps)
         no_decrease = decrease <= 0
+        # If x did not change, grad did not either, and it was above gtol before the search.
         status = jnp.select(
             [
                 ~searched,
                 ~moved,
-                tree_equal(x_new, x) | (no_decrease & ftol_below_resolution),
+                tree_equal(x_new, x),
                 tree_inf_norm(grad, dtype) <= self.gtol,
+                no_decrease & ftol_below_resolution,
                 (self.ftol > 0) & (decrease <= self.ftol * scale),
             ],
-            [c.stop, Status.LINESEARCH_FAILED, Status.STALLED, Status.CONVERGED_GTOL, Status.CONVERGED_FTOL],
+            [
+                c.stop,
+                Status.LINESEARCH_FAILED,
+                Status.STALLED,
+                Status.CONVERGED_GTOL,
+                Status.STALLED,
+                Status.CONVERGED_FTOL,
+            ],
             Status.RUNNING,
         ).astype(jnp.int32)
         st = SolverState(
@@ -332,7 +348,10 @@ class Solver(eqx.Module):
             has_eval=st.has_eval,
             direction=direction_state,
             linesearch=lax.cond(
-                searched, lambda ls: self.linesearch.finish(ls, c.search), lambda ls: ls, st.linesearch
+                searched,
+                lambda ls: self.linesearch.finish(ls, c.search),
+                lambda ls: ls,
+                st.linesearch,
             ),
             prev_decrease=jnp.where(moved, decrease, st.prev_decrease),
             num_steps=st.num_steps + searched.astype(jnp.int32),

@@ -75,7 +75,10 @@ def test_logistic_regression_float64(direction, search):
 
     with jax.enable_x64(True):
         reference = scipy.optimize.minimize(
-            value_and_grad, np.zeros(10), jac=True, method="L-BFGS-B",
+            value_and_grad,
+            np.zeros(10),
+            jac=True,
+            method="L-BFGS-B",
             options={"gtol": 1e-10, "ftol": 0.0},
         )
         result = solver_for(direction, search).run(
@@ -309,3 +312,32 @@ def test_equinox_module_params():
     result = js.Solver(max_steps=50).run(loss, model, x, y)
     assert result.params.activation is model.activation
     assert float(result.value) < float(loss(model, x, y))
+
+
+def test_evaluation_count_is_honest():
+    """num_fun_evals equals the number of times fn actually ran (a host-side counter)."""
+    calls = []
+
+    def counted(x):
+        jax.debug.callback(lambda: calls.append(1))
+        return rosenbrock(x)
+
+    for solver in (js.Solver(), js.Solver(js.Gradient(), js.Backtracking(), max_steps=50)):
+        calls.clear()
+        result = solver.run(counted, jnp.array(ROSENBROCK_START))
+        jax.effects_barrier()
+        assert len(calls) == int(result.num_fun_evals) > int(result.num_steps) > 0
+
+
+@pytest.mark.parametrize("direction,search", PAIRS)
+def test_accepted_values_never_increase(direction, search):
+    solver = solver_for(direction, search, max_steps=30)
+    params = jnp.array(ROSENBROCK_START)
+    state = solver.init(params)
+    values = []
+    for _ in range(30):
+        params, state = solver.step(rosenbrock, params, state)
+        values.append(float(state.value))
+    assert values[0] <= float(rosenbrock(jnp.array(ROSENBROCK_START)))
+    assert all(b <= a for a, b in zip(values, values[1:], strict=False))
+    assert values[-1] < values[0]
