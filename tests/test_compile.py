@@ -9,12 +9,13 @@ For every direction x line search x params dtype setting, one test checks in seq
 4. a `Solver` built anew with equal settings reuses the compiled `step` and train step.
 
 `solver.run` (compiles once for new x0 and args values; reused by an equal solver) is tested in
-`test_compile_run.py`, so that pytest-xdist's `--dist loadfile` runs both halves in parallel.
+`test_compile_run.py`, so that pytest-xdist can run the two halves in parallel.
 
 Compiles are counted only around the calls under test: every input array and state is made
 before `compiles.reset()`, because eager array operations compile small programs too. The
 objectives are defined here, at module level: their identity is part of every compile key, so
-no other test file can have compiled these programs already in the same worker process.
+no other test can have compiled these programs already in the same worker process (each test
+here compiles programs of its own: solver settings, objective and dtypes differ).
 """
 
 import dataclasses
@@ -48,6 +49,11 @@ def shifted_rosenbrock(params, shift):
     return rosenbrock(_flat(params, shift.dtype) - shift)
 
 
+def rosenbrock_sanity(x, shift):
+    """Used by the counter's sanity test only, so that no other test shares its programs."""
+    return shifted_rosenbrock(x, shift)
+
+
 def rosenbrock_f64(x):
     """Rosenbrock evaluated in float64 whatever the dtype of x (needs x64)."""
     return rosenbrock(x.astype(jnp.float64))
@@ -72,7 +78,10 @@ class Setting:
         x = np.array([-1.2, 1.0]) + 0.05 * np.random.default_rng(seed).standard_normal(2)
         if len(self.dtypes) == 1:
             return jnp.asarray(x, self.dtypes[0])
-        return {"a": jnp.asarray(x[:1], self.dtypes[0]), "b": {"c": jnp.asarray(x[1:], self.dtypes[1])}}
+        return {
+            "a": jnp.asarray(x[:1], self.dtypes[0]),
+            "b": {"c": jnp.asarray(x[1:], self.dtypes[1])},
+        }
 
     def data(self, seed: int):
         shift = 0.1 * np.random.default_rng(1000 + seed).standard_normal(2)
@@ -102,10 +111,18 @@ def make_solver(direction: str, search: str) -> js.Solver:
     return js.Solver(DIRECTIONS[direction](), SEARCHES[search](), gtol=GTOL, max_steps=MAX_STEPS)
 
 
-def signature(tree):
-    """Tree structure and, per leaf, (shape, dtype, weak_type): what a jit cache keys on."""
-    avals = [jax.typeof(x) for x in jax.tree.leaves(tree)]
-    return jax.tree.structure(tree), [(a.shape, a.dtype, a.weak_type) for a in avals]
+def signature(tree) -> dict:
+    """(shape, dtype, weak_type) per leaf, keyed by the leaf's path: with the tree structure,
+    what a jit cache keys on. A dict, so that a failing comparison names the leaf."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {
+        jax.tree_util.keystr(path): (x.shape, jnp.dtype(x.dtype).name, jax.typeof(x).weak_type)
+        for path, x in flat
+    }
+
+
+def _dtypes(tree) -> list:
+    return [x.dtype for x in jax.tree.leaves(tree)]
 
 
 def weak_leaves(tree) -> list[str]:
@@ -150,15 +167,7 @@ def test_step_compiles_once(direction, search, setting, compiles):
             params, state = train_step(solver, params, state, batch)
         block((params, state))
         counts["train_step"] = compiles.count
-
-        # 2. The state keeps its structure, shapes, dtypes and weak types; no leaf is weak.
-        assert signature(state) == signature(state0)
-        assert weak_leaves(state0) == []
-        assert weak_leaves(state) == []
-        assert weak_leaves(params) == []
-        assert state.value.dtype == setting.expected_value_dtype()
-        assert [x.dtype for x in jax.tree.leaves(params)] == list(map(jnp.dtype, setting.dtypes))
-        assert int(state.num_steps) >= 1  # the steps ran (a search was made at least once)
+        jit_params, jit_state = params, state
 
         # 3. Eager steps: `Solver.step` is filter_jit-ed, so eager calls hit its cache.
         params = setting.params(1)
@@ -168,20 +177,30 @@ def test_step_compiles_once(direction, search, setting, compiles):
             params, state = solver.step(shifted_rosenbrock, params, state, batch)
         block((params, state))
         counts["eager_step"] = compiles.count
-        assert signature(state) == signature(state0)
+        eager_state = state
 
         # 4. An equal solver, built anew, shares both compiled programs.
         rebuilt = make_solver(direction, search)
-        assert rebuilt == solver and hash(rebuilt) == hash(solver)
         params = setting.params(2)
-        state = block(rebuilt.init(params, value_dtype=setting.value_dtype))
-        assert signature(state) == signature(state0)
+        rebuilt_state = block(rebuilt.init(params, value_dtype=setting.value_dtype))
         compiles.reset()
-        block(rebuilt.step(shifted_rosenbrock, params, state, batches[0]))
-        block(train_step(rebuilt, params, state, batches[1]))
+        block(rebuilt.step(shifted_rosenbrock, params, rebuilt_state, batches[0]))
+        block(train_step(rebuilt, params, rebuilt_state, batches[1]))
         counts["rebuilt"] = compiles.count
 
         assert counts == {"train_step": 1, "eager_step": 1, "rebuilt": 0}
+
+        # 2. The state keeps its structure, shapes, dtypes and weak types; no leaf is weak.
+        assert weak_leaves(state0) == []
+        for other in (jit_state, eager_state, rebuilt_state):
+            assert jax.tree.structure(other) == jax.tree.structure(state0)
+            assert signature(other) == signature(state0)
+        assert weak_leaves(jit_params) == []
+        assert jit_state.value.dtype == setting.expected_value_dtype()
+        assert _dtypes(jit_params) == list(map(jnp.dtype, setting.dtypes))
+        assert _dtypes(jit_state.grad) == list(map(jnp.dtype, setting.dtypes))
+        assert int(jit_state.num_steps) >= 1  # the steps ran (a search was made at least once)
+        assert rebuilt == solver and hash(rebuilt) == hash(solver)
 
 
 def test_value_dtype_none_matches_float32_for_low_precision():
@@ -190,7 +209,9 @@ def test_value_dtype_none_matches_float32_for_low_precision():
     for dtypes in [(jnp.bfloat16,), (jnp.float16,), (jnp.bfloat16, jnp.float32)]:
         params = Setting("", dtypes, None, jnp.float32).params(0)
         inferred = solver.init(params)
-        assert signature(inferred) == signature(solver.init(params, value_dtype=jnp.float32))
+        asked = solver.init(params, value_dtype=jnp.float32)
+        assert jax.tree.structure(inferred) == jax.tree.structure(asked)
+        assert signature(inferred) == signature(asked)
         assert inferred.value.dtype == jnp.float32
         assert weak_leaves(inferred) == []
 
@@ -247,6 +268,7 @@ def test_float64_value_is_cast_to_value_dtype(search, compiles):
             params, state = train_step_f64(solver, params, state)
         block((params, state))
         assert compiles.count == 1
+        assert jax.tree.structure(state) == jax.tree.structure(state0)
         assert signature(state) == signature(state0)
         assert state.value.dtype == jnp.float32
         assert params.dtype == jnp.float32 and state.grad.dtype == jnp.float32
@@ -265,9 +287,9 @@ def test_counter_sees_a_recompile_for_a_weakly_typed_state_leaf(compiles):
     assert weak_leaves(weak) == [".prev_decrease"]
     assert signature(weak) != signature(state)
     data = jnp.zeros((2,), jnp.float32)
-    block(solver.step(shifted_rosenbrock, params, state, data))  # compile for the strong state
+    block(solver.step(rosenbrock_sanity, params, state, data))  # compile for the strong state
     compiles.reset()
-    block(solver.step(shifted_rosenbrock, params, state, data))
+    block(solver.step(rosenbrock_sanity, params, state, data))
     assert compiles.count == 0
-    block(solver.step(shifted_rosenbrock, params, weak, data))
+    block(solver.step(rosenbrock_sanity, params, weak, data))
     assert compiles.count == 1

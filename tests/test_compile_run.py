@@ -1,5 +1,5 @@
 """Compile-once tests for `Solver.run` (the `step` half is in `test_compile.py`; two files so
-that pytest-xdist's `--dist loadfile` runs them in parallel).
+that pytest-xdist can run them in parallel).
 
 For every direction x line search x params dtype setting: `run` called twice with new x0 and
 new data of the same shapes compiles once in total, and an equal `Solver` built anew reuses
@@ -15,15 +15,13 @@ from .test_compile import (
     DIRECTIONS,
     SEARCHES,
     SETTINGS,
+    _dtypes,
     block,
     make_solver,
+    rosenbrock_f64,
     shifted_rosenbrock,
     weak_leaves,
 )
-
-
-def _dtypes(tree):
-    return [x.dtype for x in jax.tree.leaves(tree)]
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
@@ -36,17 +34,21 @@ def test_run_compiles_once(direction, search, setting, compiles):
         data = [setting.data(seed) for seed in (10, 11, 12)]
         counts = {}
 
+        def run(solver, i):
+            out = solver.run(shifted_rosenbrock, x0s[i], data[i], value_dtype=setting.value_dtype)
+            return block(out)
+
         # Two runs from new x0 with new data: the first compiles, the second adds nothing.
         compiles.reset()
-        first = block(solver.run(shifted_rosenbrock, x0s[0], data[0], value_dtype=setting.value_dtype))
+        first = run(solver, 0)
         counts["run_first"] = compiles.count
-        second = block(solver.run(shifted_rosenbrock, x0s[1], data[1], value_dtype=setting.value_dtype))
+        second = run(solver, 1)
         counts["run_both"] = compiles.count
 
         # An equal solver, built anew, reuses the compiled run.
         rebuilt = make_solver(direction, search)
         compiles.reset()
-        block(rebuilt.run(shifted_rosenbrock, x0s[2], data[2], value_dtype=setting.value_dtype))
+        run(rebuilt, 2)
         counts["rebuilt"] = compiles.count
 
         assert counts == {"run_first": 1, "run_both": 1, "rebuilt": 0}
@@ -61,15 +63,15 @@ def test_run_compiles_once(direction, search, setting, compiles):
         # The new x0 and data were used, not baked into the program as constants.
         assert not all(
             bool(jnp.array_equal(a, b))
-            for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(second.params))
+            for a, b in zip(
+                jax.tree.leaves(first.params), jax.tree.leaves(second.params), strict=True
+            )
         )
 
 
 @pytest.mark.parametrize("search", list(SEARCHES))
 def test_run_casts_float64_value_and_compiles_once(search, compiles):
     """fn returns float64 on float32 params (x64 on); run(value_dtype=float32) casts it."""
-    from .test_compile import rosenbrock_f64
-
     with jax.enable_x64(True):
         solver = make_solver("LBFGS", search)
         x0s = [jnp.asarray([-1.2, 1.0], jnp.float32), jnp.asarray([-1.0, 1.2], jnp.float32)]
