@@ -186,14 +186,19 @@ class Solver(eqx.Module):
         diff, state = self._step(fn, args, static, diff, state)
         return eqx.combine(diff, static), state
 
-    @eqx.filter_jit
     def run(self, fn, x0: PyTree, *args, value_dtype=None) -> Result:
         """Minimise fn from x0: one compiled `lax.while_loop` over steps.
 
         New `x0` or `args` values of the same shapes and dtypes reuse the compiled program;
         the identity of `fn` is part of the compile key, so pass data through `args` rather
-        than through a new closure per call.
+        than through a new closure per call. `value_dtype` as in `init`.
         """
+        if value_dtype is not None:  # any spelling of a dtype shares one compiled program
+            value_dtype = _floating_dtype(value_dtype, "value_dtype")
+        return self._run(fn, x0, args, value_dtype)
+
+    @eqx.filter_jit
+    def _run(self, fn, x0, args, value_dtype) -> Result:
         state = self.init(x0, value_dtype, fn=fn, args=args)
         diff, static = _partition(x0)
 

@@ -82,3 +82,19 @@ def test_run_casts_float64_value_and_compiles_once(search, compiles):
             assert result.value.dtype == jnp.float32
             assert result.params.dtype == jnp.float32 and result.grad.dtype == jnp.float32
             assert weak_leaves(result) == []
+
+
+def quartic_for_spellings(x):
+    """Used by one test only, so that its first compile is counted there."""
+    return jnp.sum((x - 1.0) ** 4 + x**2)
+
+
+def test_value_dtype_spellings_share_one_program(compiles):
+    import numpy as np
+
+    solver = make_solver("LBFGS", "Zoom")
+    x0 = jnp.array([0.5, -0.5], jnp.float32)
+    compiles.reset()
+    for spelling in (jnp.float32, np.float32, "float32", np.dtype("float32")):
+        block(solver.run(quartic_for_spellings, x0, value_dtype=spelling))
+    assert compiles.count == 1
