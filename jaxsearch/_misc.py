@@ -64,6 +64,19 @@ def tree_inf_norm(a: PyTree, dtype) -> Scalar:
     return total
 
 
+def tree_min_step(x: PyTree, d: PyTree, dtype) -> Scalar:
+    """A step t below which x + t d rounds to x in every leaf: min_i spacing(x_i) / (4 |d_i|).
+
+    The factor 4 covers rounding to nearest and the halved spacing below a power of two.
+    """
+    total = jnp.full((), jnp.inf, dtype)
+    for xi, di in zip(leaves(x), leaves(d), strict=True):
+        acc = at_least_float32(xi.dtype)
+        ratio = jnp.abs(jnp.spacing(xi)).astype(acc) / (4 * jnp.abs(di.astype(acc)))
+        total = jnp.minimum(total, jnp.min(ratio, initial=jnp.inf).astype(dtype))
+    return total
+
+
 def tree_all_finite(a: PyTree) -> Bool[Array, ""]:
     result = jnp.array(True)
     for x in leaves(a):

@@ -24,6 +24,7 @@ from ._misc import (
     tree_dot,
     tree_equal,
     tree_inf_norm,
+    tree_min_step,
     tree_norm,
     tree_sub,
     tree_zeros_like,
@@ -240,9 +241,8 @@ class Solver(eqx.Module):
         stop = jnp.where(
             state.has_eval, self._check(state.value, state.grad, dtype), Status.RUNNING
         ).astype(jnp.int32)
-        placeholder = self.linesearch.start(
-            state.linesearch, scalar(0, dtype), scalar(-1, dtype), scalar(1, dtype)
-        )
+        zero, one = scalar(0, dtype), scalar(1, dtype)
+        placeholder = self.linesearch.start(state.linesearch, zero, -one, one, zero)
         carry = _Carry(
             state=state,
             d=tree_zeros_like(diff),
@@ -257,7 +257,7 @@ class Solver(eqx.Module):
         )
 
         def body(c: _Carry) -> _Carry:
-            c = lax.cond(c.prepare, self._prepare, lambda c: c, c)
+            c = lax.cond(c.prepare, functools.partial(self._prepare, diff), lambda c: c, c)
             t = jnp.where(c.at_base, jnp.zeros((), dtype), c.search.trial)
             value, grad, aux = evaluate(tree_add_scaled(diff, t, c.d), static, args)
             c = _replace(c, state=_replace(c.state, num_fun_evals=c.state.num_fun_evals + 1))
@@ -266,7 +266,7 @@ class Solver(eqx.Module):
         c = lax.while_loop(lambda c: ~c.done, body, carry)
         return self._finish(c, diff, state.grad)
 
-    def _prepare(self, c: _Carry) -> _Carry:
+    def _prepare(self, x, c: _Carry) -> _Carry:
         """Direction at x and the start of a line search along it."""
         st = c.state
         dtype = st.prev_decrease.dtype
@@ -285,7 +285,8 @@ class Solver(eqx.Module):
             st.prev_decrease,
             self.linesearch.max_step_size,
         )
-        search = self.linesearch.start(st.linesearch, st.value.astype(dtype), dphi0, guess)
+        phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
+        search = self.linesearch.start(st.linesearch, phi0, dphi0, guess, min_step)
         st = _replace(st, direction=direction_state)
         return _replace(c, state=st, d=d, search=search, prepare=jnp.array(False))
 
@@ -326,10 +327,13 @@ class Solver(eqx.Module):
         scale = jnp.maximum(jnp.maximum(jnp.abs(st.value), jnp.abs(value)).astype(dtype), 1)
         ftol_below_resolution = self.ftol < float(jnp.finfo(st.value.dtype).eps)
         no_decrease = decrease <= 0
-        # If x did not change, grad did not either, and it was above gtol before the search.
+        # A search that gave up below the line's resolution is stalled, not failed. If x did
+        # not change, grad did not either, and it was above gtol before the search.
+        below_resolution = c.search.trial < c.search.min_step
         status = jnp.select(
             [
                 ~searched,
+                ~moved & below_resolution,
                 ~moved,
                 tree_equal(x_new, x),
                 tree_inf_norm(grad, dtype) <= self.gtol,
@@ -338,6 +342,7 @@ class Solver(eqx.Module):
             ],
             [
                 c.stop,
+                Status.STALLED,
                 Status.LINESEARCH_FAILED,
                 Status.STALLED,
                 Status.CONVERGED_GTOL,

@@ -39,7 +39,8 @@ _MESSAGES = {
     ),
     Status.NONFINITE: "Stopped: f or its gradient is not finite at the current point.",
     Status.STALLED: (
-        "Stopped: the accepted step changed nothing (it rounded away at this precision, or f "
-        "did not decrease while ftol is below the value dtype's resolution); not converged."
+        "Stopped: no progress at this precision (the step rounded away, every step left to try "
+        "would, or f did not decrease while ftol is below the value dtype's resolution); "
+        "not converged."
     ),
 }

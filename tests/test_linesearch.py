@@ -275,7 +275,7 @@ def driver(ls: js.AbstractLineSearch, f):
     def run(x, d, guess, args):
         dtype = x.dtype
         phi0, dphi0 = phi(x, d, cast(0, dtype), args)
-        search = ls.start(ls.init(dtype), phi0, dphi0, guess)
+        search = ls.start(ls.init(dtype), phi0, dphi0, guess, jnp.zeros((), dtype))
         empty = jnp.full((capacity,), jnp.nan, dtype)
 
         def cond(carry):

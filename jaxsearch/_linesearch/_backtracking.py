@@ -18,7 +18,8 @@ class Backtracking(AbstractLineSearch):
 
     Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 3.1. Each rejected trial
     (including one where f or its slope is not finite) multiplies t by `shrink`. After
-    `max_steps` rejected trials no step is taken (`step == 0`).
+    `max_steps` rejected trials, or when the next trial would be below the line's resolution
+    `min_step` (it would change no parameter), no step is taken (`step == 0`).
 
     The first trial is the solver's shared initial guess (1 for quasi-Newton directions); with
     `growth` set it is instead min(growth * previous accepted step, max_step_size) once a step
@@ -46,12 +47,13 @@ class Backtracking(AbstractLineSearch):
     def init(self, dtype) -> Scalar:
         return scalar(0, dtype)  # previous accepted step; 0 until one is accepted
 
-    def start(self, state, phi0, dphi0, guess) -> _BacktrackingSearch:
+    def start(self, state, phi0, dphi0, guess, min_step) -> _BacktrackingSearch:
         dtype = phi0.dtype
         t0 = guess
         if self.growth is not None:
             grown = jnp.minimum(state * self.growth, self.max_step_size).astype(dtype)
             t0 = jnp.where(state > 0, grown, guess)
+        t0 = jnp.maximum(t0, min_step)
         false = jnp.array(False)
         return _BacktrackingSearch(
             trial=t0,
@@ -59,6 +61,7 @@ class Backtracking(AbstractLineSearch):
             step=scalar(0, dtype),
             success=false,
             num_trials=scalar(0, jnp.int32),
+            min_step=min_step,
             phi0=phi0,
             dphi0=dphi0,
         )
@@ -66,12 +69,13 @@ class Backtracking(AbstractLineSearch):
     def update(self, search, t, phi, dphi) -> _BacktrackingSearch:
         accept = armijo(search.phi0, search.dphi0, t, phi, self.c1) & jnp.isfinite(dphi)
         num_trials = search.num_trials + 1
-        give_up = ~accept & (num_trials >= self.max_steps)
+        shrunk = (t * self.shrink).astype(t.dtype)
+        give_up = ~accept & ((num_trials >= self.max_steps) | (shrunk < search.min_step))
         return eqx.tree_at(
             lambda s: (s.trial, s.done, s.step, s.success, s.num_trials),
             search,
             (
-                jnp.where(accept, t, t * self.shrink).astype(t.dtype),
+                jnp.where(accept, t, shrunk).astype(t.dtype),
                 accept | give_up,
                 jnp.where(accept, t, 0).astype(t.dtype),
                 accept,

@@ -13,6 +13,9 @@ class AbstractSearch(eqx.Module):
     and hands both back to `AbstractLineSearch.update` until `done`. When a search ends with
     `step > 0`, the last evaluated trial was at `step` (so the solver keeps that point's value
     and gradient); `step == 0` means no step is taken.
+
+    `min_step` is the resolution of the line: below it no parameter changes (x + t d rounds to
+    x), so a search never proposes a trial below it and gives up instead.
     """
 
     trial: Scalar  # next step size to evaluate
@@ -20,6 +23,7 @@ class AbstractSearch(eqx.Module):
     step: Scalar  # accepted step size, 0 if none
     success: Bool[Array, ""]  # True when the search's own conditions hold at `step`
     num_trials: Int[Array, ""]
+    min_step: Scalar
 
 
 class AbstractLineSearch(eqx.Module):
@@ -36,8 +40,11 @@ class AbstractLineSearch(eqx.Module):
         """State kept between searches (e.g. the previous step size)."""
 
     @abc.abstractmethod
-    def start(self, state: PyTree, phi0: Scalar, dphi0: Scalar, guess: Scalar) -> AbstractSearch:
-        """Begin a search from phi(0), phi'(0) < 0 and the shared initial-step `guess`."""
+    def start(
+        self, state: PyTree, phi0: Scalar, dphi0: Scalar, guess: Scalar, min_step: Scalar
+    ) -> AbstractSearch:
+        """Begin a search from phi(0), phi'(0) < 0, the shared initial-step `guess` and the
+        line's resolution `min_step` (0 when every step counts)."""
 
     @abc.abstractmethod
     def update(

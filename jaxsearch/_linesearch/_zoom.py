@@ -2,7 +2,7 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Int, Scalar
+from jaxtyping import Array, Int, Scalar
 
 from .._misc import scalar, select
 from ._backtracking import armijo
@@ -42,7 +42,8 @@ class Zoom(AbstractLineSearch):
     search backs off from it.
 
     The search fails after `max_steps` trials, when the bracket shrinks below `xtol` relative to
-    its position, or when expansion reaches `max_step_size`. It then returns the trial with the
+    its position or below the line's resolution `min_step` (or the next trial would lie below
+    it), or when expansion reaches `max_step_size`. It then returns the trial with the
     lowest value that satisfies sufficient decrease (re-evaluating it once if it was not the
     last trial), or no step when there is none; `success` is False in both cases.
     """
@@ -71,16 +72,17 @@ class Zoom(AbstractLineSearch):
     def init(self, dtype) -> None:
         return None
 
-    def start(self, state, phi0, dphi0, guess) -> _ZoomSearch:
+    def start(self, state, phi0, dphi0, guess, min_step) -> _ZoomSearch:
         dtype = phi0.dtype
         origin = _Point(scalar(0, dtype), phi0, dphi0)
         false = jnp.array(False)
         return _ZoomSearch(
-            trial=guess,
+            trial=jnp.maximum(guess, min_step),
             done=false,
             step=scalar(0, dtype),
             success=false,
             num_trials=scalar(0, jnp.int32),
+            min_step=min_step,
             phase=scalar(_BRACKET, jnp.int32),
             phi0=phi0,
             dphi0=dphi0,
@@ -98,7 +100,9 @@ class Zoom(AbstractLineSearch):
         first = search.num_trials == 0
 
         # Algorithm 3.5 (bracketing) and 3.6 (zoom): is `current` the new upper end?
-        above = ~decrease | jnp.where(bracketing, ~first & (phi >= search.prev.phi), phi >= search.lo.phi)
+        above = ~decrease | jnp.where(
+            bracketing, ~first & (phi >= search.prev.phi), phi >= search.lo.phi
+        )
         accept = ~above & curvature
         # Otherwise `current` has sufficient decrease and the wrong slope.
         rising = ~above & ~accept & (dphi >= 0)  # bracketing: minimum lies behind us
@@ -123,6 +127,7 @@ class Zoom(AbstractLineSearch):
             (num_trials >= self.max_steps)
             | (expand & (t >= self.max_step_size))
             | (~expand & (width <= self.xtol * jnp.maximum(lo.t, hi.t)))
+            | (~expand & ((width < search.min_step) | (next_trial < search.min_step)))
         )
         fail = ~accept & exhausted
         # Best point with sufficient decrease: `current` while expanding, else alpha_lo.
@@ -148,6 +153,7 @@ class Zoom(AbstractLineSearch):
             step=step,
             success=accept & ~in_fallback,
             num_trials=num_trials,
+            min_step=search.min_step,
             phase=jnp.where(in_fallback, search.phase, phase),
             phi0=search.phi0,
             dphi0=search.dphi0,
