@@ -1,0 +1,158 @@
+"""Directions: L-BFGS's two-loop recursion against the explicit inverse-Hessian recursion,
+its circular buffer, curvature guard and memory dtypes; steepest descent."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsearch as js
+from jaxsearch._linesearch import initial_step
+
+
+def explicit_lbfgs_direction(pairs, g):
+    """-H g with H from the BFGS inverse update (N&W eq. 6.17) applied to gamma I over the pairs."""
+    n = g.shape[0]
+    s_last, y_last = pairs[-1]
+    h = (s_last @ y_last) / (y_last @ y_last) * np.eye(n)
+    for s, y in pairs:
+        rho = 1.0 / (s @ y)
+        v = np.eye(n) - rho * np.outer(y, s)
+        h = v.T @ h @ v + rho * np.outer(s, s)
+    return -h @ g
+
+
+def random_pair(rng, n):
+    s = rng.standard_normal(n)
+    y = s + 0.3 * rng.standard_normal(n)  # s'y > 0 with high probability
+    return s, y
+
+
+@pytest.mark.parametrize("num_pairs", [1, 3, 5, 8])
+def test_two_loop_matches_explicit_recursion(num_pairs):
+    """With more pairs than memory_size, only the newest memory_size are used, in order."""
+    rng = np.random.default_rng(num_pairs)
+    n, m = 6, 5
+    direction = js.LBFGS(memory_size=m)
+    with jax.enable_x64(True):
+        state = direction.init(jnp.zeros(n), jnp.float64)
+        pairs = []
+        for _ in range(num_pairs):
+            s, y = random_pair(rng, n)
+            assert s @ y > 0
+            pairs.append((s, y))
+            state = direction.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
+        assert int(state.count) == min(num_pairs, m)
+        g = rng.standard_normal(n)
+        d, scaled = direction.compute(state, jnp.asarray(g), jnp.float64)
+        assert bool(scaled)
+        np.testing.assert_allclose(d, explicit_lbfgs_direction(pairs[-m:], g), rtol=1e-10)
+
+
+def test_without_pairs_direction_is_steepest_and_unscaled():
+    direction = js.LBFGS()
+    state = direction.init(jnp.zeros(3), jnp.float32)
+    g = jnp.array([1.0, -2.0, 3.0])
+    d, scaled = direction.compute(state, g, jnp.float32)
+    np.testing.assert_array_equal(d, -g)
+    assert not bool(scaled)
+    d, scaled = js.Gradient().compute(None, g, jnp.float32)
+    np.testing.assert_array_equal(d, -g)
+    assert not bool(scaled)
+
+
+@pytest.mark.parametrize(
+    "s,y",
+    [
+        ([1.0, 0.0], [-1.0, 0.0]),  # negative curvature
+        ([1.0, 0.0], [0.0, 1.0]),  # zero curvature
+        ([1.0, 0.0], [1e-9, 1.0]),  # s'y = 1e-9 < eps |s| |y| in float32
+        ([1.0, 0.0], [np.nan, 1.0]),  # non-finite
+        ([0.0, 0.0], [0.0, 0.0]),  # nothing at all
+    ],
+)
+def test_curvature_guard_skips_bad_pairs(s, y):
+    direction = js.LBFGS(memory_size=3)
+    state = direction.init(jnp.zeros(2), jnp.float32)
+    new = direction.update(state, jnp.array(s), jnp.array(y), jnp.float32)
+    assert int(new.count) == 0 and int(new.head) == 0
+    for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(state), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_float16_pair_that_overflows_is_skipped():
+    """s'y of two float16 vectors overflows float16 (max 65504); the product is accumulated in
+    float32 and 1 / s'y is kept in float32, so a good pair is kept and a pair whose entries
+    overflow float16 on storage is skipped."""
+    direction = js.LBFGS(memory_size=2)
+    params = jnp.zeros(4, jnp.float16)
+    state = direction.init(params, jnp.float32)
+    big = jnp.full(4, 200.0, jnp.float32)  # s'y = 4 * 200 * 200 = 160000 > 65504
+    kept = direction.update(state, big, big, jnp.float32)
+    assert int(kept.count) == 1
+    assert kept.rho.dtype == jnp.float32
+    np.testing.assert_allclose(float(kept.rho[0]), 1 / 160000.0, rtol=1e-3)
+    huge = jnp.full(4, 1e5, jnp.float32)  # beyond float16's range once stored
+    skipped = direction.update(state, huge, huge, jnp.float32)
+    assert int(skipped.count) == 0
+
+
+@pytest.mark.parametrize("memory_dtype", [None, jnp.float32])
+def test_memory_dtype_per_leaf(memory_dtype):
+    params = {"half": jnp.zeros(3, jnp.bfloat16), "single": jnp.zeros(2, jnp.float32)}
+    state = js.LBFGS(memory_size=4, memory_dtype=memory_dtype).init(params, jnp.float32)
+    expected_half = jnp.bfloat16 if memory_dtype is None else jnp.float32
+    assert state.s["half"].shape == (4, 3) and state.s["half"].dtype == expected_half
+    assert state.y["single"].shape == (4, 2) and state.y["single"].dtype == jnp.float32
+    assert state.rho.dtype == jnp.float32
+
+
+def test_direction_keeps_leaf_dtypes():
+    params = {"half": jnp.ones(3, jnp.bfloat16), "single": jnp.ones(2, jnp.float32)}
+    direction = js.LBFGS(memory_dtype=jnp.float32)
+    state = direction.init(params, jnp.float32)
+    s = {"half": jnp.full(3, 0.1, jnp.float32), "single": jnp.full(2, 0.1, jnp.float32)}
+    y = {"half": jnp.full(3, 0.2, jnp.float32), "single": jnp.full(2, 0.3, jnp.float32)}
+    state = direction.update(state, s, y, jnp.float32)
+    d, _ = direction.compute(state, params, jnp.float32)
+    assert d["half"].dtype == jnp.bfloat16 and d["single"].dtype == jnp.float32
+
+
+def test_lbfgs_rejects_bad_settings():
+    with pytest.raises(ValueError, match="memory_size"):
+        js.LBFGS(memory_size=0)
+    with pytest.raises(ValueError, match="memory_dtype"):
+        js.LBFGS(memory_dtype=jnp.int32)
+
+
+def f32(v):
+    return jnp.asarray(v, jnp.float32)
+
+
+def test_initial_step_rules():
+    """Unit step for scaled directions; N&W (3.60) after a step; 1 / |d| on the first."""
+    dphi0, d_norm = f32(-4.0), f32(2.0)
+    assert float(initial_step(jnp.array(True), dphi0, d_norm, f32(0.3), 1e10)) == 1.0
+    assert float(initial_step(jnp.array(False), dphi0, d_norm, f32(0.3), 1e10)) == pytest.approx(
+        2 * 0.3 / 4.0
+    )
+    first = initial_step(jnp.array(False), dphi0, d_norm, f32(np.nan), 1e10)
+    assert float(first) == pytest.approx(0.5)
+    unusable = initial_step(jnp.array(False), dphi0, d_norm, f32(-1.0), 1e10)
+    assert float(unusable) == pytest.approx(0.5)
+    capped = initial_step(jnp.array(False), dphi0, f32(1e-12), f32(np.nan), 10.0)
+    assert float(capped) == 10.0
+
+
+def test_backtracking_growth_starts_from_previous_step():
+    search = js.Backtracking(growth=2.0, max_step_size=3.0)
+    zero, guess, min_step = f32(0.0), f32(0.7), f32(0.0)
+    first = search.start(search.init(jnp.float32), zero, f32(-1.0), guess, min_step)
+    assert float(first.trial) == pytest.approx(0.7)  # no previous step yet: the shared guess
+    grown = search.start(f32(0.5), zero, f32(-1.0), guess, min_step)
+    assert float(grown.trial) == pytest.approx(1.0)
+    capped = search.start(f32(2.5), zero, f32(-1.0), guess, min_step)
+    assert float(capped.trial) == pytest.approx(3.0)
+    # finish() records the accepted step for the next search.
+    accepted = search.update(grown, grown.trial, f32(-0.5), f32(0.0))
+    assert float(search.finish(f32(0.5), accepted)) == pytest.approx(1.0)
