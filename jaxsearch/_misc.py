@@ -101,14 +101,15 @@ def tree_add_scaled(x: PyTree, t: Scalar, d: PyTree) -> PyTree:
     return jtu.tree_map(add, x, d)
 
 
-def tree_sub(a: PyTree, b: PyTree, dtypes: PyTree) -> PyTree:
-    """a - b per leaf, computed in at least float32 and cast to the matching leaf of `dtypes`."""
+def tree_sub(a: PyTree, b: PyTree) -> PyTree:
+    """a - b per leaf, computed and returned in at least float32 (no rounding to a narrower
+    leaf dtype: the consumer chooses its own)."""
 
-    def sub(x, y, like):
+    def sub(x, y):
         acc = at_least_float32(widest_float(x.dtype, y.dtype))
-        return (x.astype(acc) - y.astype(acc)).astype(like.dtype)
+        return x.astype(acc) - y.astype(acc)
 
-    return jtu.tree_map(sub, a, b, dtypes)
+    return jtu.tree_map(sub, a, b)
 
 
 def tree_scale(t: Scalar, a: PyTree) -> PyTree:

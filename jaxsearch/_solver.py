@@ -264,7 +264,7 @@ class Solver(eqx.Module):
             return lax.cond(c.at_base, self._take_base, self._take_trial, c, t, value, grad, aux)
 
         c = lax.while_loop(lambda c: ~c.done, body, carry)
-        return self._finish(c, diff, state.grad)
+        return self._finish(c, diff)
 
     def _prepare(self, x, c: _Carry) -> _Carry:
         """Direction at x and the start of a line search along it."""
@@ -308,7 +308,7 @@ class Solver(eqx.Module):
         )
         return _replace(c, search=search, done=search.done, value=value, grad=grad, aux=aux)
 
-    def _finish(self, c: _Carry, x, grad_old):
+    def _finish(self, c: _Carry, x):
         """New point, direction memory, counters and status after the search."""
         st = c.state
         dtype = st.prev_decrease.dtype
@@ -319,7 +319,8 @@ class Solver(eqx.Module):
         grad = select(moved, c.grad, st.grad)
         aux = select(moved, c.aux, st.aux) if self.has_aux else None
 
-        s, y = tree_sub(x_new, x, x), tree_sub(grad, grad_old, grad)
+        # st.grad is the gradient at x, including one evaluated at the start of this step.
+        s, y = tree_sub(x_new, x), tree_sub(grad, st.grad)
         direction_state = lax.cond(
             moved, lambda ds: self.direction.update(ds, s, y, dtype), lambda ds: ds, st.direction
         )

@@ -156,3 +156,24 @@ def test_backtracking_growth_starts_from_previous_step():
     # finish() records the accepted step for the next search.
     accepted = search.update(grown, grown.trial, f32(-0.5), f32(0.0))
     assert float(search.finish(f32(0.5), accepted)) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("dtype,memory_dtype", [(jnp.float32, None), (jnp.bfloat16, jnp.float32)])
+def test_solver_stores_the_step_and_gradient_change(dtype, memory_dtype):
+    """After the first step from init (whose base evaluation happens inside the step), the
+    memory holds s = x1 - x0 and y = g1 - g0, computed from the actual params and gradients
+    (in float32 for float32 memory, not rounded to the params' dtype first)."""
+
+    def fn(x):
+        x = x.astype(jnp.float32)
+        return jnp.sum(jnp.array([1.0, 10.0, 100.0]) * x**2) + jnp.sum(x)
+
+    solver = js.Solver(js.LBFGS(memory_size=3, memory_dtype=memory_dtype), js.Zoom())
+    x0 = jnp.array([1.0, -0.7, 0.3], dtype)
+    state = solver.init(x0)
+    x1, state = solver.step(fn, x0, state)
+    assert int(state.direction.count) == 1
+    g0, g1 = jax.grad(fn)(x0), jax.grad(fn)(x1)
+    as32 = lambda v: np.asarray(v, np.float32)  # noqa: E731
+    np.testing.assert_array_equal(as32(state.direction.s[0]), as32(x1) - as32(x0))
+    np.testing.assert_array_equal(as32(state.direction.y[0]), as32(g1) - as32(g0))
