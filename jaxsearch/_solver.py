@@ -270,14 +270,14 @@ class Solver(eqx.Module):
         """Direction at x and the start of a line search along it."""
         st = c.state
         dtype = st.prev_decrease.dtype
-        d, scaled = self.direction.compute(st.direction, st.grad, dtype)
+        d, scaled, direction_state = self.direction.compute(st.direction, st.grad, dtype)
         dphi0 = tree_dot(st.grad, d, dtype)
         descent = jnp.isfinite(dphi0) & (dphi0 < 0)
         # Not a descent direction (e.g. rounding in low precision): restart from -grad.
         steepest = jtu.tree_map(jnp.negative, st.grad)
         d = select(descent, d, steepest)
         dphi0 = jnp.where(descent, dphi0, -tree_dot(st.grad, st.grad, dtype))
-        direction_state = lax.cond(descent, lambda s: s, self.direction.reset, st.direction)
+        direction_state = lax.cond(descent, lambda s: s, self.direction.reset, direction_state)
         guess = initial_step(
             scaled & descent,
             dphi0,

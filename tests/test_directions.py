@@ -44,7 +44,7 @@ def test_two_loop_matches_explicit_recursion(num_pairs):
             state = direction.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
         assert int(state.count) == min(num_pairs, m)
         g = rng.standard_normal(n)
-        d, scaled = direction.compute(state, jnp.asarray(g), jnp.float64)
+        d, scaled, _ = direction.compute(state, jnp.asarray(g), jnp.float64)
         assert bool(scaled)
         np.testing.assert_allclose(d, explicit_lbfgs_direction(pairs[-m:], g), rtol=1e-10)
 
@@ -53,10 +53,10 @@ def test_without_pairs_direction_is_steepest_and_unscaled():
     direction = js.LBFGS()
     state = direction.init(jnp.zeros(3), jnp.float32)
     g = jnp.array([1.0, -2.0, 3.0])
-    d, scaled = direction.compute(state, g, jnp.float32)
+    d, scaled, _ = direction.compute(state, g, jnp.float32)
     np.testing.assert_array_equal(d, -g)
     assert not bool(scaled)
-    d, scaled = js.Gradient().compute(None, g, jnp.float32)
+    d, scaled, _ = js.Gradient().compute(None, g, jnp.float32)
     np.testing.assert_array_equal(d, -g)
     assert not bool(scaled)
 
@@ -114,7 +114,7 @@ def test_direction_keeps_leaf_dtypes():
     s = {"half": jnp.full(3, 0.1, jnp.float32), "single": jnp.full(2, 0.1, jnp.float32)}
     y = {"half": jnp.full(3, 0.2, jnp.float32), "single": jnp.full(2, 0.3, jnp.float32)}
     state = direction.update(state, s, y, jnp.float32)
-    d, _ = direction.compute(state, params, jnp.float32)
+    d, _, _ = direction.compute(state, params, jnp.float32)
     assert d["half"].dtype == jnp.bfloat16 and d["single"].dtype == jnp.float32
 
 

@@ -14,7 +14,7 @@ class Gradient(AbstractDirection):
         return None
 
     def compute(self, state, grad, dtype):
-        return jtu.tree_map(jnp.negative, grad), jnp.array(False)
+        return jtu.tree_map(jnp.negative, grad), jnp.array(False), state
 
     def update(self, state, s, y, dtype) -> None:
         return None

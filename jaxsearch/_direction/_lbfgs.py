@@ -100,7 +100,7 @@ class LBFGS(AbstractDirection):
         r = jtu.tree_map(lambda qi: state.gamma.astype(qi.dtype) * qi, q)
         r = lax.fori_loop(0, state.count, oldest_first, r)
         d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
-        return d, state.count > 0
+        return d, state.count > 0, state
 
     def update(self, state, s, y, dtype) -> LBFGSState:
         s = jtu.tree_map(lambda si, b: si.astype(b.dtype), s, state.s)
