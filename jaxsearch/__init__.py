@@ -5,6 +5,7 @@ from ._linesearch import (
     AbstractLineSearch as AbstractLineSearch,
     AbstractSearch as AbstractSearch,
     Backtracking as Backtracking,
+    FixedStep as FixedStep,
     Zoom as Zoom,
 )
 from ._result import Result as Result

@@ -47,7 +47,6 @@ class _Carry(eqx.Module):
     d: PyTree
     search: AbstractSearch
     at_base: Bool[Array, ""]  # the next evaluation is at x itself (no f, grad known yet)
-    prepare: Bool[Array, ""]  # start a search from state.value / state.grad before evaluating
     stop: Int[Array, ""]  # nonzero: the step ends at x with this Status, no search
     done: Bool[Array, ""]
     value: Scalar  # last trial
@@ -248,7 +247,6 @@ class Solver(eqx.Module):
             d=tree_zeros_like(diff),
             search=placeholder,
             at_base=~state.has_eval,
-            prepare=state.has_eval & (stop == Status.RUNNING),
             stop=stop,
             done=stop != Status.RUNNING,
             value=state.value,
@@ -256,18 +254,23 @@ class Solver(eqx.Module):
             aux=state.aux,
         )
 
+        prepare = functools.partial(self._prepare, diff)
+        # With f and grad cached in the state, the search starts before the first evaluation.
+        carry = lax.cond(state.has_eval & (stop == Status.RUNNING), prepare, lambda c: c, carry)
+
         def body(c: _Carry) -> _Carry:
-            c = lax.cond(c.prepare, functools.partial(self._prepare, diff), lambda c: c, c)
             t = jnp.where(c.at_base, jnp.zeros((), dtype), c.search.trial)
             value, grad, aux = evaluate(tree_add_scaled(diff, t, c.d), static, args)
             c = _replace(c, state=_replace(c.state, num_fun_evals=c.state.num_fun_evals + 1))
-            return lax.cond(c.at_base, self._take_base, self._take_trial, c, t, value, grad, aux)
+            take_base = functools.partial(self._take_base, prepare)
+            return lax.cond(c.at_base, take_base, self._take_trial, c, t, value, grad, aux)
 
         c = lax.while_loop(lambda c: ~c.done, body, carry)
         return self._finish(c, diff)
 
     def _prepare(self, x, c: _Carry) -> _Carry:
-        """Direction at x and the start of a line search along it."""
+        """Direction at x and the start of a line search along it (which may end at once, e.g.
+        when its first step would change nothing)."""
         st = c.state
         dtype = st.prev_decrease.dtype
         d, scaled, direction_state = self.direction.compute(st.direction, st.grad, dtype)
@@ -288,17 +291,15 @@ class Solver(eqx.Module):
         phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
         search = self.linesearch.start(st.linesearch, phi0, dphi0, guess, min_step)
         st = _replace(st, direction=direction_state)
-        return _replace(c, state=st, d=d, search=search, prepare=jnp.array(False))
+        return _replace(c, state=st, d=d, search=search, done=search.done)
 
-    def _take_base(self, c: _Carry, t, value, grad, aux) -> _Carry:
+    def _take_base(self, prepare, c: _Carry, t, value, grad, aux) -> _Carry:
         """f and grad at x itself (first step after init): store them, then search or stop."""
         dtype = c.state.prev_decrease.dtype
         stop = self._check(value, grad, dtype)
         st = _replace(c.state, value=value, grad=grad, aux=aux, has_eval=jnp.array(True))
-        running = stop == Status.RUNNING
-        return _replace(
-            c, state=st, at_base=jnp.array(False), prepare=running, stop=stop, done=~running
-        )
+        c = _replace(c, state=st, at_base=jnp.array(False), stop=stop, done=jnp.array(True))
+        return lax.cond(stop == Status.RUNNING, prepare, lambda c: c, c)
 
     def _take_trial(self, c: _Carry, t, value, grad, aux) -> _Carry:
         """Hand phi(t), phi'(t) to the line search and keep the trial's f, grad, aux."""
@@ -327,7 +328,7 @@ class Solver(eqx.Module):
         decrease = st.value.astype(dtype) - value.astype(dtype)
         scale = jnp.maximum(jnp.maximum(jnp.abs(st.value), jnp.abs(value)).astype(dtype), 1)
         ftol_below_resolution = self.ftol < float(jnp.finfo(st.value.dtype).eps)
-        no_decrease = decrease <= 0
+        no_decrease = decrease == 0
         # A search that gave up below the line's resolution is stalled, not failed. If x did
         # not change, grad did not either, and it was above gtol before the search.
         below_resolution = c.search.trial < c.search.min_step
@@ -339,7 +340,7 @@ class Solver(eqx.Module):
                 tree_equal(x_new, x),
                 tree_inf_norm(grad, dtype) <= self.gtol,
                 no_decrease & ftol_below_resolution,
-                (self.ftol > 0) & (decrease <= self.ftol * scale),
+                (self.ftol > 0) & (decrease >= 0) & (decrease <= self.ftol * scale),
             ],
             [
                 c.stop,

@@ -34,8 +34,8 @@ _MESSAGES = {
     Status.CONVERGED_FTOL: "Converged: the relative decrease of f is at most ftol.",
     Status.MAX_STEPS: "Stopped: max_steps reached before convergence.",
     Status.LINESEARCH_FAILED: (
-        "Stopped: the line search found no point with sufficient decrease; params are the "
-        "last accepted point."
+        "Stopped: the line search found no acceptable point (sufficient decrease; for "
+        "FixedStep, a finite value); params are the last accepted point."
     ),
     Status.NONFINITE: "Stopped: f or its gradient is not finite at the current point.",
     Status.STALLED: (

@@ -1,0 +1,64 @@
+"""No search: a fixed step size."""
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from .._misc import scalar
+from ._base import AbstractLineSearch, AbstractSearch
+
+
+class _FixedSearch(AbstractSearch):
+    pass
+
+
+class FixedStep(AbstractLineSearch):
+    """Take t = `learning_rate` along the direction, without a sufficient-decrease test: one
+    evaluation per step, as plain (quasi-)gradient descent in stochastic training.
+
+    The only check is finiteness: a trial whose value or slope is not finite is not taken (no
+    step, `success` False), and neither is a learning rate below the line's resolution
+    `min_step` (it would change no parameter). Without a decrease test, f may increase from
+    one step to the next.
+    """
+
+    learning_rate: float = eqx.field(static=True, default=1e-3)
+
+    def __check_init__(self):
+        if not self.learning_rate > 0:
+            raise ValueError(
+                f"FixedStep: learning_rate must be positive, got {self.learning_rate}."
+            )
+
+    @property
+    def max_step_size(self) -> float:
+        return self.learning_rate
+
+    def init(self, dtype) -> None:
+        return None
+
+    def start(self, state, phi0, dphi0, guess, min_step) -> _FixedSearch:
+        dtype = phi0.dtype
+        rate = scalar(self.learning_rate, dtype)
+        below = rate < min_step
+        return _FixedSearch(
+            trial=rate,
+            done=below,
+            step=scalar(0, dtype),
+            success=jnp.array(False),
+            num_trials=scalar(0, jnp.int32),
+            min_step=min_step,
+        )
+
+    def update(self, search, t, phi, dphi) -> _FixedSearch:
+        finite = jnp.isfinite(phi) & jnp.isfinite(dphi)
+        return _FixedSearch(
+            trial=search.trial,
+            done=jnp.array(True),
+            step=jnp.where(finite, t, 0).astype(t.dtype),
+            success=finite,
+            num_trials=search.num_trials + 1,
+            min_step=search.min_step,
+        )
+
+    def finish(self, state, search) -> None:
+        return None
