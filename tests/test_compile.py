@@ -103,7 +103,11 @@ SETTINGS = [
 ]
 
 DIRECTIONS = {"Gradient": lambda: js.Gradient(), "LBFGS": lambda: js.LBFGS(memory_size=5)}
-SEARCHES = {"Zoom": lambda: js.Zoom(), "Backtracking": lambda: js.Backtracking()}
+SEARCHES = {
+    "Zoom": lambda: js.Zoom(),
+    "Backtracking": lambda: js.Backtracking(),
+    "FixedStep": lambda: js.FixedStep(1e-3),
+}
 
 
 def make_solver(direction: str, search: str) -> js.Solver:
