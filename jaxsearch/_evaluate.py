@@ -2,10 +2,40 @@
 
 import equinox as eqx
 import jax
+import jax.extend
 import jax.numpy as jnp
+import jax.tree_util as jtu
 from jaxtyping import PyTree
 
 from ._misc import tree_cast_like
+
+
+class TracedOnce(eqx.Module):
+    """`fn(params, *args)` traced to a jaxpr once, at the example arguments; calling it (or
+    differentiating it) evaluates the jaxpr and never runs the Python function again.
+
+    Array leaves of (params, args) are inputs; every other leaf is fixed at its example value.
+    """
+
+    jaxpr: jax.extend.core.ClosedJaxpr = eqx.field(static=True)
+    out_tree: jtu.PyTreeDef = eqx.field(static=True)
+
+    def __init__(self, fn, params, *args):
+        dynamic, static = eqx.partition((params, args), eqx.is_array)
+
+        def flat(leaves):
+            params, args = eqx.combine(
+                jtu.tree_unflatten(jtu.tree_structure(dynamic), leaves), static
+            )
+            return fn(params, *args)
+
+        self.jaxpr, out_shape = jax.make_jaxpr(flat, return_shape=True)(jtu.tree_leaves(dynamic))
+        self.out_tree = jtu.tree_structure(out_shape)
+
+    def __call__(self, params, *args):
+        dynamic, _ = eqx.partition((params, args), eqx.is_array)
+        out = jax.extend.core.jaxpr_as_fun(self.jaxpr)(*jtu.tree_leaves(dynamic))
+        return jtu.tree_unflatten(self.out_tree, out)
 
 
 def split_output(out, has_aux: bool):

@@ -160,7 +160,13 @@ class Solver(eqx.Module):
         dtype = at_least_float32(value_dtype)
         aux = None
         if self.has_aux:
-            aux = jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), out[1])
+            # Aux leaves become arrays (a Python number too), zero until fn is evaluated.
+            aux = jtu.tree_map(
+                lambda a: jnp.zeros(
+                    jnp.shape(a), jax.dtypes.canonicalize_dtype(jnp.result_type(a))
+                ),
+                out[1],
+            )
         return SolverState(
             value=scalar(jnp.inf, value_dtype),
             grad=tree_zeros_like(diff),
@@ -199,6 +205,8 @@ class Solver(eqx.Module):
 
     @eqx.filter_jit
     def _run(self, fn, x0, args, value_dtype) -> Result:
+        # Trace fn once: its jaxpr serves both the dtype inference and every evaluation.
+        fn = _evaluate.TracedOnce(fn, x0, *args)
         state = self.init(x0, value_dtype, fn=fn, args=args)
         diff, static = _partition(x0)
 
