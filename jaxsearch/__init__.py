@@ -1,11 +1,18 @@
 """jaxsearch: line-search optimisers for JAX, built from Equinox modules."""
 
-from ._direction import LBFGS as LBFGS, AbstractDirection as AbstractDirection, Gradient as Gradient
+from ._direction import (
+    BFGS as BFGS,
+    LBFGS as LBFGS,
+    AbstractDirection as AbstractDirection,
+    Gradient as Gradient,
+    NonlinearCG as NonlinearCG,
+)
 from ._linesearch import (
     AbstractLineSearch as AbstractLineSearch,
     AbstractSearch as AbstractSearch,
     Backtracking as Backtracking,
     FixedStep as FixedStep,
+    MoreThuente as MoreThuente,
     Zoom as Zoom,
 )
 from ._result import Result as Result

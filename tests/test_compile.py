@@ -102,11 +102,17 @@ SETTINGS = [
     Setting("mixed_bf16_f32", (jnp.bfloat16, jnp.float32), jnp.float32, jnp.float32),
 ]
 
-DIRECTIONS = {"Gradient": lambda: js.Gradient(), "LBFGS": lambda: js.LBFGS(memory_size=5)}
+DIRECTIONS = {
+    "Gradient": lambda: js.Gradient(),
+    "LBFGS": lambda: js.LBFGS(memory_size=5),
+    "BFGS": lambda: js.BFGS(),
+    "NonlinearCG": lambda: js.NonlinearCG(),
+}
 SEARCHES = {
     "Zoom": lambda: js.Zoom(),
     "Backtracking": lambda: js.Backtracking(),
     "FixedStep": lambda: js.FixedStep(1e-3),
+    "MoreThuente": lambda: js.MoreThuente(),
 }
 
 

@@ -19,9 +19,7 @@ class AbstractDirection(eqx.Module):
         """This direction's state for `params` (the inexact array leaves of the user's params)."""
 
     @abc.abstractmethod
-    def compute(
-        self, state: PyTree, grad: PyTree, dtype
-    ) -> tuple[PyTree, Bool[Array, ""], PyTree]:
+    def compute(self, state: PyTree, grad: PyTree, dtype) -> tuple[PyTree, Bool[Array, ""], PyTree]:
         """Return (d, scaled, state): d has the structure and dtypes of `grad`; `scaled` is
         True when d carries curvature information, so that the unit step is the natural first
         trial; `state` may record what the next `compute` needs (e.g. d itself)."""

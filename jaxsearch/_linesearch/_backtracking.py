@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Scalar
 
 from .._misc import scalar
-from ._base import AbstractLineSearch, AbstractSearch
+from ._base import AbstractLineSearch, AbstractSearch, fresh_search
 
 
 class _BacktrackingSearch(AbstractSearch):
@@ -53,15 +53,8 @@ class Backtracking(AbstractLineSearch):
         if self.growth is not None:
             grown = jnp.minimum(state * self.growth, self.max_step_size).astype(dtype)
             t0 = jnp.where(state > 0, grown, guess)
-        t0 = jnp.maximum(t0, min_step)
-        false = jnp.array(False)
         return _BacktrackingSearch(
-            trial=t0,
-            done=false,
-            step=scalar(0, dtype),
-            success=false,
-            num_trials=scalar(0, jnp.int32),
-            min_step=min_step,
+            **fresh_search(jnp.maximum(t0, min_step), min_step),
             phi0=phi0,
             dphi0=dphi0,
         )

@@ -3,7 +3,19 @@
 import abc
 
 import equinox as eqx
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
+
+
+class Point(eqx.Module):
+    """A trial of a search: step t, value phi(t) and slope phi'(t)."""
+
+    t: Scalar
+    phi: Scalar
+    dphi: Scalar
+
+    def triple(self):
+        return self.t, self.phi, self.dphi
 
 
 class AbstractSearch(eqx.Module):
@@ -24,6 +36,19 @@ class AbstractSearch(eqx.Module):
     success: Bool[Array, ""]  # True when the search's own conditions hold at `step`
     num_trials: Int[Array, ""]
     min_step: Scalar
+
+
+def fresh_search(trial: Scalar, min_step: Scalar) -> dict:
+    """The `AbstractSearch` fields of a search that has evaluated nothing yet."""
+    false = jnp.array(False)
+    return dict(
+        trial=trial.astype(min_step.dtype),
+        done=false,
+        step=jnp.zeros((), min_step.dtype),
+        success=false,
+        num_trials=jnp.zeros((), jnp.int32),
+        min_step=min_step,
+    )
 
 
 class AbstractLineSearch(eqx.Module):

@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from .._misc import scalar
-from ._base import AbstractLineSearch, AbstractSearch
+from ._base import AbstractLineSearch, AbstractSearch, fresh_search
 
 
 class _FixedSearch(AbstractSearch):
@@ -39,15 +39,8 @@ class FixedStep(AbstractLineSearch):
     def start(self, state, phi0, dphi0, guess, min_step) -> _FixedSearch:
         dtype = phi0.dtype
         rate = scalar(self.learning_rate, dtype)
-        below = rate < min_step
-        return _FixedSearch(
-            trial=rate,
-            done=below,
-            step=scalar(0, dtype),
-            success=jnp.array(False),
-            num_trials=scalar(0, jnp.int32),
-            min_step=min_step,
-        )
+        search = _FixedSearch(**fresh_search(rate, min_step))
+        return eqx.tree_at(lambda s: s.done, search, rate < min_step)
 
     def update(self, search, t, phi, dphi) -> _FixedSearch:
         finite = jnp.isfinite(phi) & jnp.isfinite(dphi)

@@ -51,3 +51,32 @@ def expansion_trial(prev, current, max_step_size: float) -> Scalar:
     cubic = cubic_minimiser(a, fa, da, b, fb, db)
     t = jnp.where(jnp.isfinite(cubic) & (cubic > b), jnp.clip(cubic, low, high), high)
     return jnp.minimum(t, max_step_size)
+
+
+def scaled_cubic(a, fa, da, b, fb, db, clamp: bool = False) -> tuple[Scalar, Scalar]:
+    """The cubic matching f and f' at a and b, in the overflow-safe form of Moré & Thuente
+    (1994), section 4 (MINPACK-2 `dcstep`). Returns (r, gamma): the cubic's minimiser lies at
+    a + r (b - a), with
+
+        theta = 3 (fa - fb) / (b - a) + da + db,
+        gamma = sign(b - a) sqrt(theta^2 - da db),
+        r = (gamma - da + theta) / (2 gamma - da + db),
+
+    where the square root is taken with s = max(|theta|, |da|, |db|) factored out, so large
+    slopes do not overflow. A negative radicand (the cubic has no local minimiser) gives a NaN
+    gamma, or gamma = 0 with `clamp=True`.
+    """
+    theta = 3 * (fa - fb) / (b - a) + da + db
+    s = jnp.maximum(jnp.maximum(jnp.abs(theta), jnp.abs(da)), jnp.abs(db))
+    radicand = (theta / s) ** 2 - (da / s) * (db / s)
+    if clamp:
+        radicand = jnp.maximum(radicand, 0)
+    gamma = s * jnp.sqrt(jnp.where(radicand >= 0, radicand, jnp.nan))
+    gamma = jnp.where(b < a, -gamma, gamma)
+    r = ((gamma - da) + theta) / (((gamma - da) + gamma) + db)
+    return r, gamma
+
+
+def secant_minimiser(a, da, b, db) -> Scalar:
+    """Zero of the line through (a, f'(a)) and (b, f'(b)): the secant step on the slope."""
+    return a + (da / (da - db)) * (b - a)

@@ -6,28 +6,19 @@ from jaxtyping import Array, Int, Scalar
 
 from .._misc import scalar, select
 from ._backtracking import armijo
-from ._base import AbstractLineSearch, AbstractSearch
+from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
 from ._interpolate import expansion_trial, zoom_trial
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
-
-
-class _Point(eqx.Module):
-    t: Scalar
-    phi: Scalar
-    dphi: Scalar
-
-    def triple(self):
-        return self.t, self.phi, self.dphi
 
 
 class _ZoomSearch(AbstractSearch):
     phase: Int[Array, ""]
     phi0: Scalar
     dphi0: Scalar
-    prev: _Point  # previous trial while bracketing
-    lo: _Point  # lowest value with sufficient decrease so far (N&W's alpha_lo)
-    hi: _Point
+    prev: Point  # previous trial while bracketing
+    lo: Point  # lowest value with sufficient decrease so far (N&W's alpha_lo)
+    hi: Point
 
 
 class Zoom(AbstractLineSearch):
@@ -74,15 +65,9 @@ class Zoom(AbstractLineSearch):
 
     def start(self, state, phi0, dphi0, guess, min_step) -> _ZoomSearch:
         dtype = phi0.dtype
-        origin = _Point(scalar(0, dtype), phi0, dphi0)
-        false = jnp.array(False)
+        origin = Point(scalar(0, dtype), phi0, dphi0)
         return _ZoomSearch(
-            trial=jnp.maximum(guess, min_step),
-            done=false,
-            step=scalar(0, dtype),
-            success=false,
-            num_trials=scalar(0, jnp.int32),
-            min_step=min_step,
+            **fresh_search(jnp.maximum(guess, min_step), min_step),
             phase=scalar(_BRACKET, jnp.int32),
             phi0=phi0,
             dphi0=dphi0,
@@ -93,7 +78,7 @@ class Zoom(AbstractLineSearch):
 
     def update(self, search, t, phi, dphi) -> _ZoomSearch:
         dtype = t.dtype
-        current = _Point(t, phi, dphi)
+        current = Point(t, phi, dphi)
         decrease = armijo(search.phi0, search.dphi0, t, phi, self.c1) & jnp.isfinite(dphi)
         curvature = jnp.abs(dphi) <= -self.c2 * search.dphi0
         bracketing = search.phase == _BRACKET

@@ -1,0 +1,124 @@
+"""Dense BFGS (Broyden, Fletcher, Goldfarb, Shanno, 1970), for small problems."""
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+from jaxtyping import Array, Float, Int, PyTree, Scalar
+
+from .._misc import at_least_float32, dtype_eps, leaves, scalar, widest_float
+from ._base import AbstractDirection
+
+_HIGHEST = lax.Precision.HIGHEST  # no reduced-precision (e.g. TF32) matrix products
+
+
+class BFGSState(eqx.Module):
+    inv_hessian: Float[Array, "n n"]  # H_k, n = total size of params, in the matrix dtype
+    count: Int[Array, ""]  # pairs stored since init or the last reset
+    eps: Scalar  # curvature-guard epsilon, in the matrix dtype
+
+
+def _matrix_dtype(tree: PyTree):
+    """The widest leaf dtype of `tree`, widened to at least float32."""
+    return at_least_float32(widest_float(*(x.dtype for x in leaves(tree))))
+
+
+def _flatten(tree: PyTree, dtype) -> Array:
+    """The leaves of `tree` (in `jax.tree.leaves` order), ravelled, cast to dtype, joined."""
+    return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in leaves(tree)])
+
+
+def _unflatten(flat: Array, like: PyTree) -> PyTree:
+    """Inverse of `_flatten`: pieces of `flat` with the shapes and dtypes of `like`'s leaves."""
+    pieces, offset = [], 0
+    for x in leaves(like):
+        pieces.append(flat[offset : offset + x.size].reshape(x.shape).astype(x.dtype))
+        offset += x.size
+    return jtu.tree_unflatten(jtu.tree_structure(like), pieces)
+
+
+class BFGS(AbstractDirection):
+    """BFGS direction d = -H_k g_k with a dense inverse-Hessian approximation H_k.
+
+    After an accepted step with s = x_{k+1} - x_k and y = g_{k+1} - g_k, rho = 1 / s'y,
+
+        H_{k+1} = (I - rho s y') H_k (I - rho y s') + rho s s'
+
+    (Nocedal & Wright, *Numerical Optimization*, 2nd ed., eq. 6.17), evaluated in the
+    equivalent O(n^2) form H - rho (s (Hy)' + (Hy) s') + rho (1 + rho y'Hy) s s' and
+    symmetrised. H_0 = I until the first pair; just before that pair is stored, H_0 is
+    replaced by (y's / y'y) I (N&W eq. 6.20), as again after a `reset`.
+
+    A pair is used only if it satisfies the curvature guard s'y > eps |s| |y| and s'y, y'y
+    and the updated matrix are all finite; otherwise H is left unchanged. This keeps H
+    positive definite (up to rounding). `eps` is `curvature_eps` if given, else the machine
+    epsilon of the least precise param leaf (the same guard as `LBFGS`).
+
+    The params' leaves are ravelled and concatenated into one vector of size n, so the state
+    holds an n x n matrix: use it for small n (use `LBFGS` for large problems). The matrix
+    and all its products are in one dtype, the widest param leaf dtype widened to at least
+    float32; the direction is cast back to each leaf's dtype. `scaled` is True once a pair has
+    been stored, so the unit step is the first trial of a line search.
+    """
+
+    curvature_eps: float | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if self.curvature_eps is not None and not self.curvature_eps >= 0:
+            raise ValueError(f"BFGS: curvature_eps must be non-negative, got {self.curvature_eps}.")
+
+    def init(self, params, dtype) -> BFGSState:
+        matrix_dtype = _matrix_dtype(params)
+        n = sum(x.size for x in leaves(params))
+        eps = dtype_eps(params) if self.curvature_eps is None else self.curvature_eps
+        return BFGSState(
+            inv_hessian=jnp.eye(n, dtype=matrix_dtype),
+            count=scalar(0, jnp.int32),
+            eps=scalar(eps, matrix_dtype),
+        )
+
+    def compute(self, state, grad, dtype):
+        h = state.inv_hessian
+        g = _flatten(grad, h.dtype)
+        d = -jnp.matmul(h, g, precision=_HIGHEST)
+        return _unflatten(d, grad), state.count > 0, state
+
+    def update(self, state, s, y, dtype) -> BFGSState:
+        h = state.inv_hessian
+        matrix_dtype = h.dtype
+        s, y = _flatten(s, matrix_dtype), _flatten(y, matrix_dtype)
+        sy = jnp.dot(s, y, precision=_HIGHEST)
+        ss = jnp.dot(s, s, precision=_HIGHEST)
+        yy = jnp.dot(y, y, precision=_HIGHEST)
+        guard = sy > state.eps * jnp.sqrt(ss) * jnp.sqrt(yy)
+
+        eye = jnp.eye(h.shape[0], dtype=matrix_dtype)
+        base = jnp.where(state.count == 0, (sy / yy) * eye, h)  # N&W eq. 6.20 before the first
+        rho = 1 / sy
+        hy = jnp.matmul(base, y, precision=_HIGHEST)
+        yhy = jnp.dot(y, hy, precision=_HIGHEST)
+        rs = rho * s  # rho is applied to s first so that rho^2 never overflows on its own
+        new = base - jnp.outer(rs, hy) - jnp.outer(hy, rs) + (1 + rho * yhy) * jnp.outer(rs, s)
+        new = (new + new.T) / 2
+
+        keep = (
+            guard
+            & jnp.isfinite(sy)
+            & jnp.isfinite(yy)
+            & (yy > 0)
+            & jnp.isfinite(yhy)
+            & jnp.all(jnp.isfinite(new))
+        )
+        return BFGSState(
+            inv_hessian=jnp.where(keep, new, h),
+            count=(state.count + keep.astype(jnp.int32)).astype(jnp.int32),
+            eps=state.eps,
+        )
+
+    def reset(self, state) -> BFGSState:
+        h = state.inv_hessian
+        return BFGSState(
+            inv_hessian=jnp.eye(h.shape[0], dtype=h.dtype),
+            count=jnp.zeros_like(state.count),
+            eps=state.eps,
+        )

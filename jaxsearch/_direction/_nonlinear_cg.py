@@ -1,0 +1,127 @@
+"""Nonlinear conjugate gradient directions (Fletcher-Reeves, Polak-Ribiere+, Hestenes-Stiefel,
+Dai-Yuan, Hager-Zhang)."""
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jaxtyping import Array, Bool, PyTree, Scalar
+
+from .._misc import at_least_float32, scalar, tree_cast_like, tree_dot, tree_norm, tree_sub
+from ._base import AbstractDirection
+
+METHODS = ("fletcher-reeves", "polak-ribiere", "hestenes-stiefel", "dai-yuan", "hager-zhang")
+
+
+class NonlinearCGState(eqx.Module):
+    grad: PyTree  # g_{k-1}: the gradient given to the last `compute`, in the params' dtypes
+    direction: PyTree  # d_{k-1}: the direction it returned (-g_{k-1} after `reset`)
+    has_prev: Bool[Array, ""]  # False until the first `compute`
+
+
+class NonlinearCG(AbstractDirection):
+    """Nonlinear conjugate gradient direction d_k = -g_k + beta_k d_{k-1}.
+
+    With g = g_k, p = g_{k-1}, d = d_{k-1} and y = g - p, the `method` chooses beta_k
+    (Nocedal & Wright, *Numerical Optimization*, 2nd ed., section 5.2; Hager & Zhang, "A new
+    conjugate gradient method with guaranteed descent and an efficient line search", SIAM J.
+    Optim. 16 (2005) 170-192; Hager & Zhang, "A survey of nonlinear conjugate gradient
+    methods", Pacific J. Optim. 2 (2006) 35-58):
+
+    - "fletcher-reeves": beta = g'g / p'p  (N&W eq. 5.41a)
+    - "polak-ribiere":   beta = max(0, g'y / p'p), PR+  (N&W eq. 5.45)
+    - "hestenes-stiefel": beta = g'y / d'y  (N&W eq. 5.46)
+    - "dai-yuan":        beta = g'g / d'y
+    - "hager-zhang" (default): beta = max(beta_N, eta_k), the truncated rule of CG_DESCENT
+      (Hager & Zhang 2005), with beta_N = (y - 2 d |y|^2 / d'y)' g / d'y and
+      eta_k = -1 / (|d| min(eta, |p|)), `eta` = 0.01.
+
+    Restarts (beta = 0, so d_k = -g_k):
+
+    - on the first call (there is no d_{k-1} yet);
+    - Powell's restart (Powell 1977), when consecutive gradients are far from orthogonal:
+      |g'p| >= `restart_threshold` |g|^2 (N&W section 5.2), threshold 0.2 by default, None
+      switches it off;
+    - when beta is not finite (e.g. d'y = 0).
+
+    The solver restarts too whenever d_k is not a descent direction: it takes -g_k instead
+    and calls `reset`, which records -g_k as d_k so that the next beta builds on the direction
+    actually used. FR and DY guarantee descent only with a strong Wolfe search with c2 < 1/2
+    (e.g. `Zoom(c2=0.1)`); HZ's beta_N gives g'd <= -7/8 |g|^2 with any line search
+    (Hager & Zhang 2005, theorem 1.1).
+
+    `scaled` is always False: the length of d carries no curvature information, so the solver
+    starts each line search from its scaled guess (N&W eq. 3.60). The state keeps g_{k-1} and
+    d_{k-1} in the params' dtypes; inner products accumulate in at least float32 and d is
+    formed per leaf in at least float32, then rounded once to the leaf's dtype.
+    """
+
+    method: str = eqx.field(static=True, default="hager-zhang")
+    restart_threshold: float | None = eqx.field(static=True, default=0.2)
+    eta: float = eqx.field(static=True, default=0.01)
+
+    def __check_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(
+                f"NonlinearCG: unknown method {self.method!r}; valid methods are "
+                + ", ".join(repr(m) for m in METHODS)
+                + "."
+            )
+        if self.restart_threshold is not None and not self.restart_threshold > 0:
+            raise ValueError(
+                "NonlinearCG: restart_threshold must be positive or None, got "
+                f"{self.restart_threshold}."
+            )
+        if not self.eta > 0:
+            raise ValueError(f"NonlinearCG: eta must be positive, got {self.eta}.")
+
+    def init(self, params, dtype) -> NonlinearCGState:
+        zeros = jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), params)
+        return NonlinearCGState(grad=zeros, direction=zeros, has_prev=jnp.array(False))
+
+    def _beta(self, g, g_prev, d_prev, dtype) -> Scalar:
+        y = tree_sub(g, g_prev)
+        if self.method == "fletcher-reeves":
+            return tree_dot(g, g, dtype) / tree_dot(g_prev, g_prev, dtype)
+        if self.method == "polak-ribiere":
+            return jnp.maximum(tree_dot(g, y, dtype) / tree_dot(g_prev, g_prev, dtype), 0)
+        if self.method == "hestenes-stiefel":
+            return tree_dot(g, y, dtype) / tree_dot(d_prev, y, dtype)
+        if self.method == "dai-yuan":
+            return tree_dot(g, g, dtype) / tree_dot(d_prev, y, dtype)
+        # Hager-Zhang
+        dy = tree_dot(d_prev, y, dtype)
+        yy = tree_dot(y, y, dtype)
+        beta_n = (tree_dot(y, g, dtype) - 2 * yy * tree_dot(d_prev, g, dtype) / dy) / dy
+        eta_k = -1 / (tree_norm(d_prev, dtype) * jnp.minimum(self.eta, tree_norm(g_prev, dtype)))
+        return jnp.maximum(beta_n, eta_k)
+
+    def compute(self, state, grad, dtype):
+        g_prev, d_prev = state.grad, state.direction
+        beta = self._beta(grad, g_prev, d_prev, dtype)
+        conjugate = state.has_prev & jnp.isfinite(beta)
+        if self.restart_threshold is not None:
+            overlap = jnp.abs(tree_dot(grad, g_prev, dtype))
+            conjugate = conjugate & (overlap < self.restart_threshold * tree_dot(grad, grad, dtype))
+
+        def combine(g, dp):
+            acc = at_least_float32(g.dtype)
+            d = -g.astype(acc) + beta.astype(acc) * dp.astype(acc)
+            return jnp.where(conjugate, d, -g.astype(acc)).astype(g.dtype)
+
+        d = jtu.tree_map(combine, grad, d_prev)
+        new_state = NonlinearCGState(
+            grad=tree_cast_like(grad, state.grad),
+            direction=tree_cast_like(d, state.direction),
+            has_prev=jnp.array(True),
+        )
+        return d, scalar(False, jnp.bool_), new_state
+
+    def update(self, state, s, y, dtype) -> NonlinearCGState:
+        return state  # compute keeps g_{k-1} and d_{k-1}; y is recomputed from them
+
+    def reset(self, state) -> NonlinearCGState:
+        return NonlinearCGState(
+            grad=state.grad,
+            direction=jtu.tree_map(jnp.negative, state.grad),
+            has_prev=state.has_prev,
+        )

@@ -1,0 +1,271 @@
+"""Moré–Thuente line search (Moré & Thuente, 1994; MINPACK-2 `dcsrch` and `dcstep`)."""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Int, Scalar
+
+from .._misc import scalar, select
+from ._backtracking import armijo
+from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
+from ._interpolate import quadratic_minimiser, scaled_cubic, secant_minimiser
+
+_SEARCH, _FALLBACK = 0, 1
+_EXTRAPOLATE_MIN, _EXTRAPOLATE_MAX = 1.1, 4.0  # next step in t + [1.1, 4] (t - t_x)
+_SHRINK = 0.66  # the bracket must shrink by this factor every two trials, else bisect
+
+
+class _MoreThuenteSearch(AbstractSearch):
+    phase: Int[Array, ""]
+    phi0: Scalar
+    dphi0: Scalar
+    use_phi: Bool[Array, ""]  # second stage: the interval is updated with phi, not psi
+    bracketed: Bool[Array, ""]
+    x: Point  # endpoint with the least psi (first stage) or phi (second stage): t_x
+    y: Point  # other endpoint of the interval of uncertainty: t_y
+    lower: Scalar  # the next step is chosen in [lower, upper]: the bracket, or the
+    upper: Scalar  # extrapolation range beyond the trial being evaluated
+    width: Scalar  # |t_y - t_x| after the last trial ...
+    width_before: Scalar  # ... and after the one before it
+    best: Point  # lowest phi with sufficient decrease so far (t = 0: none yet)
+
+
+def _dcstep(x: Point, y: Point, p: Point, bracketed, lower, upper):
+    """One safeguarded step of Moré & Thuente (1994), section 4 (MINPACK-2 `dcstep`).
+
+    `x` is the endpoint with the lower value, whose slope points towards the trial `p`;
+    `y` the other endpoint; the step is kept in [lower, upper] while nothing is bracketed.
+    Returns the updated (x, y, bracketed) and the next trial step (possibly NaN on
+    degenerate data; the caller guards it).
+    """
+    forward = p.t > x.t
+    higher = p.phi > x.phi  # case 1: the minimiser is bracketed by x and p
+    opposite = jnp.sign(p.dphi) * jnp.sign(x.dphi) < 0  # case 2: slopes change sign
+    flatter = jnp.abs(p.dphi) < jnp.abs(x.dphi)  # case 3 (else case 4)
+
+    # Case 1: the cubic minimiser if it is closer to x than the quadratic one (through
+    # phi(x), phi'(x), phi(p)), else the mean of the two.
+    r, _ = scaled_cubic(x.t, x.phi, x.dphi, p.t, p.phi, p.dphi)
+    cubic = x.t + r * (p.t - x.t)
+    quadratic = quadratic_minimiser(x.t, x.phi, x.dphi, p.t, p.phi)
+    closer = jnp.abs(cubic - x.t) <= jnp.abs(quadratic - x.t)
+    step1 = jnp.where(closer, cubic, cubic + (quadratic - cubic) / 2)
+
+    # Case 2: the cubic minimiser if it is farther from p than the secant step, else the secant.
+    secant = secant_minimiser(p.t, p.dphi, x.t, x.dphi)
+    r, _ = scaled_cubic(p.t, p.phi, p.dphi, x.t, x.phi, x.dphi)
+    cubic = p.t + r * (x.t - p.t)
+    step2 = jnp.where(jnp.abs(cubic - p.t) > jnp.abs(secant - p.t), cubic, secant)
+
+    # Case 3: the cubic step only if the cubic tends to infinity in the direction of the
+    # step or its minimiser lies beyond p; otherwise the end of the allowed range.
+    r, gamma = scaled_cubic(p.t, p.phi, p.dphi, x.t, x.phi, x.dphi, clamp=True)
+    cubic = jnp.where(
+        (r < 0) & (gamma != 0), p.t + r * (x.t - p.t), jnp.where(forward, upper, lower)
+    )
+    # Bracketed: the step closer to p, at most 0.66 of the way to y.
+    nearer = jnp.where(jnp.abs(cubic - p.t) < jnp.abs(secant - p.t), cubic, secant)
+    cap = p.t + _SHRINK * (y.t - p.t)
+    nearer = jnp.where(forward, jnp.minimum(cap, nearer), jnp.maximum(cap, nearer))
+    # Not bracketed: the step farther from p, within [lower, upper].
+    farther = jnp.where(jnp.abs(cubic - p.t) > jnp.abs(secant - p.t), cubic, secant)
+    farther = jnp.maximum(jnp.minimum(farther, upper), lower)
+    step3 = jnp.where(bracketed, nearer, farther)
+
+    # Case 4: the minimiser of the cubic through p and y when bracketed, else the end of the
+    # allowed range.
+    r, _ = scaled_cubic(p.t, p.phi, p.dphi, y.t, y.phi, y.dphi)
+    step4 = jnp.where(bracketed, p.t + r * (y.t - p.t), jnp.where(forward, upper, lower))
+
+    step = jnp.where(higher, step1, jnp.where(opposite, step2, jnp.where(flatter, step3, step4)))
+    new_y = select(higher, p, select(opposite, x, y))
+    new_x = select(higher, x, p)
+    return new_x, new_y, bracketed | higher | opposite, step
+
+
+def _shift(point: Point, slope) -> Point:
+    """phi -> phi - slope t (phi -> psi for slope = ftol phi'(0)); its inverse with -slope."""
+    return Point(point.t, point.phi - point.t * slope, point.dphi - slope)
+
+
+class MoreThuente(AbstractLineSearch):
+    """Line search for the strong Wolfe conditions
+
+        phi(t) <= phi(0) + ftol t phi'(0)   and   |phi'(t)| <= gtol |phi'(0)|,
+
+    by the algorithm of J. J. Moré and D. J. Thuente, "Line search algorithms with
+    guaranteed sufficient decrease", *ACM Trans. Math. Software* 20(3), 286–307 (1994), as
+    in MINPACK-2's `dcsrch` and `dcstep` (the search inside L-BFGS-B and scipy's
+    `line_search_wolfe1`). The defaults are L-BFGS-B's: ftol, gtol and xtol as it calls
+    `dcsrch`, and `max_steps = 20` as its limit on evaluations per search.
+
+    The search keeps an interval [t_x, t_y] (in either order) and, while nothing is
+    bracketed, extrapolates: each next trial lies in t + [1.1, 4] (t - t_x). In the first
+    stage the interval is updated from the auxiliary function psi(t) = phi(t) - phi(0) -
+    ftol t phi'(0) whenever the trial lowered phi without sufficient decrease; the second
+    stage, which uses phi throughout, begins at the first trial with psi(t) <= 0 and
+    phi'(t) >= 0 (`dcsrch`'s test; the paper's phi'(t) > 0 differs only where phi'(t) = 0,
+    which already satisfies both conditions). Each trial comes from `dcstep`'s four cases:
+    a higher value (cubic or cubic/quadratic mean), slopes of opposite sign (cubic or secant),
+    a smaller slope of the same sign (cubic or secant, kept within 0.66 of the way to t_y once
+    bracketed), or a larger one (cubic through t_y, or an end of the extrapolation range).
+    Once bracketed, a trial bisects the interval if the interval did not shrink by 0.66 over
+    the last two trials. Trials are capped at `max_step_size`; a trial that would lie below
+    the line's resolution `min_step` is never proposed: the search ends instead.
+
+    A trial whose value or slope is not finite is never accepted: it becomes the far end of
+    the bracket and the next trial bisects [t_x, t]. A non-finite step from the interpolation
+    (degenerate data) is replaced by bisection of the bracket, or by the far end of the
+    extrapolation range.
+
+    The search fails, as `dcsrch` warns, when a trial at `max_step_size` has sufficient
+    decrease and phi'(t) <= ftol phi'(0); when a trial at `min_step` has no sufficient decrease
+    or phi'(t) >= ftol phi'(0); when the next trial would not lie strictly inside the bracket
+    (rounding errors); when the bracket's width is at most `xtol` times its upper end, or
+    below the line's resolution `min_step`; when the next trial would lie below `min_step`;
+    or after `max_steps` trials. It then returns the trial with the lowest value that
+    satisfies sufficient decrease (re-evaluating it once if it was not the last trial), or no
+    step when there is none; `success` is False in both cases.
+
+    Requires 0 < ftol <= gtol < 1. The paper runs its tests with ftol = gtol; with
+    ftol <= gtol a minimiser of psi where psi < 0 satisfies both conditions, so an acceptable
+    step exists whenever phi is bounded below. `xtol >= 0`, `max_steps >= 1`.
+    """
+
+    ftol: float = eqx.field(static=True, default=1e-3)
+    gtol: float = eqx.field(static=True, default=0.9)
+    xtol: float = eqx.field(static=True, default=0.1)
+    max_steps: int = eqx.field(static=True, default=20)
+    max_step_size: float = eqx.field(static=True, default=1e10)
+
+    def __check_init__(self):
+        if not 0 < self.ftol < 1:
+            raise ValueError(f"MoreThuente: ftol must lie in (0, 1), got {self.ftol}.")
+        if not self.ftol <= self.gtol < 1:
+            raise ValueError(
+                f"MoreThuente: gtol must lie in [ftol, 1) = [{self.ftol}, 1), got {self.gtol}."
+            )
+        if not self.xtol >= 0:
+            raise ValueError(f"MoreThuente: xtol must be non-negative, got {self.xtol}.")
+        if self.max_steps < 1:
+            raise ValueError(f"MoreThuente: max_steps must be >= 1, got {self.max_steps}.")
+        if not self.max_step_size > 0:
+            raise ValueError(
+                f"MoreThuente: max_step_size must be positive, got {self.max_step_size}."
+            )
+
+    def init(self, dtype) -> None:
+        return None
+
+    def start(self, state, phi0, dphi0, guess, min_step) -> _MoreThuenteSearch:
+        dtype = phi0.dtype
+        t0 = jnp.maximum(jnp.minimum(guess, self.max_step_size), min_step).astype(dtype)
+        origin = Point(scalar(0, dtype), phi0, dphi0)
+        width = (self.max_step_size - min_step).astype(dtype)
+        false = jnp.array(False)
+        return _MoreThuenteSearch(
+            **fresh_search(t0, min_step),
+            phase=scalar(_SEARCH, jnp.int32),
+            phi0=phi0,
+            dphi0=dphi0,
+            use_phi=false,
+            bracketed=false,
+            x=origin,
+            y=origin,
+            lower=scalar(0, dtype),
+            upper=(t0 + _EXTRAPOLATE_MAX * t0).astype(dtype),
+            width=width,
+            width_before=(width / 0.5).astype(dtype),
+            best=origin,
+        )
+
+    def update(self, search, t, phi, dphi) -> _MoreThuenteSearch:
+        dtype = t.dtype
+        s = search
+        current = Point(t, phi, dphi)
+        finite = jnp.isfinite(phi) & jnp.isfinite(dphi)
+        slope_test = self.ftol * s.dphi0  # psi'(t) = phi'(t) - slope_test
+        decrease = armijo(s.phi0, s.dphi0, t, phi, self.ftol) & finite
+        converged = decrease & (jnp.abs(dphi) <= self.gtol * -s.dphi0)
+        use_phi = s.use_phi | (decrease & (dphi >= 0))
+
+        # The interval update and next step: dcstep on psi in the first stage when the trial
+        # lowered phi without sufficient decrease, on phi otherwise.
+        on_psi = ~use_phi & finite & (phi <= s.x.phi) & ~decrease
+        shift = jnp.where(on_psi, slope_test, 0).astype(dtype)
+        x, y, bracketed, step = _dcstep(
+            _shift(s.x, shift),
+            _shift(s.y, shift),
+            _shift(current, shift),
+            s.bracketed,
+            s.lower,
+            s.upper,
+        )
+        x, y = _shift(x, -shift), _shift(y, -shift)
+        # A non-finite trial bounds the bracket and is bisected away from.
+        x = select(finite, x, s.x)
+        y = select(finite, y, current)
+        bracketed = bracketed | ~finite
+        middle = x.t + 0.5 * (y.t - x.t)
+        step = jnp.where(finite, step, middle)
+
+        # Bisect when the bracket did not shrink enough over two trials.
+        width = jnp.abs(y.t - x.t)
+        step = jnp.where(bracketed & (width >= _SHRINK * s.width_before), middle, step)
+        step = jnp.where(jnp.isfinite(step), step, jnp.where(bracketed, middle, s.upper))
+        width_before = jnp.where(bracketed, s.width, s.width_before)
+        width = jnp.where(bracketed, width, s.width)
+        lower = jnp.where(bracketed, jnp.minimum(x.t, y.t), step + _EXTRAPOLATE_MIN * (step - x.t))
+        upper = jnp.where(bracketed, jnp.maximum(x.t, y.t), step + _EXTRAPOLATE_MAX * (step - x.t))
+        below = step < s.min_step
+        next_trial = jnp.minimum(jnp.maximum(step, s.min_step), self.max_step_size)
+
+        num_trials = s.num_trials + 1
+        stuck = bracketed & (
+            (next_trial <= lower)
+            | (next_trial >= upper)
+            | (upper - lower <= self.xtol * upper)
+            | (upper - lower < s.min_step)
+        )
+        at_max = (t >= self.max_step_size) & decrease & (dphi <= slope_test)
+        at_min = (t <= s.min_step) & (~decrease | (dphi >= slope_test))
+        fail = ~converged & (at_max | at_min | stuck | below | (num_trials >= self.max_steps))
+
+        best = select(decrease & (phi < s.best.phi), current, s.best)
+        has_best = best.t > 0
+        best_is_current = best.t == t
+        needs_eval = fail & has_best & ~best_is_current
+
+        in_fallback = s.phase == _FALLBACK  # re-evaluation of the best point: take it
+        done = in_fallback | converged | (fail & ~needs_eval)
+        step_taken = jnp.where(
+            in_fallback,
+            finite,
+            converged | (fail & has_best & best_is_current),
+        )
+        trial = jnp.where(
+            in_fallback, t, jnp.where(needs_eval, best.t, jnp.where(below, step, next_trial))
+        )
+        phase = jnp.where(in_fallback | needs_eval, _FALLBACK, _SEARCH)
+        return _MoreThuenteSearch(
+            trial=trial.astype(dtype),
+            done=done,
+            step=jnp.where(step_taken, t, 0).astype(dtype),
+            success=converged & ~in_fallback,
+            num_trials=num_trials,
+            min_step=s.min_step,
+            phase=phase.astype(jnp.int32),
+            phi0=s.phi0,
+            dphi0=s.dphi0,
+            use_phi=use_phi,
+            bracketed=bracketed,
+            x=x,
+            y=y,
+            lower=lower.astype(dtype),
+            upper=upper.astype(dtype),
+            width=width.astype(dtype),
+            width_before=width_before.astype(dtype),
+            best=best,
+        )
+
+    def finish(self, state, search) -> None:
+        return None
