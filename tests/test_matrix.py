@@ -1,0 +1,65 @@
+"""Every direction with every line search solves the shared problems (issue 3, item 1)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsearch as js
+
+from .problems import logistic, logistic_data, rosenbrock
+
+DIRECTIONS = {
+    "gradient": js.Gradient(),
+    "lbfgs": js.LBFGS(),
+    "bfgs": js.BFGS(),
+    "cg": js.NonlinearCG(),
+}
+SEARCHES = {"zoom": js.Zoom(), "backtracking": js.Backtracking(), "more-thuente": js.MoreThuente()}
+CELLS = [(d, s) for d in DIRECTIONS for s in SEARCHES]
+
+
+def problems(dtype):
+    x, y = logistic_data()
+    return {
+        "rosenbrock": (rosenbrock, jnp.array([-1.2, 1.0], dtype), ()),
+        "logistic": (
+            logistic,
+            jnp.zeros(10, dtype),
+            (jnp.asarray(x, dtype), jnp.asarray(y, dtype), 1e-2),
+        ),
+    }
+
+
+@pytest.mark.parametrize("direction,search", CELLS)
+def test_float64_reaches_gtol(direction, search):
+    solver = js.Solver(
+        DIRECTIONS[direction], SEARCHES[search], gtol=1e-6, ftol=0.0, max_steps=50_000
+    )
+    with jax.enable_x64(True):
+        for name, (fn, x0, args) in problems(jnp.float64).items():
+            result = solver.run(fn, x0, *args)
+            assert result.status == js.Status.CONVERGED_GTOL, (name, result.message)
+            grad = jax.grad(fn)(result.params, *args)
+            assert float(jnp.max(jnp.abs(grad))) <= 1e-6, name
+
+
+@pytest.mark.parametrize("direction,search", CELLS)
+def test_float32_converges_or_says_why(direction, search):
+    """float32 to gtol 1e-3; quasi-Newton directions must converge, the others may end
+    honestly (slow gradient descent, Armijo-only CG) but never with a worse or non-finite point."""
+    solver = js.Solver(DIRECTIONS[direction], SEARCHES[search], gtol=1e-3, max_steps=20_000)
+    for name, (fn, x0, args) in problems(jnp.float32).items():
+        result = solver.run(fn, x0, *args)
+        assert bool(jnp.all(jnp.isfinite(result.params))), name
+        assert float(result.value) <= float(fn(x0, *args)), name
+        if direction in ("lbfgs", "bfgs") or name == "logistic":
+            assert result.success, (name, result.message)
+        else:
+            assert js.Status(int(result.status)) in {
+                js.Status.CONVERGED_GTOL,
+                js.Status.CONVERGED_FTOL,
+                js.Status.STALLED,
+                js.Status.MAX_STEPS,
+            }, (name, result.message)
+            np.testing.assert_array_less(float(result.value), 0.05)
