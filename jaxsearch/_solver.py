@@ -54,6 +54,11 @@ class _Carry(eqx.Module):
     aux: PyTree
 
 
+def _hessian_vector_product(evaluate, x, static, args, v):
+    """H(x) v by forward-mode differentiation of the gradient (forward-over-reverse)."""
+    return jax.jvp(lambda p: evaluate(p, static, args)[1], (x,), (v,))[1]
+
+
 def _partition(params):
     diff, static = eqx.partition(params, eqx.is_inexact_array)
     for leaf in leaves(static):
@@ -262,7 +267,8 @@ class Solver(eqx.Module):
             aux=state.aux,
         )
 
-        prepare = functools.partial(self._prepare, diff)
+        hvp = functools.partial(_hessian_vector_product, evaluate, diff, static, args)
+        prepare = functools.partial(self._prepare, diff, hvp)
         # With f and grad cached in the state, the search starts before the first evaluation.
         carry = lax.cond(state.has_eval & (stop == Status.RUNNING), prepare, lambda c: c, carry)
 
@@ -276,12 +282,12 @@ class Solver(eqx.Module):
         c = lax.while_loop(lambda c: ~c.done, body, carry)
         return self._finish(c, diff)
 
-    def _prepare(self, x, c: _Carry) -> _Carry:
+    def _prepare(self, x, hvp, c: _Carry) -> _Carry:
         """Direction at x and the start of a line search along it (which may end at once, e.g.
         when its first step would change nothing)."""
         st = c.state
         dtype = st.prev_decrease.dtype
-        d, scaled, direction_state = self.direction.compute(st.direction, st.grad, dtype)
+        d, scaled, direction_state = self.direction.compute(st.direction, st.grad, dtype, hvp)
         dphi0 = tree_dot(st.grad, d, dtype)
         descent = jnp.isfinite(dphi0) & (dphi0 < 0)
         # Not a descent direction (e.g. rounding in low precision): restart from -grad.
@@ -289,15 +295,16 @@ class Solver(eqx.Module):
         d = select(descent, d, steepest)
         dphi0 = jnp.where(descent, dphi0, -tree_dot(st.grad, st.grad, dtype))
         direction_state = lax.cond(descent, lambda s: s, self.direction.reset, direction_state)
+        scaled = scaled & descent
         guess = initial_step(
-            scaled & descent,
+            scaled,
             dphi0,
             tree_norm(d, dtype),
             st.prev_decrease,
             self.linesearch.max_step_size,
         )
         phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
-        search = self.linesearch.start(st.linesearch, phi0, dphi0, guess, min_step)
+        search = self.linesearch.start(st.linesearch, phi0, dphi0, guess, min_step, scaled)
         st = _replace(st, direction=direction_state)
         return _replace(c, state=st, d=d, search=search, done=search.done)
 

@@ -1,6 +1,7 @@
 """What a descent direction must provide to the solver."""
 
 import abc
+from collections.abc import Callable
 
 import equinox as eqx
 from jaxtyping import Array, Bool, PyTree
@@ -19,10 +20,16 @@ class AbstractDirection(eqx.Module):
         """This direction's state for `params` (the inexact array leaves of the user's params)."""
 
     @abc.abstractmethod
-    def compute(self, state: PyTree, grad: PyTree, dtype) -> tuple[PyTree, Bool[Array, ""], PyTree]:
+    def compute(
+        self, state: PyTree, grad: PyTree, dtype, hvp: Callable[[PyTree], PyTree] | None = None
+    ) -> tuple[PyTree, Bool[Array, ""], PyTree]:
         """Return (d, scaled, state): d has the structure and dtypes of `grad`; `scaled` is
         True when d carries curvature information, so that the unit step is the natural first
-        trial; `state` may record what the next `compute` needs (e.g. d itself)."""
+        trial; `state` may record what the next `compute` needs (e.g. d itself).
+
+        `hvp(v)` is the Hessian-vector product at the current point (forward-over-reverse
+        autodiff of fn; v and the result are like `grad`); the solver always passes it, and fn
+        is traced for it only if a direction calls it."""
 
     @abc.abstractmethod
     def update(self, state: PyTree, s: PyTree, y: PyTree, dtype) -> PyTree:

@@ -77,7 +77,7 @@ class BFGS(AbstractDirection):
             eps=scalar(eps, matrix_dtype),
         )
 
-    def compute(self, state, grad, dtype):
+    def compute(self, state, grad, dtype, hvp=None):
         h = state.inv_hessian
         g = _flatten(grad, h.dtype)
         d = -jnp.matmul(h, g, precision=_HIGHEST)

@@ -13,7 +13,7 @@ class Gradient(AbstractDirection):
     def init(self, params, dtype) -> None:
         return None
 
-    def compute(self, state, grad, dtype):
+    def compute(self, state, grad, dtype, hvp=None):
         return jtu.tree_map(jnp.negative, grad), jnp.array(False), state
 
     def update(self, state, s, y, dtype) -> None:

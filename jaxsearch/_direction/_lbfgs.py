@@ -71,7 +71,7 @@ class LBFGS(AbstractDirection):
             head=scalar(0, jnp.int32),
         )
 
-    def compute(self, state, grad, dtype):
+    def compute(self, state, grad, dtype, hvp=None):
         m = self.memory_size
 
         def pair(j):

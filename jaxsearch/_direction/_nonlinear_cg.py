@@ -95,7 +95,7 @@ class NonlinearCG(AbstractDirection):
         eta_k = -1 / (tree_norm(d_prev, dtype) * jnp.minimum(self.eta, tree_norm(g_prev, dtype)))
         return jnp.maximum(beta_n, eta_k)
 
-    def compute(self, state, grad, dtype):
+    def compute(self, state, grad, dtype, hvp=None):
         g_prev, d_prev = state.grad, state.direction
         beta = self._beta(grad, g_prev, d_prev, dtype)
         conjugate = state.has_prev & jnp.isfinite(beta)

@@ -47,7 +47,7 @@ class Backtracking(AbstractLineSearch):
     def init(self, dtype) -> Scalar:
         return scalar(0, dtype)  # previous accepted step; 0 until one is accepted
 
-    def start(self, state, phi0, dphi0, guess, min_step) -> _BacktrackingSearch:
+    def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _BacktrackingSearch:
         dtype = phi0.dtype
         t0 = guess
         if self.growth is not None:

@@ -66,10 +66,17 @@ class AbstractLineSearch(eqx.Module):
 
     @abc.abstractmethod
     def start(
-        self, state: PyTree, phi0: Scalar, dphi0: Scalar, guess: Scalar, min_step: Scalar
+        self,
+        state: PyTree,
+        phi0: Scalar,
+        dphi0: Scalar,
+        guess: Scalar,
+        min_step: Scalar,
+        scaled: Bool[Array, ""] | None = None,
     ) -> AbstractSearch:
         """Begin a search from phi(0), phi'(0) < 0, the shared initial-step `guess` and the
-        line's resolution `min_step` (0 when every step counts)."""
+        line's resolution `min_step` (0 when every step counts). `scaled` tells whether the
+        direction carries curvature information (the unit step is natural); None: unknown."""
 
     @abc.abstractmethod
     def update(

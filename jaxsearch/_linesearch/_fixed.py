@@ -36,7 +36,7 @@ class FixedStep(AbstractLineSearch):
     def init(self, dtype) -> None:
         return None
 
-    def start(self, state, phi0, dphi0, guess, min_step) -> _FixedSearch:
+    def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _FixedSearch:
         dtype = phi0.dtype
         rate = scalar(self.learning_rate, dtype)
         search = _FixedSearch(**fresh_search(rate, min_step))

@@ -156,7 +156,7 @@ class MoreThuente(AbstractLineSearch):
     def init(self, dtype) -> None:
         return None
 
-    def start(self, state, phi0, dphi0, guess, min_step) -> _MoreThuenteSearch:
+    def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _MoreThuenteSearch:
         dtype = phi0.dtype
         t0 = jnp.maximum(jnp.minimum(guess, self.max_step_size), min_step).astype(dtype)
         origin = Point(scalar(0, dtype), phi0, dphi0)

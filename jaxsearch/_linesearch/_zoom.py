@@ -63,7 +63,7 @@ class Zoom(AbstractLineSearch):
     def init(self, dtype) -> None:
         return None
 
-    def start(self, state, phi0, dphi0, guess, min_step) -> _ZoomSearch:
+    def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _ZoomSearch:
         dtype = phi0.dtype
         origin = Point(scalar(0, dtype), phi0, dphi0)
         return _ZoomSearch(
