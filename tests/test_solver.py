@@ -341,3 +341,30 @@ def test_accepted_values_never_increase(direction, search):
     assert values[0] <= float(rosenbrock(jnp.array(ROSENBROCK_START)))
     assert all(b <= a for a, b in zip(values, values[1:], strict=False))
     assert values[-1] < values[0]
+
+
+class _Ascent(js.AbstractDirection):
+    """A broken direction: +grad, and a state that counts computes since the last reset."""
+
+    def init(self, params, dtype):
+        return jnp.zeros((), jnp.int32)
+
+    def compute(self, state, grad, dtype, hvp=None):
+        return grad, jnp.array(False), state + 1
+
+    def update(self, state, s, y, dtype):
+        return state
+
+    def reset(self, state):
+        return jnp.zeros((), jnp.int32)
+
+
+def test_non_descent_direction_restarts_from_steepest_descent():
+    solver = js.Solver(_Ascent(), js.Zoom(), gtol=1e-6, ftol=0.0, max_steps=20_000)
+    with jax.enable_x64(True):
+        result = solver.run(rosenbrock, jnp.array(ROSENBROCK_START))
+        assert result.status == js.Status.CONVERGED_GTOL, result.message
+        params, state = jnp.array(ROSENBROCK_START), solver.init(jnp.array(ROSENBROCK_START))
+        for _ in range(3):
+            params, state = solver.step(rosenbrock, params, state)
+            assert int(state.direction) == 0  # reset after every compute
