@@ -72,7 +72,9 @@ def tree_min_step(x: PyTree, d: PyTree, dtype) -> Scalar:
     total = jnp.full((), jnp.inf, dtype)
     for xi, di in zip(leaves(x), leaves(d), strict=True):
         acc = at_least_float32(xi.dtype)
-        ratio = jnp.abs(jnp.spacing(xi)).astype(acc) / (4 * jnp.abs(di.astype(acc)))
+        # Where d_i = 0 the coordinate never moves (and spacing(0) may flush to 0: no 0/0).
+        step = jnp.abs(di.astype(acc))
+        ratio = jnp.where(step > 0, jnp.abs(jnp.spacing(xi)).astype(acc) / (4 * step), jnp.inf)
         total = jnp.minimum(total, jnp.min(ratio, initial=jnp.inf).astype(dtype))
     return total
 

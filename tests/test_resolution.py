@@ -72,3 +72,24 @@ def test_bfloat16_rosenbrock_stalls_cheaply(search):
     )
     assert result.status == js.Status.STALLED, result.message
     assert int(result.num_fun_evals) <= 3 * int(result.num_steps) + 4
+
+
+def test_zero_params_with_zero_direction_entries():
+    """spacing(0) is subnormal and may flush to zero; a zero direction entry must not turn
+    that into 0/0."""
+    x = jnp.array([0.0, 1.0, 0.0], jnp.float32)
+    d = jnp.array([0.0, -1.0, 0.5], jnp.float32)
+    t_min = tree_min_step(x, d, jnp.float32)
+    assert bool(jnp.isfinite(t_min)) and float(t_min) >= 0.0
+    assert float(tree_min_step(x, jnp.zeros(3, jnp.float32), jnp.float32)) == np.inf
+
+
+def test_run_through_an_exactly_zero_parameter():
+    """f = x0^2 + (x1 - 1)^2: the first Newton-like step lands x0 on exactly 0."""
+
+    def fn(x):
+        return x[0] ** 2 + (x[1] - 1.0) ** 2
+
+    with jax.enable_x64(True):
+        result = js.Solver(js.BFGS(), js.Zoom(), gtol=1e-8).run(fn, jnp.array([0.0, 3.0]))
+        assert result.status == js.Status.CONVERGED_GTOL, result.message
