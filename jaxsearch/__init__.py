@@ -5,6 +5,7 @@ from ._direction import (
     LBFGS as LBFGS,
     AbstractDirection as AbstractDirection,
     Gradient as Gradient,
+    NewtonCG as NewtonCG,
     NonlinearCG as NonlinearCG,
 )
 from ._linesearch import (

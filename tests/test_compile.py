@@ -107,6 +107,7 @@ DIRECTIONS = {
     "LBFGS": lambda: js.LBFGS(memory_size=5),
     "BFGS": lambda: js.BFGS(),
     "NonlinearCG": lambda: js.NonlinearCG(),
+    "NewtonCG": lambda: js.NewtonCG(),
 }
 SEARCHES = {
     "Zoom": lambda: js.Zoom(),

@@ -14,6 +14,7 @@ DIRECTIONS = {
     "lbfgs": js.LBFGS(),
     "bfgs": js.BFGS(),
     "cg": js.NonlinearCG(),
+    "newton-cg": js.NewtonCG(),
 }
 SEARCHES = {"zoom": js.Zoom(), "backtracking": js.Backtracking(), "more-thuente": js.MoreThuente()}
 CELLS = [(d, s) for d in DIRECTIONS for s in SEARCHES]
@@ -53,7 +54,7 @@ def test_float32_converges_or_says_why(direction, search):
         result = solver.run(fn, x0, *args)
         assert bool(jnp.all(jnp.isfinite(result.params))), name
         assert float(result.value) <= float(fn(x0, *args)), name
-        if direction in ("lbfgs", "bfgs") or name == "logistic":
+        if direction in ("lbfgs", "bfgs", "newton-cg") or name == "logistic":
             assert result.success, (name, result.message)
         else:
             assert js.Status(int(result.status)) in {

@@ -2,4 +2,5 @@ from ._base import AbstractDirection as AbstractDirection
 from ._bfgs import BFGS as BFGS, BFGSState as BFGSState
 from ._gradient import Gradient as Gradient
 from ._lbfgs import LBFGS as LBFGS, LBFGSState as LBFGSState
+from ._newton_cg import NewtonCG as NewtonCG, NewtonCGState as NewtonCGState
 from ._nonlinear_cg import NonlinearCG as NonlinearCG, NonlinearCGState as NonlinearCGState

@@ -1,0 +1,231 @@
+"""Hessian-free truncated Newton: Newton-CG (Nocedal & Wright, algorithm 7.1)."""
+
+import enum
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+from jaxtyping import Array, Int, PyTree
+
+from .._misc import at_least_float32, leaves, scalar, select, tree_dot, widest_float
+from ._base import AbstractDirection
+
+FORCING_RULES = ("sqrt", "linear")
+
+
+class CGExit(enum.IntEnum):
+    """Why the inner CG loop of the last `NewtonCG.compute` stopped."""
+
+    RUNNING = -1  # internal: the loop goes on
+    CONVERGED = 0  # |r| < eps_k (the forcing test), or g = 0
+    NEGATIVE_CURVATURE = 1  # p'Hp <= 0
+    MAX_STEPS = 2  # the inner iteration limit
+    NONFINITE = 3  # Hp, p'Hp or the next iterate not finite
+
+
+class NewtonCGState(eqx.Module):
+    """Diagnostics only: Newton-CG keeps no information between steps."""
+
+    cg_steps: Int[Array, ""]  # CG updates taken in the last `compute` (iterate index j)
+    exit: Int[Array, ""]  # a CGExit code: why the last inner loop stopped
+    num_hvp: Int[Array, ""]  # Hessian-vector products since init
+
+
+class _Inner(eqx.Module):
+    """Carry of the inner CG loop; vectors in the work dtypes, scalars in one scalar dtype."""
+
+    j: Int[Array, ""]  # accepted CG updates so far
+    z: PyTree  # current iterate z_j (the candidate direction)
+    r: PyTree  # residual r_j = H z_j + g
+    p: PyTree  # CG search direction p_j
+    rr: Array  # r_j'r_j
+    code: Int[Array, ""]  # CGExit
+    hvps: Int[Array, ""]
+
+
+def _axpy(a, x: PyTree, y: PyTree) -> PyTree:
+    """y + a x per leaf, in the (common) leaf dtype of x and y."""
+    return jtu.tree_map(lambda xi, yi: yi + a.astype(yi.dtype) * xi, x, y)
+
+
+class NewtonCG(AbstractDirection):
+    """Truncated (inexact) Newton direction by conjugate gradients on H d = -g, Hessian-free.
+
+    Line-search Newton-CG, Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 7.1.
+    The Hessian H = grad^2 f(x_k) is never formed: each inner iteration costs one
+    Hessian-vector product H v, which the solver computes by forward-over-reverse automatic
+    differentiation of fn. With g = grad f(x_k), the inner loop starts at z_0 = 0,
+    r_0 = g, p_0 = -g and for j = 0, 1, ...:
+
+    - if p_j'H p_j <= 0 (negative or zero curvature): stop with d = -g if j = 0, else
+      d = z_j (the last iterate, a descent direction);
+    - alpha_j = r_j'r_j / p_j'H p_j, z_{j+1} = z_j + alpha_j p_j, r_{j+1} = r_j + alpha_j H p_j;
+    - if |r_{j+1}|_2 < eps_k: stop with d = z_{j+1};
+    - beta_{j+1} = r_{j+1}'r_{j+1} / r_j'r_j, p_{j+1} = -r_{j+1} + beta_{j+1} p_j.
+
+    The forcing test uses eps_k = eta_k |g|_2 with the forcing term (N&W eq. 7.3 and
+    theorem 7.2; Eisenstat & Walker, "Choosing the forcing terms in an inexact Newton
+    method", SIAM J. Sci. Comput. 17, 1996, for the idea of tying eta_k to |g|):
+
+    - `forcing="sqrt"` (default): eta_k = min(eta_max, sqrt(|g|_2)), superlinear convergence;
+    - `forcing="linear"`: eta_k = min(eta_max, |g|_2), quadratic convergence;
+    - `forcing=c` (a float in (0, 1)): eta_k = c, linear convergence (tiny c: nearly exact
+      Newton steps).
+
+    `eta_max` defaults to 0.5 as in N&W. (scipy's `Newton-CG` uses the same rule with the
+    1-norm of g and of r in place of the 2-norm.)
+
+    The inner loop also stops after `max_cg_steps` updates (one Hessian-vector product
+    each) with d = z_{max_cg_steps}, the last iterate (default: min(2n, 50) with n the total
+    number of parameters: CG ends in at most n steps in exact arithmetic, the rest allows for
+    rounding), and when Hp, p'Hp, alpha, r'r or z_{j+1} is not finite, with d = -g if j = 0,
+    else d = z_j.
+
+    Work vectors are in each leaf's dtype widened to at least float32, inner products
+    accumulate in at least float32 and the CG scalars are in the widest of these and the
+    solver's scalar dtype; d is cast back to each leaf's dtype. The vector passed to the
+    Hessian-vector product is p_j / |p_j|_2 in the leaf dtypes (so that float16 neither
+    overflows nor underflows there), and its product is scaled back by |p_j|_2.
+
+    `scaled` is True (the unit step is the natural first trial for a Newton step) except
+    when d = -g from the first inner iteration: then the line search chooses its own
+    first trial. The state holds diagnostics only (inner updates and exit reason of the last
+    step, total Hessian-vector products); `update` and `reset` leave it unchanged.
+    """
+
+    forcing: str | float = eqx.field(static=True, default="sqrt")
+    eta_max: float = eqx.field(static=True, default=0.5)
+    max_cg_steps: int | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if isinstance(self.forcing, str):
+            if self.forcing not in FORCING_RULES:
+                raise ValueError(
+                    f"NewtonCG: forcing must be 'sqrt', 'linear' or a float in (0, 1), "
+                    f"got {self.forcing!r}."
+                )
+        elif isinstance(self.forcing, bool) or not isinstance(self.forcing, int | float):
+            raise ValueError(
+                f"NewtonCG: forcing must be 'sqrt', 'linear' or a float in (0, 1), "
+                f"got {self.forcing!r}."
+            )
+        elif not 0 < self.forcing < 1:
+            raise ValueError(
+                f"NewtonCG: a constant forcing must lie in (0, 1), got {self.forcing}."
+            )
+        if not 0 < self.eta_max < 1:
+            raise ValueError(f"NewtonCG: eta_max must lie in (0, 1), got {self.eta_max}.")
+        if self.max_cg_steps is not None and (
+            isinstance(self.max_cg_steps, bool)
+            or not isinstance(self.max_cg_steps, int)
+            or self.max_cg_steps < 1
+        ):
+            raise ValueError(
+                f"NewtonCG: max_cg_steps must be an integer >= 1 or None, got "
+                f"{self.max_cg_steps!r}."
+            )
+
+    def _limit(self, grad) -> int:
+        if self.max_cg_steps is not None:
+            return self.max_cg_steps
+        n = sum(x.size for x in leaves(grad))
+        return max(1, min(2 * n, 50))
+
+    def _eta(self, gnorm):
+        if self.forcing == "sqrt":
+            return jnp.minimum(self.eta_max, jnp.sqrt(gnorm))
+        if self.forcing == "linear":
+            return jnp.minimum(self.eta_max, gnorm)
+        return jnp.full((), self.forcing, gnorm.dtype)
+
+    def init(self, params, dtype) -> NewtonCGState:
+        zero = scalar(0, jnp.int32)
+        return NewtonCGState(cg_steps=zero, exit=scalar(CGExit.CONVERGED, jnp.int32), num_hvp=zero)
+
+    def compute(self, state, grad, dtype, hvp=None):
+        if hvp is None:
+            raise ValueError(
+                "NewtonCG needs Hessian-vector products: call compute(state, grad, dtype, hvp) "
+                "with hvp(v) = H v (the Solver passes it)."
+            )
+        limit = self._limit(grad)
+        work = jtu.tree_map(lambda g: g.astype(at_least_float32(g.dtype)), grad)
+        sdtype = widest_float(dtype, *(x.dtype for x in leaves(work)))
+        rr0 = tree_dot(work, work, sdtype)
+        gnorm = jnp.sqrt(rr0)
+        tol = self._eta(gnorm) * gnorm
+
+        def hessian_times(p, pnorm):
+            v = jtu.tree_map(lambda pi, g: (pi / pnorm.astype(pi.dtype)).astype(g.dtype), p, grad)
+            hv = hvp(v)
+            return jtu.tree_map(lambda h, pi: h.astype(pi.dtype) * pnorm.astype(pi.dtype), hv, p)
+
+        def body(c: _Inner) -> _Inner:
+            pnorm = jnp.sqrt(tree_dot(c.p, c.p, sdtype))
+            hp = hessian_times(c.p, pnorm)
+            curv = tree_dot(c.p, hp, sdtype)
+            alpha = c.rr / curv
+            z = _axpy(alpha, c.p, c.z)
+            r = _axpy(alpha, hp, c.r)
+            rr = tree_dot(r, r, sdtype)
+            finite = jnp.isfinite(alpha) & jnp.isfinite(rr)
+            for x in leaves(z):
+                finite = finite & jnp.all(jnp.isfinite(x))
+            code = jnp.select(
+                [
+                    ~jnp.isfinite(curv),
+                    curv <= 0,
+                    ~finite,
+                    jnp.sqrt(rr) < tol,
+                    c.j + 1 >= limit,
+                ],
+                [
+                    CGExit.NONFINITE,
+                    CGExit.NEGATIVE_CURVATURE,
+                    CGExit.NONFINITE,
+                    CGExit.CONVERGED,
+                    CGExit.MAX_STEPS,
+                ],
+                CGExit.RUNNING,
+            ).astype(jnp.int32)
+            accept = (code != CGExit.NONFINITE) & (code != CGExit.NEGATIVE_CURVATURE)
+            beta = rr / c.rr
+            p = jtu.tree_map(lambda ri, pi: beta.astype(pi.dtype) * pi - ri, r, c.p)
+            return _Inner(
+                j=c.j + accept.astype(jnp.int32),
+                z=select(accept, z, c.z),
+                r=select(accept, r, c.r),
+                p=select(accept, p, c.p),
+                rr=jnp.where(accept, rr, c.rr),
+                code=code,
+                hvps=c.hvps + 1,
+            )
+
+        start = _Inner(
+            j=scalar(0, jnp.int32),
+            z=jtu.tree_map(jnp.zeros_like, work),
+            r=work,
+            p=jtu.tree_map(jnp.negative, work),
+            rr=rr0,
+            # g = 0: d = 0 at once (the solver stops by gtol before it asks for a direction).
+            code=jnp.where(rr0 > 0, CGExit.RUNNING, CGExit.CONVERGED).astype(jnp.int32),
+            hvps=scalar(0, jnp.int32),
+        )
+        end = lax.while_loop(lambda c: c.code == CGExit.RUNNING, body, start)
+        failed = (end.code == CGExit.NEGATIVE_CURVATURE) | (end.code == CGExit.NONFINITE)
+        steepest = failed & (end.j == 0)
+        d = select(steepest, jtu.tree_map(jnp.negative, work), end.z)
+        d = jtu.tree_map(lambda x, g: x.astype(g.dtype), d, grad)
+        new_state = NewtonCGState(
+            cg_steps=end.j,
+            exit=end.code,
+            num_hvp=(state.num_hvp + end.hvps).astype(jnp.int32),
+        )
+        return d, ~steepest, new_state
+
+    def update(self, state, s, y, dtype) -> NewtonCGState:
+        return state
+
+    def reset(self, state) -> NewtonCGState:
+        return state
