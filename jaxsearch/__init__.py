@@ -13,6 +13,7 @@ from ._linesearch import (
     AbstractSearch as AbstractSearch,
     Backtracking as Backtracking,
     FixedStep as FixedStep,
+    HagerZhang as HagerZhang,
     MoreThuente as MoreThuente,
     Zoom as Zoom,
 )

@@ -114,6 +114,7 @@ SEARCHES = {
     "Backtracking": lambda: js.Backtracking(),
     "FixedStep": lambda: js.FixedStep(1e-3),
     "MoreThuente": lambda: js.MoreThuente(),
+    "HagerZhang": lambda: js.HagerZhang(),
 }
 
 
@@ -239,8 +240,9 @@ def test_state_dtype_contract(search):
     assert state.prev_decrease.dtype == jnp.float32
     assert state.direction.rho.dtype == jnp.float32
     assert state.direction.gamma.dtype == jnp.float32
-    for leaf in jax.tree.leaves(state.linesearch):  # Backtracking keeps its last step size
-        assert leaf.dtype == jnp.float32
+    for leaf in jax.tree.leaves(state.linesearch):  # e.g. Backtracking's last step size
+        if jnp.issubdtype(leaf.dtype, jnp.floating):  # (HagerZhang also keeps a bool flag)
+            assert leaf.dtype == jnp.float32
     # L-BFGS memory: a leading (memory_size,) axis, the param leaf's dtype by default.
     assert state.direction.s["w"].shape == (5, 3) and state.direction.s["w"].dtype == jnp.bfloat16
     assert state.direction.y["b"].shape == (5, 2) and state.direction.y["b"].dtype == jnp.float16

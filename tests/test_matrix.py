@@ -16,7 +16,12 @@ DIRECTIONS = {
     "cg": js.NonlinearCG(),
     "newton-cg": js.NewtonCG(),
 }
-SEARCHES = {"zoom": js.Zoom(), "backtracking": js.Backtracking(), "more-thuente": js.MoreThuente()}
+SEARCHES = {
+    "zoom": js.Zoom(),
+    "backtracking": js.Backtracking(),
+    "more-thuente": js.MoreThuente(),
+    "hager-zhang": js.HagerZhang(),
+}
 CELLS = [(d, s) for d in DIRECTIONS for s in SEARCHES]
 
 

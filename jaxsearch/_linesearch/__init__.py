@@ -1,6 +1,7 @@
 from ._backtracking import Backtracking as Backtracking
 from ._base import AbstractLineSearch as AbstractLineSearch, AbstractSearch as AbstractSearch
 from ._fixed import FixedStep as FixedStep
+from ._hager_zhang import HagerZhang as HagerZhang
 from ._initial import initial_step as initial_step
 from ._more_thuente import MoreThuente as MoreThuente
 from ._zoom import Zoom as Zoom

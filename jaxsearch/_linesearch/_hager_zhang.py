@@ -1,0 +1,349 @@
+"""Hager–Zhang approximate Wolfe line search (Hager & Zhang 2005, 2006; CG_DESCENT)."""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Int, Scalar
+
+from .._misc import scalar, select
+from ._backtracking import armijo
+from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
+from ._interpolate import quadratic_minimiser, secant_minimiser
+
+# Phases: what the trial being evaluated is.
+_QUAD = 0  # phi(psi1 alpha_{k-1}) for QuadStep (rule I1); never accepted itself
+_BRACKET = 1  # c_j of the bracket routine (B1-B3)
+_BISECT = 2  # d = (1 - theta) a + theta b of the update's bisection loop (U3a-c)
+_SECANT = 3  # c = secant(a, b) of secant^2 (S1)
+_SECANT_BAR = 4  # c_bar of secant^2 (S2-S4)
+_MIDPOINT = 5  # (a + b) / 2 when the bracket did not shrink enough (L2)
+_FALLBACK = 6  # re-evaluation of the best point after a failure
+# Where the bisection loop returns to.
+_TO_L1, _TO_L2 = 0, 1
+
+
+class HagerZhangState(eqx.Module):
+    """What the search keeps between searches (CG_DESCENT's C_k, Q_k, AWolfe, alpha_{k-1})."""
+
+    C: Scalar  # averaged |f|: C_k at the current point (valid when Q > 0)
+    Q: Scalar  # Q_k of the averaging recursion; 0 before the first search
+    approx: Bool[Array, ""]  # use the approximate Wolfe conditions
+    prev_step: Scalar  # alpha_{k-1}; 0 when no step has been accepted yet
+
+
+class _HagerZhangSearch(AbstractSearch):
+    phase: Int[Array, ""]
+    after: Int[Array, ""]  # _TO_L1 or _TO_L2: where the bisection loop continues
+    phi0: Scalar
+    dphi0: Scalar
+    bound: Scalar  # phi(0) + epsilon_k
+    approx: Bool[Array, ""]
+    C: Scalar  # C_k, Q_k of this search (for `finish`)
+    Q: Scalar
+    a: Point  # bracket [a, b]: phi'(a) < 0, phi(a) <= phi(0) + epsilon_k, phi'(b) >= 0 ...
+    b: Point  # ... (or b is a point above the bound / non-finite, inside the bisection loop)
+    width: Scalar  # b_j - a_j at the start of the current secant^2 iteration
+    best: Point  # lowest phi among trials with (approximate) sufficient decrease; t = 0: none
+    best_approx: Point  # lowest phi among trials satisfying T2; t = 0: none
+    rescued: Bool[Array, ""]  # re-evaluating best_approx after a failed Wolfe (T1) search
+    switched: Bool[Array, ""]  # the Wolfe (T1) search failed: approximate Wolfe from now on
+    last_phi: Scalar  # phi at the last trial (phi at `step` when step > 0)
+    prev_step: Scalar  # alpha_{k-1} (0: none)
+
+
+def _inside(c, a, b):
+    return jnp.isfinite(c) & (c > a) & (c < b)
+
+
+class HagerZhang(AbstractLineSearch):
+    """Approximate Wolfe line search of W. W. Hager and H. Zhang, "A new conjugate gradient
+    method with guaranteed descent and an efficient line search", *SIAM J. Optim.* 16(1),
+    170–192 (2005), and "Algorithm 851: CG_DESCENT, a conjugate gradient method with
+    guaranteed descent", *ACM Trans. Math. Software* 32(1), 113–137 (2006).
+
+    A trial t is accepted when it is finite and satisfies
+
+    - T1, the (original, not strong) Wolfe conditions:
+      phi(t) - phi(0) <= delta t phi'(0) and phi'(t) >= sigma phi'(0); or
+    - T2, the approximate Wolfe conditions (only once the switch below has happened):
+      (2 delta - 1) phi'(0) >= phi'(t) >= sigma phi'(0) and phi(t) <= phi(0) + epsilon_k,
+
+    with epsilon_k = epsilon C_k, where C_k averages |f| over the iterates:
+    Q_0 = 1, C_0 = |f_0|, Q_{k+1} = 1 + Delta Q_k, C_{k+1} = C_k + (|f_{k+1}| - C_k) / Q_{k+1}.
+    As in CG_DESCENT, the search uses T1 only until a step changes f by at most omega C_k,
+    |f_{k+1} - f_k| <= omega C_k; from then on it accepts T1 or T2 (the switch is kept in the
+    state between searches).
+
+    The trials follow the 2006 paper's line search: the bracket routine B1–B3 (expansion
+    c_{j+1} = rho c_j until phi'(c_j) >= 0, or phi(c_j) > phi(0) + epsilon_k, which starts the
+    bisection of U3), then repeated secant^2 steps (S1–S4, each trial placed by the update
+    rules U0–U3, U3 being the bisection loop d = (1 - theta) a + theta b), with a bisection
+    of [a, b] (L2) whenever one secant^2 step shrinks the bracket by less than the factor gamma.
+    The secant is secant(a, b) = (a phi'(b) - b phi'(a)) / (phi'(b) - phi'(a)). One deviation:
+    when the bracket routine meets phi(c_j) > phi(0) + epsilon_k, the bisection starts from the
+    last expansion point c_{j-1} instead of 0 (every c_i before c_j satisfies the conditions
+    of a lower end, as B1 assumes).
+
+    The first trial (the paper's I0–I2): the solver's `guess` on the first search (the
+    paper's I0 needs x_0, which a line search does not see) and whenever the direction is
+    `scaled` (quasi-Newton: the unit step is natural). Otherwise QuadStep (I1): phi is
+    evaluated at psi1 alpha_{k-1}; if phi(psi1 alpha_{k-1}) <= phi(0) and the quadratic through
+    phi(0), phi'(0) and that value is strictly convex, its minimiser is the first trial; else
+    (I2) psi2 alpha_{k-1}. The QuadStep evaluation is one trial; it is never accepted itself
+    (it may still be the fallback point below); if its value is not finite, the first trial
+    is theta psi1 alpha_{k-1}. With `quad_step=False`, I2 always.
+
+    A trial whose value or slope is not finite is never accepted: it is treated as the paper's
+    U3 case (a point above phi(0) + epsilon_k), so it becomes the upper end b and the next trial
+    bisects towards the lower end a. Trials are capped at `max_step_size` and never lie below
+    the line's resolution `min_step`.
+
+    The search fails after `max_steps` trials, when the expansion reaches `max_step_size`,
+    when the next trial would not lie strictly inside the bracket (it collapsed in floating
+    point), when the bracket is narrower than `min_step`, or when the next trial would lie
+    below `min_step`. When a search in Wolfe (T1) mode fails, CG_DESCENT switches to approximate
+    Wolfe for good and runs the search again (unless the slope was still negative at the largest
+    step); here the switch is made the same way (from the next search on), and instead of a
+    second search the trials already evaluated are checked for T2: the one with the lowest
+    value among them is the step, with `success` True. Otherwise the search returns the trial
+    with the lowest value among those with sufficient decrease phi(t) <= phi(0) + delta t phi'(0)
+    (in approximate mode: phi(t) <= phi(0) + epsilon_k) and finite slope, or no step when there
+    is none, with `success` False. A step that was not the last trial is evaluated once more.
+
+    Defaults are the papers' (2006, section 4): delta = 0.1, sigma = 0.9, epsilon = 1e-6,
+    theta = 0.5, gamma = 0.66, omega = 1e-3, Delta = 0.7, psi1 = 0.1, psi2 = 2, rho = 5.
+    Requires 0 < delta < 0.5, delta <= sigma < 1, epsilon >= 0, 0 < theta < 1, 0 < gamma < 1,
+    omega >= 0, 0 <= Delta <= 1, 0 < psi1 < 1, psi2 > 0, rho > 1, max_steps >= 1.
+    """
+
+    delta: float = eqx.field(static=True, default=0.1)
+    sigma: float = eqx.field(static=True, default=0.9)
+    epsilon: float = eqx.field(static=True, default=1e-6)
+    theta: float = eqx.field(static=True, default=0.5)
+    gamma: float = eqx.field(static=True, default=0.66)
+    omega: float = eqx.field(static=True, default=1e-3)
+    Delta: float = eqx.field(static=True, default=0.7)
+    psi1: float = eqx.field(static=True, default=0.1)
+    psi2: float = eqx.field(static=True, default=2.0)
+    rho: float = eqx.field(static=True, default=5.0)
+    quad_step: bool = eqx.field(static=True, default=True)
+    max_steps: int = eqx.field(static=True, default=50)
+    max_step_size: float = eqx.field(static=True, default=1e10)
+
+    def __check_init__(self):
+        name = "HagerZhang"
+        if not 0 < self.delta < 0.5:
+            raise ValueError(f"{name}: delta must lie in (0, 0.5), got {self.delta}.")
+        if not self.delta <= self.sigma < 1:
+            raise ValueError(
+                f"{name}: sigma must lie in [delta, 1) = [{self.delta}, 1), got {self.sigma}."
+            )
+        if not self.epsilon >= 0:
+            raise ValueError(f"{name}: epsilon must be non-negative, got {self.epsilon}.")
+        if not 0 < self.theta < 1:
+            raise ValueError(f"{name}: theta must lie in (0, 1), got {self.theta}.")
+        if not 0 < self.gamma < 1:
+            raise ValueError(f"{name}: gamma must lie in (0, 1), got {self.gamma}.")
+        if not self.omega >= 0:
+            raise ValueError(f"{name}: omega must be non-negative, got {self.omega}.")
+        if not 0 <= self.Delta <= 1:
+            raise ValueError(f"{name}: Delta must lie in [0, 1], got {self.Delta}.")
+        if not 0 < self.psi1 < 1:
+            raise ValueError(f"{name}: psi1 must lie in (0, 1), got {self.psi1}.")
+        if not self.psi2 > 0:
+            raise ValueError(f"{name}: psi2 must be positive, got {self.psi2}.")
+        if not self.rho > 1:
+            raise ValueError(f"{name}: rho must be > 1, got {self.rho}.")
+        if self.max_steps < 1:
+            raise ValueError(f"{name}: max_steps must be >= 1, got {self.max_steps}.")
+        if not self.max_step_size > 0:
+            raise ValueError(f"{name}: max_step_size must be positive, got {self.max_step_size}.")
+
+    def init(self, dtype) -> HagerZhangState:
+        zero = scalar(0, dtype)
+        return HagerZhangState(C=zero, Q=zero, approx=jnp.array(False), prev_step=zero)
+
+    def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _HagerZhangSearch:
+        dtype = phi0.dtype
+        first = state.Q <= 0
+        C = jnp.where(first, jnp.abs(phi0), state.C).astype(dtype)
+        Q = jnp.where(first, 1, state.Q).astype(dtype)
+        has_prev = state.prev_step > 0
+        scaled = jnp.array(False) if scaled is None else scaled
+        use_guess = scaled | ~has_prev
+        if self.quad_step:
+            other = jnp.maximum(self.psi1 * state.prev_step, min_step)
+            phase = jnp.where(use_guess, _BRACKET, _QUAD)
+        else:
+            other = self.psi2 * state.prev_step
+            phase = jnp.full((), _BRACKET)
+        t0 = jnp.where(use_guess, guess, other)
+        t0 = jnp.maximum(jnp.minimum(t0, self.max_step_size), min_step).astype(dtype)
+        origin = Point(scalar(0, dtype), phi0, dphi0)
+        return _HagerZhangSearch(
+            **fresh_search(t0, min_step),
+            phase=phase.astype(jnp.int32),
+            after=scalar(_TO_L1, jnp.int32),
+            phi0=phi0,
+            dphi0=dphi0,
+            bound=(phi0 + self.epsilon * C).astype(dtype),
+            approx=state.approx,
+            C=C,
+            Q=Q,
+            a=origin,
+            b=origin,
+            width=scalar(0, dtype),
+            best=origin,
+            best_approx=origin,
+            rescued=jnp.array(False),
+            switched=jnp.array(False),
+            last_phi=phi0,
+            prev_step=state.prev_step,
+        )
+
+    def update(self, search, t, phi, dphi) -> _HagerZhangSearch:
+        s = search
+        dtype = t.dtype
+        current = Point(t, phi, dphi)
+        finite = jnp.isfinite(phi) & jnp.isfinite(dphi)
+        phase = s.phase
+        in_quad, in_fallback = phase == _QUAD, phase == _FALLBACK
+
+        # Acceptance: T1 (original Wolfe) or, in approximate mode, T2 (approximate Wolfe).
+        decrease = armijo(s.phi0, s.dphi0, t, phi, self.delta)
+        curvature = dphi >= self.sigma * s.dphi0
+        original = decrease & curvature
+        approximate = (phi <= s.bound) & ((2 * self.delta - 1) * s.dphi0 >= dphi) & curvature
+        accept = finite & (original | (s.approx & approximate)) & ~in_quad & ~in_fallback
+
+        # The update rules classify the trial: U1 / B1 (a new upper end), U2 (a new lower
+        # end), U3 / B2 (above phi(0) + epsilon_k with negative slope) or not finite.
+        up = finite & (dphi >= 0)
+        low = finite & (dphi < 0) & (phi <= s.bound)
+        high = ~up & ~low
+        a = select(low & ~in_quad, current, s.a)
+        b = select(~low & ~in_quad, current, s.b)
+
+        # Rule I1/I2 after the QuadStep evaluation.
+        quad = quadratic_minimiser(scalar(0, dtype), s.phi0, s.dphi0, t, phi)
+        use_quad = finite & (phi <= s.phi0) & jnp.isfinite(quad) & (quad > 0)
+        from_quad = jnp.where(use_quad, quad, self.psi2 * s.prev_step)
+        from_quad = jnp.where(jnp.isfinite(phi), from_quad, self.theta * t)
+        from_quad = jnp.maximum(jnp.minimum(from_quad, self.max_step_size), s.min_step)
+
+        # Next step of the line search, by phase.
+        in_bracket = phase == _BRACKET
+        expand = in_bracket & low
+        bisect = ~in_quad & (high | ((phase == _BISECT) & low))
+        second = (phase == _SECANT) & ~high
+        c_bar = jnp.where(
+            up,
+            secant_minimiser(s.b.t, s.b.dphi, t, dphi),
+            secant_minimiser(s.a.t, s.a.dphi, t, dphi),
+        )
+        second = second & _inside(c_bar, a.t, b.t)
+        after = jnp.where(
+            phase == _BISECT,
+            s.after,
+            jnp.where((phase == _SECANT) | (phase == _SECANT_BAR), _TO_L2, _TO_L1),
+        )
+        # Otherwise: to L1 (a new secant^2 step) or L2 (bisect if it shrank too little).
+        to_l2 = after == _TO_L2
+        width = b.t - a.t
+        shrank = width <= self.gamma * s.width
+        to_secant = ~to_l2 | shrank
+        secant = secant_minimiser(a.t, a.dphi, b.t, b.dphi)
+        secant_ok = _inside(secant, a.t, b.t)
+        middle = a.t + (b.t - a.t) / 2
+        d = (1 - self.theta) * a.t + self.theta * b.t
+        grown = jnp.minimum(self.rho * t, self.max_step_size)
+
+        use_secant = to_secant & secant_ok
+        next_trial = jnp.select(
+            [in_quad, expand, bisect, second, use_secant],
+            [from_quad, grown, d, c_bar, secant],
+            middle,
+        ).astype(dtype)
+        next_phase = jnp.select(
+            [in_quad, expand, bisect, second, use_secant],
+            [_BRACKET, _BRACKET, _BISECT, _SECANT_BAR, _SECANT],
+            _MIDPOINT,
+        ).astype(jnp.int32)
+        # b_j - a_j: set at the start of each secant^2 step (L1).
+        new_width = jnp.where(
+            ~in_quad & ~expand & ~bisect & ~second & to_secant, width, s.width
+        ).astype(dtype)
+
+        num_trials = s.num_trials + 1
+        bracketed = ~in_quad & ~expand
+        below = next_trial < s.min_step
+        collapsed = bracketed & (~_inside(next_trial, a.t, b.t) | (width < s.min_step))
+        exhausted = (
+            (num_trials >= self.max_steps)
+            | (expand & (t >= self.max_step_size))
+            | collapsed
+            | below
+        )
+        fail = ~accept & ~in_fallback & exhausted
+        at_max = expand & (t >= self.max_step_size)
+
+        # Fallback: the lowest trial with (approximate) sufficient decrease and a finite slope.
+        acceptable = jnp.where(s.approx, phi <= s.bound, decrease)
+        candidate = finite & (t > 0) & acceptable & ~in_fallback
+        better = candidate & ((s.best.t == 0) | (phi < s.best.phi))
+        best = select(better, current, s.best)
+        # CG_DESCENT reruns a failed Wolfe (T1) search with approximate Wolfe (T2) and keeps
+        # approximate Wolfe from then on (unless the slope stayed negative up to the largest
+        # step); here the trials seen so far are checked for T2 instead of searching again.
+        better = finite & (t > 0) & approximate & ~in_fallback
+        better = better & ((s.best_approx.t == 0) | (phi < s.best_approx.phi))
+        best_approx = select(better, current, s.best_approx)
+        switched = s.switched | (fail & ~s.approx & ~at_max)
+        rescue = fail & ~s.approx & ~at_max & (best_approx.t > 0)
+        best = select(rescue, best_approx, best)
+        has_best = best.t > 0
+        best_is_current = best.t == t
+        needs_eval = fail & has_best & ~best_is_current
+
+        done = in_fallback | accept | (fail & ~needs_eval)
+        taken = jnp.where(in_fallback, finite, accept | (fail & has_best & best_is_current))
+        success = jnp.where(in_fallback, s.rescued & finite, accept | (rescue & best_is_current))
+        trial = jnp.where(in_fallback, t, jnp.where(needs_eval, best.t, next_trial))
+        return _HagerZhangSearch(
+            trial=trial.astype(dtype),
+            done=done,
+            step=jnp.where(taken, t, 0).astype(dtype),
+            success=success,
+            num_trials=num_trials,
+            min_step=s.min_step,
+            phase=jnp.where(in_fallback | needs_eval, _FALLBACK, next_phase).astype(jnp.int32),
+            after=after.astype(jnp.int32),
+            phi0=s.phi0,
+            dphi0=s.dphi0,
+            bound=s.bound,
+            approx=s.approx,
+            C=s.C,
+            Q=s.Q,
+            a=a,
+            b=b,
+            width=new_width,
+            best=best,
+            best_approx=best_approx,
+            rescued=jnp.where(in_fallback, s.rescued, rescue),
+            switched=switched,
+            last_phi=phi,
+            prev_step=s.prev_step,
+        )
+
+    def finish(self, state, search) -> HagerZhangState:
+        s = search
+        dtype = state.C.dtype
+        moved = s.step > 0
+        Q = (1 + self.Delta * s.Q).astype(dtype)
+        C = (s.C + (jnp.abs(s.last_phi) - s.C) / Q).astype(dtype)
+        switch = jnp.abs(s.last_phi - s.phi0) <= self.omega * s.C
+        return HagerZhangState(
+            C=jnp.where(moved, C, s.C).astype(dtype),
+            Q=jnp.where(moved, Q, s.Q).astype(dtype),
+            approx=state.approx | s.switched | (moved & switch),
+            prev_step=jnp.where(moved, s.step, state.prev_step).astype(dtype),
+        )
