@@ -1,0 +1,52 @@
+"""Evaluation counts against scipy's minimisers, computed live (issue 3, item 3): BFGS against
+`method="BFGS"`, PR+ nonlinear CG against `method="CG"` (NewtonCG is in test_newton_cg.py).
+Both sides stop at gtol = 1e-6 on the infinity norm of the gradient."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+
+import jaxsearch as js
+
+from .problems import logistic, logistic_data, rosenbrock
+
+SOLVERS = {
+    "BFGS": js.Solver(js.BFGS(), js.Zoom(), gtol=1e-6, ftol=0.0, max_steps=5000),
+    # CG needs a fairly exact search (N&W: c2 = 0.1); see docs/methods.md.
+    "CG": js.Solver(
+        js.NonlinearCG("polak-ribiere"), js.Zoom(c2=0.1), gtol=1e-6, ftol=0.0, max_steps=5000
+    ),
+}
+
+
+def problems():
+    x, y = logistic_data()
+    return {
+        "rosenbrock-2": (rosenbrock, np.array([-1.2, 1.0]), ()),
+        "rosenbrock-10": (rosenbrock, np.tile([-1.2, 1.0], 5), ()),
+        "logistic": (logistic, np.zeros(10), (jnp.asarray(x), jnp.asarray(y), 1e-2)),
+    }
+
+
+@pytest.mark.parametrize("problem", ["rosenbrock-2", "rosenbrock-10", "logistic"])
+@pytest.mark.parametrize("method", list(SOLVERS))
+def test_evaluations_within_1_5x_of_scipy(method, problem):
+    with jax.enable_x64(True):
+        fn, x0, args = problems()[problem]
+        value_and_grad = jax.jit(jax.value_and_grad(fn))
+
+        def scipy_fn(x):
+            value, grad = value_and_grad(jnp.asarray(x), *args)
+            return float(value), np.asarray(grad)
+
+        reference = scipy.optimize.minimize(
+            scipy_fn, x0, jac=True, method=method, options={"gtol": 1e-6, "maxiter": 10_000}
+        )
+        assert reference.success, reference.message
+        result = SOLVERS[method].run(fn, jnp.asarray(x0), *args)
+        assert result.status == js.Status.CONVERGED_GTOL, result.message
+        evaluations = int(result.num_fun_evals)
+        print(f"{method} {problem}: jaxsearch {evaluations}, scipy nfev {reference.nfev}")
+        assert evaluations <= 1.5 * reference.nfev, (evaluations, reference.nfev)
