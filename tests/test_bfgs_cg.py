@@ -407,36 +407,6 @@ def test_float32_rosenbrock_is_honest(direction, search):
     assert float(result.value) <= float(rosenbrock_f32(x0))
 
 
-def mixed_rosenbrock(p):
-    x = jnp.concatenate([p["half"].astype(jnp.float32), p["single"]])
-    return rosenbrock(x)
-
-
-@pytest.mark.parametrize("direction", [BFGS(), NonlinearCG()], ids=["bfgs", "cg"])
-def test_step_state_is_stable_and_compiles_once(direction, compiles):
-    """A jitted train step with a bfloat16/float32 pytree: the state keeps its avals (no weak
-    types) over steps, and the step compiles once."""
-    solver = js.Solver(direction, js.Zoom(), gtol=1e-12)
-    params = {
-        "half": jnp.array([-1.2], jnp.bfloat16),
-        "single": jnp.array([1.0, 0.5], jnp.float32),
-    }
-    state = solver.init(params)
-    before = avals(state)
-    assert not any(weak for _, _, weak in before[1])
-
-    @eqx.filter_jit
-    def train_step(params, state):
-        return solver.step(mixed_rosenbrock, params, state)
-
-    compiles.reset()
-    for _ in range(4):
-        params, state = train_step(params, state)
-    assert compiles.count == 1
-    assert avals(state) == before
-    assert int(state.num_steps) == 4
-
-
 # ----------------------------------------------------------------------- validation
 
 
