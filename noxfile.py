@@ -14,8 +14,8 @@ def tests(session):
 @nox.session
 def lint(session):
     session.install("ruff")
-    session.run("ruff", "check", "jaxsearch", "tests", "examples", "noxfile.py")
-    session.run("ruff", "format", "--check", "jaxsearch", "tests", "examples", "noxfile.py")
+    session.run("ruff", "check", "jaxsearch", "tests", "examples", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", "jaxsearch", "tests", "examples", "benchmarks", "noxfile.py")
 
 
 @nox.session
