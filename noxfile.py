@@ -15,7 +15,9 @@ def tests(session):
 def lint(session):
     session.install("ruff")
     session.run("ruff", "check", "jaxsearch", "tests", "examples", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "jaxsearch", "tests", "examples", "benchmarks", "noxfile.py")
+    session.run(
+        "ruff", "format", "--check", "jaxsearch", "tests", "examples", "benchmarks", "noxfile.py"
+    )
 
 
 @nox.session
