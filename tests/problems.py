@@ -1,8 +1,36 @@
-"""Test problems shared by the test files. Each objective is module level, so its identity
-(part of the compile key) is stable across tests."""
+"""Test problems and helpers shared by the test files. Each objective is module level, so
+its identity (part of the compile key) is stable across tests."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.optimize
+
+ROSENBROCK_START = (-1.2, 1.0)
+
+
+def inf_norm(tree) -> float:
+    return max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(tree))
+
+
+def avals(tree):
+    """The tree structure, and (shape, dtype, weak_type) of every leaf."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, [(x.shape, x.dtype, x.aval.weak_type) for x in leaves]
+
+
+def scipy_minimize(fn, x0, args=(), *, method, **options):
+    """`scipy.optimize.minimize` on fn(x, *args) with its jitted value and gradient (call it
+    under `jax.enable_x64(True)` for a float64 reference)."""
+    value_and_grad = jax.jit(jax.value_and_grad(fn))
+
+    def f(x):
+        value, grad = value_and_grad(jnp.asarray(x), *args)
+        return float(value), np.asarray(grad)
+
+    return scipy.optimize.minimize(
+        f, np.asarray(x0, np.float64), jac=True, method=method, options=options
+    )
 
 
 def rosenbrock(x):

@@ -6,11 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.optimize
 
 import jaxsearch as js
 
-from .problems import logistic, logistic_data, rosenbrock
+from .problems import logistic, logistic_data, rosenbrock, scipy_minimize
 
 SOLVERS = {
     "BFGS": js.Solver(js.BFGS(), js.Zoom(), gtol=1e-6, ftol=0.0, max_steps=5000),
@@ -35,15 +34,7 @@ def problems():
 def test_evaluations_within_1_5x_of_scipy(method, problem):
     with jax.enable_x64(True):
         fn, x0, args = problems()[problem]
-        value_and_grad = jax.jit(jax.value_and_grad(fn))
-
-        def scipy_fn(x):
-            value, grad = value_and_grad(jnp.asarray(x), *args)
-            return float(value), np.asarray(grad)
-
-        reference = scipy.optimize.minimize(
-            scipy_fn, x0, jac=True, method=method, options={"gtol": 1e-6, "maxiter": 10_000}
-        )
+        reference = scipy_minimize(fn, x0, args, method=method, gtol=1e-6, maxiter=10_000)
         assert reference.success, reference.message
         result = SOLVERS[method].run(fn, jnp.asarray(x0), *args)
         assert result.status == js.Status.CONVERGED_GTOL, result.message

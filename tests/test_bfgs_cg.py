@@ -7,26 +7,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.optimize
 
 import jaxsearch as js
 from jaxsearch._direction._bfgs import BFGS
 from jaxsearch._direction._nonlinear_cg import METHODS, NonlinearCG
 
-from .problems import quadratic, rosenbrock, rosenbrock_f32, spd_quadratic_data
-
-ROSENBROCK_START = (-1.2, 1.0)
-
-
-def inf_norm(tree):
-    return max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(tree))
-
-
-def avals(tree):
-    """(shape, dtype, weak_type) of every leaf, and the tree structure."""
-    leaves, treedef = jax.tree.flatten(tree)
-    return treedef, [(x.shape, x.dtype, x.aval.weak_type) for x in leaves]
-
+from .problems import (
+    ROSENBROCK_START,
+    avals,
+    inf_norm,
+    quadratic,
+    rosenbrock,
+    rosenbrock_f32,
+    scipy_minimize,
+    spd_quadratic_data,
+)
 
 # ------------------------------------------------------------------------------ BFGS
 
@@ -170,20 +165,10 @@ def test_bfgs_float64_leaf_gives_float64_matrix():
         assert float(state.eps) == float(jnp.finfo(jnp.float16).eps)
 
 
-def scipy_bfgs(fn, x0, gtol):
-    def value_and_grad(x):
-        v, g = jax.value_and_grad(fn)(jnp.asarray(x))
-        return float(v), np.asarray(g)
-
-    return scipy.optimize.minimize(
-        value_and_grad, np.asarray(x0), jac=True, method="BFGS", options={"gtol": gtol}
-    )
-
-
 def test_bfgs_zoom_evaluations_against_scipy():
     """2-D Rosenbrock in float64 to gtol 1e-6 in at most 1.2x scipy BFGS's evaluations."""
     with jax.enable_x64(True):
-        reference = scipy_bfgs(rosenbrock, ROSENBROCK_START, gtol=1e-6)
+        reference = scipy_minimize(rosenbrock, ROSENBROCK_START, method="BFGS", gtol=1e-6)
         assert reference.success
         result = js.Solver(BFGS(), js.Zoom(), gtol=1e-6, ftol=0.0).run(
             rosenbrock, jnp.array(ROSENBROCK_START)

@@ -11,13 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.optimize
 from scipy.optimize._dcsrch import DCSRCH
 
 import jaxsearch as js
 from jaxsearch._linesearch._more_thuente import MoreThuente
 
-from .problems import logistic, logistic_data, rosenbrock
+from .problems import logistic, logistic_data, rosenbrock, scipy_minimize
 from .test_linesearch import (
     DTYPES,
     FUNCTIONS_1D,
@@ -387,15 +386,7 @@ def test_lbfgs_evaluations_against_scipy_lbfgsb(name):
     fn, x0, args = SOLVER_PROBLEMS[name]
     with jax.enable_x64(True):
         jargs = tuple(jnp.asarray(a) for a in args)
-        value_and_grad = jax.jit(jax.value_and_grad(fn))
-
-        def scipy_fn(x):
-            value, grad = value_and_grad(jnp.asarray(x), *jargs)
-            return float(value), np.asarray(grad)
-
-        reference = scipy.optimize.minimize(
-            scipy_fn, x0, jac=True, method="L-BFGS-B", options={"gtol": 1e-6, "ftol": 0.0}
-        )
+        reference = scipy_minimize(fn, x0, jargs, method="L-BFGS-B", gtol=1e-6, ftol=0.0)
         assert reference.success, reference.message
         solver = js.Solver(js.LBFGS(), MoreThuente(), gtol=1e-6, ftol=0.0)
         result = solver.run(fn, jnp.asarray(x0), *jargs)

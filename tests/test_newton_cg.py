@@ -15,6 +15,9 @@ import jaxsearch as js
 from jaxsearch._direction._newton_cg import CGExit, NewtonCG
 
 from .problems import (
+    ROSENBROCK_START,
+    avals,
+    inf_norm,
     logistic,
     logistic_data,
     quadratic,
@@ -22,17 +25,6 @@ from .problems import (
     rosenbrock_f32,
     spd_quadratic_data,
 )
-
-ROSENBROCK_START = (-1.2, 1.0)
-
-
-def inf_norm(tree):
-    return max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(tree))
-
-
-def avals(tree):
-    leaves, treedef = jax.tree.flatten(tree)
-    return treedef, [(x.shape, x.dtype, x.aval.weak_type) for x in leaves]
 
 
 def hvp_of(fn, x, *args):

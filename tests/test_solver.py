@@ -5,24 +5,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.optimize
 
 import jaxsearch as js
 
 from .problems import (
+    ROSENBROCK_START,
+    inf_norm,
     logistic,
     logistic_data,
     quadratic,
     rosenbrock,
     rosenbrock_f32,
     rosenbrock_tree,
+    scipy_minimize,
     spd_quadratic_data,
 )
 
 DIRECTIONS = {"lbfgs": js.LBFGS(), "gradient": js.Gradient()}
 SEARCHES = {"zoom": js.Zoom(), "backtracking": js.Backtracking()}
 PAIRS = [(d, s) for d in DIRECTIONS for s in SEARCHES]
-ROSENBROCK_START = (-1.2, 1.0)
 
 
 def solver_for(direction, search, **kwargs):
@@ -30,10 +31,6 @@ def solver_for(direction, search, **kwargs):
     max_steps = 40_000 if direction == "gradient" else 500
     kwargs = {"gtol": 1e-6, "ftol": 0.0, "max_steps": max_steps, **kwargs}
     return js.Solver(DIRECTIONS[direction], SEARCHES[search], **kwargs)
-
-
-def inf_norm(tree):
-    return max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(tree))
 
 
 @pytest.mark.parametrize("direction,search", PAIRS)
@@ -69,17 +66,10 @@ def test_logistic_regression_float64(direction, search):
     x, y = logistic_data()
     lam = 1e-2
 
-    def value_and_grad(w):
-        v, g = jax.value_and_grad(logistic)(jnp.asarray(w), jnp.asarray(x), jnp.asarray(y), lam)
-        return float(v), np.asarray(g)
-
     with jax.enable_x64(True):
-        reference = scipy.optimize.minimize(
-            value_and_grad,
-            np.zeros(10),
-            jac=True,
-            method="L-BFGS-B",
-            options={"gtol": 1e-10, "ftol": 0.0},
+        args = (jnp.asarray(x), jnp.asarray(y), lam)
+        reference = scipy_minimize(
+            logistic, np.zeros(10), args, method="L-BFGS-B", gtol=1e-10, ftol=0.0
         )
         result = solver_for(direction, search).run(
             logistic, jnp.zeros(10), jnp.asarray(x), jnp.asarray(y), lam
@@ -89,20 +79,10 @@ def test_logistic_regression_float64(direction, search):
         np.testing.assert_allclose(result.params, reference.x, atol=2e-4)
 
 
-def scipy_lbfgsb(fn, x0, gtol):
-    def value_and_grad(x):
-        v, g = jax.value_and_grad(fn)(jnp.asarray(x))
-        return float(v), np.asarray(g)
-
-    return scipy.optimize.minimize(
-        value_and_grad, np.asarray(x0), jac=True, method="L-BFGS-B", options={"gtol": gtol}
-    )
-
-
 def test_lbfgs_zoom_evaluations_against_scipy():
     """At most 1.2x scipy L-BFGS-B's evaluations on 2-D Rosenbrock, same tolerances."""
     with jax.enable_x64(True):
-        reference = scipy_lbfgsb(rosenbrock, ROSENBROCK_START, gtol=1e-6)
+        reference = scipy_minimize(rosenbrock, ROSENBROCK_START, method="L-BFGS-B", gtol=1e-6)
         assert reference.success
         result = js.Solver(js.LBFGS(), js.Zoom(), gtol=1e-6).run(
             rosenbrock, jnp.array(ROSENBROCK_START)
