@@ -13,7 +13,7 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from . import _evaluate
 from ._direction import LBFGS, AbstractDirection
-from ._linesearch import AbstractLineSearch, AbstractSearch, Zoom, initial_step
+from ._linesearch import AbstractLineSearch, AbstractSearch, initial_step
 from ._misc import (
     at_least_float32,
     leaves,
@@ -45,6 +45,7 @@ class _Carry(eqx.Module):
 
     state: SolverState
     d: PyTree
+    dphi0: Scalar  # slope of f along d at x
     search: AbstractSearch
     at_base: Bool[Array, ""]  # the next evaluation is at x itself (no f, grad known yet)
     stop: Int[Array, ""]  # nonzero: the step ends at x with this Status, no search
@@ -89,9 +90,9 @@ class Solver(eqx.Module):
     step size from values and slopes of phi(t) = f(x + t d). Stopping criteria, as scipy's
     L-BFGS-B: `gtol` on the infinity norm of the gradient, `ftol` on the relative decrease
     (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1) (`ftol=0` switches it off), and `max_steps`.
-    A step that changes no parameter ends with `Status.STALLED`, never as converged; so does
-    a step after which f did not decrease while `ftol` is below the value dtype's resolution
-    (so the ftol test cannot be trusted), unless the gradient there meets `gtol`.
+    A step that changes no parameter ends with `Status.STALLED`, never as converged; a step
+    after which f did not change does not pass `ftol` when `ftol` is below the value dtype's
+    resolution (the run goes on: near a minimiser the line searches judge steps by slopes).
 
     All configuration is static, so two solvers with equal settings share compiled programs.
     """
@@ -114,11 +115,11 @@ class Solver(eqx.Module):
         has_aux: bool = False,
     ):
         direction = LBFGS() if direction is None else direction
-        linesearch = Zoom() if linesearch is None else linesearch
         if not isinstance(direction, AbstractDirection):
             raise TypeError(
                 f"direction must be an AbstractDirection, got {type(direction).__name__}."
             )
+        linesearch = direction.default_linesearch() if linesearch is None else linesearch
         if not isinstance(linesearch, AbstractLineSearch):
             raise TypeError(
                 f"linesearch must be an AbstractLineSearch, got {type(linesearch).__name__}."
@@ -258,6 +259,7 @@ class Solver(eqx.Module):
         carry = _Carry(
             state=state,
             d=tree_zeros_like(diff),
+            dphi0=scalar(0, dtype),
             search=placeholder,
             at_base=~state.has_eval,
             stop=stop,
@@ -306,7 +308,7 @@ class Solver(eqx.Module):
         phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
         search = self.linesearch.start(st.linesearch, phi0, dphi0, guess, min_step, scaled)
         st = _replace(st, direction=direction_state)
-        return _replace(c, state=st, d=d, search=search, done=search.done)
+        return _replace(c, state=st, d=d, dphi0=dphi0, search=search, done=search.done)
 
     def _take_base(self, prepare, c: _Carry, t, value, grad, aux) -> _Carry:
         """f and grad at x itself (first step after init): store them, then search or stop."""
@@ -342,8 +344,16 @@ class Solver(eqx.Module):
         )
         decrease = st.value.astype(dtype) - value.astype(dtype)
         scale = jnp.maximum(jnp.maximum(jnp.abs(st.value), jnp.abs(value)).astype(dtype), 1)
-        ftol_below_resolution = self.ftol < float(jnp.finfo(st.value.dtype).eps)
-        no_decrease = decrease == 0
+        # An ftol the value dtype cannot resolve: a zero decrease must not pass it (near a
+        # minimiser the searches accept steps on slopes where f no longer changes).
+        ftol_unresolved = self.ftol < float(jnp.finfo(st.value.dtype).eps)
+        # For the next initial step (N&W eq. 3.60): the decrease, but at most the first-order
+        # decrease -t phi'(0), which it cannot exceed for convex phi; half of that where f did
+        # not decrease (rounding noise near a minimiser), which makes eq. 3.60 N&W's eq. 3.59.
+        first_order = -c.search.step * c.dphi0
+        guess_decrease = jnp.where(
+            decrease > 0, jnp.minimum(decrease, first_order), first_order / 2
+        )
         # A search that gave up below the line's resolution is stalled, not failed. If x did
         # not change, grad did not either, and it was above gtol before the search.
         below_resolution = c.search.trial < c.search.min_step
@@ -354,8 +364,10 @@ class Solver(eqx.Module):
                 ~moved,
                 tree_equal(x_new, x),
                 tree_inf_norm(grad, dtype) <= self.gtol,
-                no_decrease & ftol_below_resolution,
-                (self.ftol > 0) & (decrease >= 0) & (decrease <= self.ftol * scale),
+                (self.ftol > 0)
+                & (decrease >= 0)
+                & (decrease <= self.ftol * scale)
+                & ~((decrease == 0) & ftol_unresolved),
             ],
             [
                 c.stop,
@@ -363,7 +375,6 @@ class Solver(eqx.Module):
                 Status.LINESEARCH_FAILED,
                 Status.STALLED,
                 Status.CONVERGED_GTOL,
-                Status.STALLED,
                 Status.CONVERGED_FTOL,
             ],
             Status.RUNNING,
@@ -380,7 +391,7 @@ class Solver(eqx.Module):
                 lambda ls: ls,
                 st.linesearch,
             ),
-            prev_decrease=jnp.where(moved, decrease, st.prev_decrease),
+            prev_decrease=jnp.where(moved, guess_decrease, st.prev_decrease),
             num_steps=st.num_steps + searched.astype(jnp.int32),
             num_fun_evals=st.num_fun_evals,
             status=status,

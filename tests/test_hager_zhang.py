@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
+from jaxsearch._linesearch._conditions import value_tolerance
 from jaxsearch._linesearch._hager_zhang import HagerZhang
 
 from .problems import quadratic, rosenbrock, spd_quadratic_data
@@ -50,6 +51,12 @@ CONFIGS = {"wolfe": HZ, "approximate": HZ_APPROX, "demanding": HZ_DEMANDING}
 # Independent checks in float64.
 
 
+def _epsilon(ls: HagerZhang, run: Run) -> float:
+    """The search's epsilon in the run's dtype (told apart by its machine epsilon)."""
+    dtype = np.float64 if run.eps < 1e-10 else np.float32
+    return value_tolerance(ls.epsilon, dtype)
+
+
 def conditions(run: Run, i: int, true_phi, ls: HagerZhang):
     """(T1, T2, sufficient decrease, approximate value bound) at trial i, in float64.
 
@@ -67,7 +74,7 @@ def conditions(run: Run, i: int, true_phi, ls: HagerZhang):
     et, edt = abs(run.values[i] - pt), abs(run.slopes[i] - gt)
     ulps = 4 * run.eps
     d, s = ls.delta, ls.sigma
-    eps_k = ls.epsilon * abs(run.phi0)
+    eps_k = _epsilon(ls, run) * abs(run.phi0)
     tol_f = e0 + et + d * t * ed0 + ulps * (abs(p0) + abs(pt) + d * t * abs(g0))
     decrease = pt - p0 <= d * t * g0 + tol_f
     curvature = gt >= s * g0 - (edt + s * ed0 + ulps * (abs(gt) + s * abs(g0)))
@@ -89,7 +96,7 @@ def _clearly(run: Run, i: int, true_phi, ls: HagerZhang, approx: bool) -> bool:
     allowance = abs(run.phi0 - p0) + abs(run.values[i] - pt) + ls.delta * t * abs(run.dphi0 - g0)
     allowance += 4 * run.eps * (abs(p0) + abs(pt) + ls.delta * t * abs(g0))
     if approx:
-        return bool(pt < p0 + ls.epsilon * abs(run.phi0) - allowance)
+        return bool(pt < p0 + _epsilon(ls, run) * abs(run.phi0) - allowance)
     return bool(pt < p0 + ls.delta * t * g0 - allowance)
 
 
@@ -360,8 +367,9 @@ def test_solver_rosenbrock(direction):
 def test_solver_ill_conditioned_quadratic_reaches_gtol(direction):
     """n = 100, condition number 1e4, float64, gtol 1e-6, ftol = 0. Near the solution the
     changes of f fall below float64's resolution, so sufficient decrease can no longer be
-    told apart from rounding (Zoom stops there, LINESEARCH_FAILED or STALLED around
-    |g| ~ 1e-5); the approximate Wolfe conditions use the slope instead and reach gtol."""
+    told apart from rounding (the textbook Zoom, epsilon = 0, stops there, LINESEARCH_FAILED
+    or STALLED around |g| ~ 1e-5); the approximate Wolfe conditions use the slope instead
+    and reach gtol."""
     with jax.enable_x64(True):
         a, b, solution = spd_quadratic_data(n=100, cond=1e4)
         d = js.NonlinearCG() if direction == "cg" else js.LBFGS()
@@ -374,5 +382,6 @@ def test_solver_ill_conditioned_quadratic_reaches_gtol(direction):
             f"{int(result.num_fun_evals)} evaluations"
         )
         if direction == "lbfgs":  # the contrast, on the cheaper of the two pairs
-            zoom = _solve(d, js.Zoom(), quadratic, jnp.zeros(100), *args, max_steps=3000)
+            textbook = js.Zoom(epsilon=0.0)
+            zoom = _solve(d, textbook, quadratic, jnp.zeros(100), *args, max_steps=3000)
             assert zoom.status in (js.Status.LINESEARCH_FAILED, js.Status.STALLED), zoom.status

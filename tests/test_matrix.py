@@ -7,7 +7,7 @@ import pytest
 
 import jaxsearch as js
 
-from .problems import logistic, logistic_data, rosenbrock
+from .problems import logistic, logistic_data, quadratic, rosenbrock, spd_quadratic_data
 
 DIRECTIONS = {
     "gradient": js.Gradient(),
@@ -27,8 +27,14 @@ CELLS = [(d, s) for d in DIRECTIONS for s in SEARCHES]
 
 def problems(dtype):
     x, y = logistic_data()
+    a, b, _ = spd_quadratic_data(n=100, cond=1e4)
     return {
         "rosenbrock": (rosenbrock, jnp.array([-1.2, 1.0], dtype), ()),
+        "quadratic": (
+            quadratic,
+            jnp.zeros(100, dtype),
+            (jnp.asarray(a, dtype), jnp.asarray(b, dtype)),
+        ),
         "logistic": (
             logistic,
             jnp.zeros(10, dtype),
@@ -40,7 +46,7 @@ def problems(dtype):
 @pytest.mark.parametrize("direction,search", CELLS)
 def test_float64_reaches_gtol(direction, search):
     solver = js.Solver(
-        DIRECTIONS[direction], SEARCHES[search], gtol=1e-6, ftol=0.0, max_steps=50_000
+        DIRECTIONS[direction], SEARCHES[search], gtol=1e-6, ftol=0.0, max_steps=100_000
     )
     with jax.enable_x64(True):
         for name, (fn, x0, args) in problems(jnp.float64).items():

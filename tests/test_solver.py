@@ -232,16 +232,23 @@ def test_stalled_is_not_converged():
     assert js.Status(int(result.status)) in {js.Status.STALLED, js.Status.LINESEARCH_FAILED}
 
 
-def test_zero_decrease_below_value_resolution_is_stalled():
-    """f rounds to the same bfloat16 value: with ftol below bfloat16's resolution this is a
-    stall, not convergence by ftol."""
+def test_zero_decrease_below_value_resolution_is_not_ftol_convergence():
+    """f rounds to the same bfloat16 value at every step. With ftol below bfloat16's
+    resolution a zero decrease does not pass ftol: the searches judge the steps by their
+    slopes and the run reaches the minimiser. An ftol that bfloat16 resolves stops at once."""
 
     def fn(x):
         return jnp.sum(1000.0 + (x - 0.3) ** 2).astype(jnp.bfloat16)
 
+    x0 = jnp.array([0.31, -0.2])
     solver = js.Solver(js.Gradient(), js.Backtracking(), gtol=0.0, max_steps=50)
-    result = solver.run(fn, jnp.array([0.31, -0.2]))
-    assert result.status == js.Status.STALLED, result.message
+    result = solver.run(fn, x0)
+    assert float(result.value) == float(fn(x0))
+    assert result.status == js.Status.CONVERGED_GTOL, result.message
+    np.testing.assert_allclose(np.asarray(result.params), 0.3, rtol=1e-6)
+    coarse = js.Solver(js.Gradient(), js.Backtracking(), gtol=0.0, ftol=1e-2, max_steps=50)
+    result = coarse.run(fn, x0)
+    assert result.status == js.Status.CONVERGED_FTOL and int(result.num_steps) == 1
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,8 @@ from collections.abc import Callable
 import equinox as eqx
 from jaxtyping import Array, Bool, PyTree
 
+from .._linesearch import AbstractLineSearch, Zoom
+
 
 class AbstractDirection(eqx.Module):
     """A rule for the search direction d at the current point.
@@ -38,3 +40,9 @@ class AbstractDirection(eqx.Module):
     @abc.abstractmethod
     def reset(self, state: PyTree) -> PyTree:
         """Forget accumulated information (used when d fails to be a descent direction)."""
+
+    def default_linesearch(self) -> AbstractLineSearch:
+        """The line search `Solver` pairs with this direction when given none: `Zoom()`,
+        strong Wolfe with c2 = 0.9, whose curvature condition keeps s'y > 0 for the
+        quasi-Newton updates and accepts their unit step whenever it is good enough."""
+        return Zoom()

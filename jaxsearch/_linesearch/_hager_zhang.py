@@ -5,8 +5,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
 from .._misc import scalar, select
-from ._backtracking import armijo
 from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
+from ._conditions import armijo, value_tolerance
 from ._interpolate import quadratic_minimiser, secant_minimiser
 
 # Phases: what the trial being evaluated is.
@@ -110,14 +110,16 @@ class HagerZhang(AbstractLineSearch):
     is none, with `success` False. A step that was not the last trial is evaluated once more.
 
     Defaults are the papers' (2006, section 4): delta = 0.1, sigma = 0.9, epsilon = 1e-6,
-    theta = 0.5, gamma = 0.66, omega = 1e-3, Delta = 0.7, psi1 = 0.1, psi2 = 2, rho = 5.
+    theta = 0.5, gamma = 0.66, omega = 1e-3, Delta = 0.7, psi1 = 0.1, psi2 = 2, rho = 5;
+    `epsilon = None` (the default) is the paper's 1e-6 in float64 and 3.5e-4 in float32, whose
+    rounding errors 1e-6 would not cover (`value_tolerance`).
     Requires 0 < delta < 0.5, delta <= sigma < 1, epsilon >= 0, 0 < theta < 1, 0 < gamma < 1,
     omega >= 0, 0 <= Delta <= 1, 0 < psi1 < 1, psi2 > 0, rho > 1, max_steps >= 1.
     """
 
     delta: float = eqx.field(static=True, default=0.1)
     sigma: float = eqx.field(static=True, default=0.9)
-    epsilon: float = eqx.field(static=True, default=1e-6)
+    epsilon: float | None = eqx.field(static=True, default=None)
     theta: float = eqx.field(static=True, default=0.5)
     gamma: float = eqx.field(static=True, default=0.66)
     omega: float = eqx.field(static=True, default=1e-3)
@@ -137,8 +139,8 @@ class HagerZhang(AbstractLineSearch):
             raise ValueError(
                 f"{name}: sigma must lie in [delta, 1) = [{self.delta}, 1), got {self.sigma}."
             )
-        if not self.epsilon >= 0:
-            raise ValueError(f"{name}: epsilon must be non-negative, got {self.epsilon}.")
+        if self.epsilon is not None and not self.epsilon >= 0:
+            raise ValueError(f"{name}: epsilon must be None or >= 0, got {self.epsilon}.")
         if not 0 < self.theta < 1:
             raise ValueError(f"{name}: theta must lie in (0, 1), got {self.theta}.")
         if not 0 < self.gamma < 1:
@@ -185,7 +187,7 @@ class HagerZhang(AbstractLineSearch):
             after=scalar(_TO_L1, jnp.int32),
             phi0=phi0,
             dphi0=dphi0,
-            bound=(phi0 + self.epsilon * C).astype(dtype),
+            bound=(phi0 + value_tolerance(self.epsilon, dtype) * C).astype(dtype),
             approx=state.approx,
             C=C,
             Q=Q,

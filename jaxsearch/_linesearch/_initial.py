@@ -16,7 +16,9 @@ def initial_step(
     - A well-scaled direction (quasi-Newton with curvature information): t = 1
       (Nocedal & Wright, *Numerical Optimization*, 2nd ed., section 3.5).
     - Otherwise, after a previous step: t = 2 (f_{k-1} - f_k) / -phi'(0), N&W eq. (3.60),
-      which assumes the first-order change of f equals that of the previous step.
+      which assumes the first-order change of f equals that of the previous step. The solver
+      passes min(f_{k-1} - f_k, -t_{k-1} phi_{k-1}'(0)) as the decrease, or half the latter
+      where f did not decrease (rounding noise), which turns the guess into N&W eq. (3.59).
     - Otherwise (first step, or an unusable previous decrease): t = 1 / |d|_2, a unit-length
       first step, as L-BFGS-B does.
 

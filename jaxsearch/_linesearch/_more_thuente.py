@@ -5,8 +5,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
 from .._misc import scalar, select
-from ._backtracking import armijo
 from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
+from ._conditions import sufficient_decrease
 from ._interpolate import quadratic_minimiser, scaled_cubic, secant_minimiser
 
 _SEARCH, _FALLBACK = 0, 1
@@ -129,6 +129,12 @@ class MoreThuente(AbstractLineSearch):
     Requires 0 < ftol <= gtol < 1. The paper runs its tests with ftol = gtol; with
     ftol <= gtol a minimiser of psi where psi < 0 satisfies both conditions, so an acceptable
     step exists whenever phi is bounded below. `xtol >= 0`, `max_steps >= 1`.
+
+    An addition to `dcsrch`: where phi(t) - phi(0) and t phi'(0) are within
+    `epsilon |phi(0)|` (`epsilon = None`: 1e-6 in float64, 3.5e-4 in float32), the change is
+    lost in the rounding error of f (`lost_in_rounding`, Hager & Zhang 2005, section 4):
+    sufficient decrease is then tested on the slope, phi'(t) <= (2 ftol - 1) phi'(0), and the
+    value is replaced by phi(0) + t (phi'(0) + phi'(t)) / 2. `epsilon = 0` gives `dcsrch`.
     """
 
     ftol: float = eqx.field(static=True, default=1e-3)
@@ -136,6 +142,7 @@ class MoreThuente(AbstractLineSearch):
     xtol: float = eqx.field(static=True, default=0.1)
     max_steps: int = eqx.field(static=True, default=20)
     max_step_size: float = eqx.field(static=True, default=1e10)
+    epsilon: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         if not 0 < self.ftol < 1:
@@ -148,6 +155,8 @@ class MoreThuente(AbstractLineSearch):
             raise ValueError(f"MoreThuente: xtol must be non-negative, got {self.xtol}.")
         if self.max_steps < 1:
             raise ValueError(f"MoreThuente: max_steps must be >= 1, got {self.max_steps}.")
+        if self.epsilon is not None and not self.epsilon >= 0:
+            raise ValueError(f"MoreThuente: epsilon must be None or >= 0, got {self.epsilon}.")
         if not self.max_step_size > 0:
             raise ValueError(
                 f"MoreThuente: max_step_size must be positive, got {self.max_step_size}."
@@ -181,10 +190,13 @@ class MoreThuente(AbstractLineSearch):
     def update(self, search, t, phi, dphi) -> _MoreThuenteSearch:
         dtype = t.dtype
         s = search
-        current = Point(t, phi, dphi)
         finite = jnp.isfinite(phi) & jnp.isfinite(dphi)
         slope_test = self.ftol * s.dphi0  # psi'(t) = phi'(t) - slope_test
-        decrease = armijo(s.phi0, s.dphi0, t, phi, self.ftol) & finite
+        decrease, lost = sufficient_decrease(s.phi0, s.dphi0, t, phi, dphi, self.ftol, self.epsilon)
+        # A value lost in rounding is replaced by the one the slopes give (exact for a
+        # quadratic), so that dcstep's interpolation agrees with them.
+        phi = jnp.where(lost, s.phi0 + t * (s.dphi0 + dphi) / 2, phi).astype(dtype)
+        current = Point(t, phi, dphi)
         converged = decrease & (jnp.abs(dphi) <= self.gtol * -s.dphi0)
         use_phi = s.use_phi | (decrease & (dphi >= 0))
 

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Int, Scalar
 
 from .._misc import scalar, select
-from ._backtracking import armijo
 from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
+from ._conditions import sufficient_decrease
 from ._interpolate import expansion_trial, zoom_trial
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
@@ -37,6 +37,12 @@ class Zoom(AbstractLineSearch):
     it), or when expansion reaches `max_step_size`. It then returns the trial with the
     lowest value that satisfies sufficient decrease (re-evaluating it once if it was not the
     last trial), or no step when there is none; `success` is False in both cases.
+
+    Where phi(t) - phi(0) and t phi'(0) are within `epsilon |phi(0)|` (`epsilon = None`:
+    1e-6 in float64, 3.5e-4 in float32), the change is lost in the rounding error of f
+    (`lost_in_rounding`, Hager & Zhang 2005, section 4): sufficient decrease is then tested
+    on the slope, phi'(t) <= (2 c1 - 1) phi'(0), and the value is not compared with other
+    trials'. `epsilon = 0` gives the textbook search.
     """
 
     c1: float = eqx.field(static=True, default=1e-4)
@@ -45,6 +51,7 @@ class Zoom(AbstractLineSearch):
     safeguard: float = eqx.field(static=True, default=0.1)
     xtol: float = eqx.field(static=True, default=1e-7)
     max_step_size: float = eqx.field(static=True, default=1e10)
+    epsilon: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         if not 0 < self.c1 < 1:
@@ -59,6 +66,8 @@ class Zoom(AbstractLineSearch):
             raise ValueError(f"Zoom: xtol must be non-negative, got {self.xtol}.")
         if not self.max_step_size > 0:
             raise ValueError("Zoom: max_step_size must be positive.")
+        if self.epsilon is not None and not self.epsilon >= 0:
+            raise ValueError(f"Zoom: epsilon must be None or >= 0, got {self.epsilon}.")
 
     def init(self, dtype) -> None:
         return None
@@ -79,15 +88,17 @@ class Zoom(AbstractLineSearch):
     def update(self, search, t, phi, dphi) -> _ZoomSearch:
         dtype = t.dtype
         current = Point(t, phi, dphi)
-        decrease = armijo(search.phi0, search.dphi0, t, phi, self.c1) & jnp.isfinite(dphi)
+        decrease, lost = sufficient_decrease(
+            search.phi0, search.dphi0, t, phi, dphi, self.c1, self.epsilon
+        )
         curvature = jnp.abs(dphi) <= -self.c2 * search.dphi0
         bracketing = search.phase == _BRACKET
         first = search.num_trials == 0
 
         # Algorithm 3.5 (bracketing) and 3.6 (zoom): is `current` the new upper end?
-        above = ~decrease | jnp.where(
-            bracketing, ~first & (phi >= search.prev.phi), phi >= search.lo.phi
-        )
+        # A value lost in rounding is not compared with others: the slopes steer.
+        higher = jnp.where(bracketing, ~first & (phi >= search.prev.phi), phi >= search.lo.phi)
+        above = ~decrease | (~lost & higher)
         accept = ~above & curvature
         # Otherwise `current` has sufficient decrease and the wrong slope.
         rising = ~above & ~accept & (dphi >= 0)  # bracketing: minimum lies behind us
