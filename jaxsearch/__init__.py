@@ -18,6 +18,7 @@ from ._linesearch import (
     Zoom as Zoom,
 )
 from ._result import Result as Result
+from ._retrace import RetraceWarning as RetraceWarning
 from ._solver import Solver as Solver
 from ._state import SolverState as SolverState
 from ._status import Status as Status

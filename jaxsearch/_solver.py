@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
-from . import _evaluate
+from . import _evaluate, _retrace
 from ._direction import LBFGS, AbstractDirection
 from ._linesearch import AbstractLineSearch, AbstractSearch, initial_step
 from ._misc import (
@@ -194,6 +194,7 @@ class Solver(eqx.Module):
         fn only at trial points; pass the params that `step` returned (with the same args).
         `state.status` tells how this step ended (`Status.RUNNING` if no criterion was met).
         """
+        _retrace.note_trace("step", self, fn, (params, args))
         diff, static = _partition(params)
         diff, state = self._step(fn, args, static, diff, state)
         return eqx.combine(diff, static), state
@@ -203,7 +204,8 @@ class Solver(eqx.Module):
 
         New `x0` or `args` values of the same shapes and dtypes reuse the compiled program;
         the identity of `fn` is part of the compile key, so pass data through `args` rather
-        than through a new closure per call. `value_dtype` as in `init`.
+        than through a new closure per call (after two such recompiles for the same shapes,
+        `js.RetraceWarning` says so, once). `value_dtype` as in `init`.
         """
         if value_dtype is not None:  # any spelling of a dtype shares one compiled program
             value_dtype = _floating_dtype(value_dtype, "value_dtype")
@@ -211,6 +213,7 @@ class Solver(eqx.Module):
 
     @eqx.filter_jit
     def _run(self, fn, x0, args, value_dtype) -> Result:
+        _retrace.note_trace("run", self, fn, (x0, args))
         # Trace fn once: its jaxpr serves both the dtype inference and every evaluation.
         fn = _evaluate.TracedOnce(fn, x0, *args)
         state = self.init(x0, value_dtype, fn=fn, args=args)

@@ -1,0 +1,70 @@
+"""The retrace warning: a solver that compiles again and again for the same shapes because fn
+is a new function object each call says so, once, and says how to fix it."""
+
+import functools
+import warnings
+
+import jax.numpy as jnp
+import pytest
+
+import jaxsearch as js
+
+
+def _square(x, scale):
+    return scale * jnp.sum(x**2)
+
+
+def _run_times(solver, make_fn, times, shape=(3,)):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(times):
+            solver.run(make_fn(), jnp.full(shape, 1.0 + i))
+    return [w for w in caught if issubclass(w.category, js.RetraceWarning)]
+
+
+def test_new_lambda_per_call_warns_once():
+    solver = js.Solver(max_steps=3, gtol=1e-3)  # its own settings: a compile key of its own
+    caught = _run_times(solver, lambda: lambda x: jnp.sum(x**2), 5)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "new function object" in message and "args" in message and "run" in message
+
+
+def test_new_partial_per_call_warns():
+    solver = js.Solver(max_steps=4, gtol=1e-3)
+    caught = _run_times(solver, lambda: functools.partial(_square, scale=2.0), 3)
+    assert len(caught) == 1
+
+
+def test_same_function_never_warns():
+    solver = js.Solver(max_steps=5, gtol=1e-3)
+    assert _run_times(solver, lambda: _square_one, 5) == []
+
+
+def _square_one(x):
+    return jnp.sum(x**2)
+
+
+def test_new_shapes_are_not_a_retrace_to_warn_about():
+    solver = js.Solver(max_steps=6, gtol=1e-3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (2, 3, 4, 5):
+            solver.run(lambda x: jnp.sum(x**2), jnp.ones(n))
+    assert not [w for w in caught if issubclass(w.category, js.RetraceWarning)]
+
+
+def test_two_closures_are_not_yet_a_pattern():
+    """Two different closures for the same shapes (e.g. two problems) compile twice: no
+    warning until the third."""
+    solver = js.Solver(max_steps=7, gtol=1e-3)
+    assert _run_times(solver, lambda: lambda x: jnp.sum(x**2), 2) == []
+
+
+def test_step_warns_too():
+    solver = js.Solver(max_steps=8, gtol=1e-3)
+    x = jnp.ones(3)
+    state = solver.init(x)
+    with pytest.warns(js.RetraceWarning, match="Solver.step"):
+        for _ in range(3):
+            solver.step(lambda p: jnp.sum(p**2), x, state)
