@@ -238,6 +238,23 @@ class Solver(eqx.Module):
             num_fun_evals=state.num_fun_evals,
         )
 
+    def as_optax(self):
+        """This solver as an `optax.GradientTransformationExtraArgs` that honours optax's
+        line-search contract, `update(grad, state, params, *, value, grad, value_fn,
+        **extra_args)`, so it drops into optax's documented L-BFGS loop in place of
+        `optax.lbfgs()`, with `optax.value_and_grad_from_state`.
+
+        Each `update` is one `step`: a direction from `grad`, a line search on
+        `value_fn(params, **extra_args)`, and `updates` = new params - params (None for
+        non-floating leaves; use `eqx.apply_updates` for Equinox models). The state keeps f
+        and its gradient at the new params as `value` and `grad`, which
+        `value_and_grad_from_state` returns instead of evaluating again. Like `step`, it
+        compiles once, eagerly too.
+        """
+        from ._optax import as_optax
+
+        return as_optax(self)
+
     # ---------------------------------------------------------------------------- private
 
     def _check(self, value, grad, dtype) -> Int[Array, ""]:

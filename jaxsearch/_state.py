@@ -15,9 +15,7 @@ class SolverState(eqx.Module):
     has_eval: Bool[Array, ""]
     direction: PyTree
     linesearch: PyTree
-    prev_decrease: (
-        Scalar  # f_{k-1} - f_k of the last step, for the next guess (NaN before the first)
-    )
+    prev_decrease: Scalar  # f_{k-1} - f_k of the last step, for the next guess; NaN at first
     num_steps: Int[Array, ""]
     num_fun_evals: Int[Array, ""]
     status: Int[Array, ""]  # a Status code describing the last step
