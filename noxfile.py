@@ -1,4 +1,4 @@
-"""Sessions: `nox -s tests`, `nox -s lint`, `nox -s examples`."""
+"""Sessions: `nox -s tests`, `nox -s lint`, `nox -s examples`, `nox -s bench`."""
 
 import nox
 
@@ -25,3 +25,10 @@ def examples(session):
     session.install("-e", ".")
     for script in ("quickstart.py", "training_loop.py", "mixed_precision.py"):
         session.run("python", f"examples/{script}")
+
+
+@nox.session
+def bench(session):
+    """Benchmarks against scipy, optax, jaxopt, optimistix; e.g. `nox -s bench -- --quick`."""
+    session.install(".[bench]")
+    session.run("python", "benchmarks/run.py", *session.posargs)
