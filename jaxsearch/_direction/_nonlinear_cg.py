@@ -53,7 +53,7 @@ class NonlinearCG(AbstractDirection):
     With no line search given, `Solver` pairs it with `MoreThuente(gtol=0.1)`: a search close
     to a line minimisation, which the conjugacy of the directions assumes (N&W section 5.2
     recommend c2 = 0.1). On each problem of tests/test_against_scipy.py it spends fewer
-    evaluations than with `Zoom()`'s c2 = 0.9 (up to 9x fewer on 10-dim Rosenbrock).
+    evaluations than with `Zoom()`'s c2 = 0.9.
 
     `scaled` is always False: the length of d carries no curvature information, so the solver
     starts each line search from its scaled guess (N&W eq. 3.60). The state keeps g_{k-1} and
