@@ -1,6 +1,7 @@
 """Directions: L-BFGS's two-loop recursion against the explicit inverse-Hessian recursion,
 its circular buffer, curvature guard and memory dtypes; steepest descent."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -147,15 +148,17 @@ def test_initial_step_rules():
 def test_backtracking_growth_starts_from_previous_step():
     search = js.Backtracking(growth=2.0, max_step_size=3.0)
     zero, guess, min_step = f32(0.0), f32(0.7), f32(0.0)
-    first = search.start(search.init(jnp.float32), zero, f32(-1.0), guess, min_step)
+    state = search.init(jnp.float32)
+    first = search.start(state, zero, f32(-1.0), guess, min_step)
     assert float(first.trial) == pytest.approx(0.7)  # no previous step yet: the shared guess
-    grown = search.start(f32(0.5), zero, f32(-1.0), guess, min_step)
+    after = lambda step: eqx.tree_at(lambda s: s.prev_step, state, f32(step))
+    grown = search.start(after(0.5), zero, f32(-1.0), guess, min_step)
     assert float(grown.trial) == pytest.approx(1.0)
-    capped = search.start(f32(2.5), zero, f32(-1.0), guess, min_step)
+    capped = search.start(after(2.5), zero, f32(-1.0), guess, min_step)
     assert float(capped.trial) == pytest.approx(3.0)
     # finish() records the accepted step for the next search.
     accepted = search.update(grown, grown.trial, f32(-0.5), f32(0.0))
-    assert float(search.finish(f32(0.5), accepted)) == pytest.approx(1.0)
+    assert float(search.finish(after(0.5), accepted).prev_step) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("dtype,memory_dtype", [(jnp.float32, None), (jnp.bfloat16, jnp.float32)])

@@ -288,8 +288,13 @@ def test_state_initial_steps_and_switch():
         assert trials == [2.0] and bool(search.success)
         state = ls.finish(state, search)
         assert float(state.prev_step) == 2.0 and not bool(state.approx)
-        np.testing.assert_allclose(float(state.Q), 1 + 0.7)
-        np.testing.assert_allclose(float(state.C), 7 + (3 - 7) / 1.7)
+        # C_0 = |f_0| = 7; the next search, from f_1 = 3, has epsilon_1 = 1e-6 C_1.
+        assert float(state.scale.C) == 7.0 and float(state.scale.Q) == 1.0
+        zero = jnp.zeros((), jnp.float64)
+        at_min = ls.start(state, jnp.asarray(3.0), jnp.asarray(-1.0), jnp.asarray(1.0), zero)
+        np.testing.assert_allclose(float(at_min.scale.Q), 1 + 0.7)
+        np.testing.assert_allclose(float(at_min.scale.C), 7 + (3 - 7) / 1.7)
+        np.testing.assert_allclose(float(at_min.bound), 3 + 1e-6 * (7 + (3 - 7) / 1.7))
         # Not scaled, previous step 2: QuadStep at 0.2, then the quadratic's minimiser 2.
         search, trials = _search(ls, state, f, 5.0, False)
         np.testing.assert_allclose(trials, [0.2, 2.0])

@@ -300,7 +300,11 @@ def _drive_by_hand(ls: MoreThuente, fn, t0: float, min_step: float):
         dtype = jnp.float64
         phi0, dphi0 = fn.np(0.0)
         search = ls.start(
-            None, cast(phi0, dtype), cast(dphi0, dtype), cast(t0, dtype), cast(min_step, dtype)
+            ls.init(dtype),
+            cast(phi0, dtype),
+            cast(dphi0, dtype),
+            cast(t0, dtype),
+            cast(min_step, dtype),
         )
         trials = []
         while not bool(search.done) and len(trials) <= ls.max_steps:

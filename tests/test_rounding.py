@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch._linesearch._conditions import lost_in_rounding, value_tolerance
+from jaxsearch._linesearch._conditions import ValueScale, lost_in_rounding, value_tolerance
 
 F64 = jnp.float64
 
@@ -90,6 +90,40 @@ def test_resolved_changes_keep_the_textbook_test(name):
     with jax.enable_x64(True):
         search = _first_trial(SEARCHES[name](), 1.0, -1.0, 1 + 1e-9, -0.1)
         assert not (bool(search.done) and float(search.step) == 1.0)
+
+
+def test_value_scale_is_hager_zhangs_running_average():
+    """C_0 = |f_0|, Q_0 = 1; Q_k = 1 + 0.7 Q_{k-1}, C_k = C_{k-1} + (|f_k| - C_{k-1}) / Q_k."""
+    with jax.enable_x64(True):
+        scale = ValueScale.empty(F64)
+        C, Q = None, 0.0
+        for f in [-8.0, 3.0, 1e-3, -2.0]:
+            scale = scale.add(jnp.asarray(f, F64))
+            Q = 1.0 if C is None else 1 + 0.7 * Q
+            C = abs(f) if C is None else C + (abs(f) - C) / Q
+            np.testing.assert_allclose([float(scale.C), float(scale.Q)], [C, Q], rtol=1e-14)
+        kept = scale.kept_if(jnp.array(False), ValueScale.empty(F64))
+        assert float(kept.C) == 0.0 and float(kept.Q) == 0.0
+
+
+@pytest.mark.parametrize("name", SEARCHES)
+def test_rounding_is_judged_against_the_average_of_past_values(name):
+    """After iterates with |f| = 1e6, at phi(0) = 1 a rise of 1e-3 with a slope that shows the
+    minimum passed is within epsilon C_k (C_1 = 1e6 - (1e6 - 1) / 1.7 ~ 4e5): accepted on its
+    slope. From a fresh state (C_0 = |phi(0)| = 1) the same rise is a real rise."""
+    with jax.enable_x64(True):
+        ls = SEARCHES[name]()
+        phi0, dphi0, one, zero = _f64(1.0, -1e-4, 1.0, 0.0)
+        phi, dphi = _f64(1 + 1e-3, -1e-5)
+        history = ls.init(F64)
+        big = ls.start(history, *_f64(1e6, -1.0, 1.0, 0.0))
+        big = ls.update(big, one, *_f64(1e6 - 0.5, -0.1))  # a successful first search
+        assert float(big.step) == 1.0
+        history = ls.finish(history, big)
+        for state, accepted in [(history, True), (ls.init(F64), False)]:
+            search = ls.start(state, phi0, dphi0, one, zero, jnp.array(True))
+            search = ls.update(search, one, phi, dphi)
+            assert (bool(search.done) and float(search.step) == 1.0) is accepted
 
 
 @pytest.mark.parametrize("name", SEARCHES)

@@ -6,12 +6,18 @@ from jaxtyping import Scalar
 
 from .._misc import scalar
 from ._base import AbstractLineSearch, AbstractSearch, fresh_search
-from ._conditions import sufficient_decrease
+from ._conditions import ValueScale, sufficient_decrease
+
+
+class _BacktrackingState(eqx.Module):
+    prev_step: Scalar  # previous accepted step; 0 until one is accepted
+    scale: ValueScale  # C_k, the scale of f's rounding error
 
 
 class _BacktrackingSearch(AbstractSearch):
     phi0: Scalar
     dphi0: Scalar
+    scale: ValueScale
 
 
 class Backtracking(AbstractLineSearch):
@@ -26,8 +32,9 @@ class Backtracking(AbstractLineSearch):
     `growth` set it is instead min(growth * previous accepted step, max_step_size) once a step
     has been accepted, as optax's backtracking search does.
 
-    Where phi(t) - phi(0) and t phi'(0) are within `epsilon |phi(0)|` (`epsilon = None`:
-    1e-6 in float64, 3.5e-4 in float32), the change is lost in the rounding error of f and
+    Where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k` (C_k: Hager & Zhang's
+    average of |f| over the iterates, `ValueScale`; `epsilon = None`: 1e-6 in float64,
+    3.5e-4 in float32), the change is lost in the rounding error of f and
     the test is on the slope instead, phi'(t) <= (2 c1 - 1) phi'(0) (`lost_in_rounding`,
     Hager & Zhang 2005, section 4). `epsilon = 0` gives the textbook test.
     """
@@ -53,24 +60,25 @@ class Backtracking(AbstractLineSearch):
         if self.epsilon is not None and not self.epsilon >= 0:
             raise ValueError(f"Backtracking: epsilon must be None or >= 0, got {self.epsilon}.")
 
-    def init(self, dtype) -> Scalar:
-        return scalar(0, dtype)  # previous accepted step; 0 until one is accepted
+    def init(self, dtype) -> _BacktrackingState:
+        return _BacktrackingState(prev_step=scalar(0, dtype), scale=ValueScale.empty(dtype))
 
     def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _BacktrackingSearch:
         dtype = phi0.dtype
         t0 = guess
         if self.growth is not None:
-            grown = jnp.minimum(state * self.growth, self.max_step_size).astype(dtype)
-            t0 = jnp.where(state > 0, grown, guess)
+            grown = jnp.minimum(state.prev_step * self.growth, self.max_step_size).astype(dtype)
+            t0 = jnp.where(state.prev_step > 0, grown, guess)
         return _BacktrackingSearch(
             **fresh_search(jnp.maximum(t0, min_step), min_step),
             phi0=phi0,
             dphi0=dphi0,
+            scale=state.scale.add(phi0),
         )
 
     def update(self, search, t, phi, dphi) -> _BacktrackingSearch:
         accept, _ = sufficient_decrease(
-            search.phi0, search.dphi0, t, phi, dphi, self.c1, self.epsilon
+            search.phi0, search.dphi0, t, phi, dphi, self.c1, self.epsilon, search.scale.C
         )
         num_trials = search.num_trials + 1
         shrunk = (t * self.shrink).astype(t.dtype)
@@ -87,5 +95,7 @@ class Backtracking(AbstractLineSearch):
             ),
         )
 
-    def finish(self, state, search) -> Scalar:
-        return jnp.where(search.step > 0, search.step, state).astype(state.dtype)
+    def finish(self, state, search) -> _BacktrackingState:
+        moved = search.step > 0
+        prev_step = jnp.where(moved, search.step, state.prev_step).astype(state.prev_step.dtype)
+        return _BacktrackingState(prev_step, search.scale.kept_if(moved, state.scale))

@@ -1,7 +1,10 @@
 """Acceptance tests shared by the line searches."""
 
+import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Scalar
+
+from .._misc import scalar
 
 
 def armijo(phi0: Scalar, dphi0: Scalar, t: Scalar, phi: Scalar, c1: float) -> Bool[Array, ""]:
@@ -18,8 +21,42 @@ def value_tolerance(epsilon: float | None, dtype) -> float:
     return max(1e-6, float(jnp.finfo(dtype).eps) ** 0.5)
 
 
+class ValueScale(eqx.Module):
+    """Hager & Zhang's (2005, section 4) running average of |f| over the iterates, C_k:
+
+        Q_0 = 1, C_0 = |f_0|,   Q_k = 1 + Delta Q_{k-1},   C_k = C_{k-1} + (|f_k| - C_{k-1}) / Q_k.
+
+    The rounding error of f is judged relative to C_k rather than to |f_k|: where f falls
+    from large values towards 0, the terms it sums stay large, and so does their rounding error.
+    """
+
+    C: Scalar
+    Q: Scalar  # 0 before the first iterate
+
+    @classmethod
+    def empty(cls, dtype) -> "ValueScale":
+        return cls(C=scalar(0, dtype), Q=scalar(0, dtype))
+
+    def add(self, f: Scalar, Delta: float = 0.7) -> "ValueScale":
+        """C_k, Q_k once f_k = `f` is added."""
+        first = self.Q <= 0
+        Q = jnp.where(first, 1, 1 + Delta * self.Q).astype(self.Q.dtype)
+        C = jnp.where(first, jnp.abs(f), self.C + (jnp.abs(f) - self.C) / Q).astype(self.C.dtype)
+        return ValueScale(C=C, Q=Q)
+
+    def kept_if(self, keep: Bool[Array, ""], other: "ValueScale") -> "ValueScale":
+        """This scale where `keep`, else `other` (a search that took no step adds no iterate)."""
+        return ValueScale(C=jnp.where(keep, self.C, other.C), Q=jnp.where(keep, self.Q, other.Q))
+
+
 def lost_in_rounding(
-    phi0: Scalar, dphi0: Scalar, t: Scalar, phi: Scalar, dphi: Scalar, epsilon: float | None
+    phi0: Scalar,
+    dphi0: Scalar,
+    t: Scalar,
+    phi: Scalar,
+    dphi: Scalar,
+    epsilon: float | None,
+    scale: Scalar | None = None,
 ) -> Bool[Array, ""]:
     """Is the change phi(t) - phi(0) lost in the rounding error of f?
 
@@ -27,14 +64,16 @@ def lost_in_rounding(
     comparisons of values become coin tosses. Following Hager & Zhang (2005, section 4), the
     searches then let the slopes decide. That is the case here when
 
-        t |phi'(0)| <= epsilon |phi(0)|   and   |phi(t) - phi(0)| <= epsilon |phi(0)|
+        t |phi'(0)| <= epsilon C   and   |phi(t) - phi(0)| <= epsilon C
 
     (the linear model and the value both change f by less than the tolerance), with phi(t)
-    and phi'(t) finite. There sufficient decrease is judged by `slope_armijo`, so a step
-    accepted this way raises f by at most epsilon |phi(0)|. `epsilon = 0` never reports a
-    loss; for `epsilon = None` see `value_tolerance`.
+    and phi'(t) finite, where C is `scale` (the searches pass `ValueScale`'s C_k) or, for
+    None, |phi(0)|. There sufficient decrease is judged by `slope_armijo`, so a step
+    accepted this way raises f by at most epsilon C. `epsilon = 0` never reports a loss;
+    for `epsilon = None` see `value_tolerance`.
     """
-    tolerance = value_tolerance(epsilon, phi0.dtype) * jnp.abs(phi0)
+    scale = jnp.abs(phi0) if scale is None else scale
+    tolerance = value_tolerance(epsilon, phi0.dtype) * scale
     return (
         jnp.isfinite(phi)
         & jnp.isfinite(dphi)
@@ -50,9 +89,16 @@ def slope_armijo(dphi0: Scalar, dphi: Scalar, c1: float) -> Bool[Array, ""]:
 
 
 def sufficient_decrease(
-    phi0: Scalar, dphi0: Scalar, t: Scalar, phi: Scalar, dphi: Scalar, c1: float, epsilon
+    phi0: Scalar,
+    dphi0: Scalar,
+    t: Scalar,
+    phi: Scalar,
+    dphi: Scalar,
+    c1: float,
+    epsilon,
+    scale: Scalar | None = None,
 ) -> tuple[Bool[Array, ""], Bool[Array, ""]]:
     """(Armijo's test, or `slope_armijo` where the change is `lost_in_rounding`; the loss)."""
-    lost = lost_in_rounding(phi0, dphi0, t, phi, dphi, epsilon)
+    lost = lost_in_rounding(phi0, dphi0, t, phi, dphi, epsilon, scale)
     decrease = jnp.where(lost, slope_armijo(dphi0, dphi, c1), armijo(phi0, dphi0, t, phi, c1))
     return decrease & jnp.isfinite(dphi), lost

@@ -6,7 +6,7 @@ from jaxtyping import Array, Bool, Int, Scalar
 
 from .._misc import scalar, select
 from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
-from ._conditions import armijo, value_tolerance
+from ._conditions import ValueScale, armijo, value_tolerance
 from ._interpolate import quadratic_minimiser, secant_minimiser
 
 # Phases: what the trial being evaluated is.
@@ -24,8 +24,7 @@ _TO_L1, _TO_L2 = 0, 1
 class HagerZhangState(eqx.Module):
     """What the search keeps between searches (CG_DESCENT's C_k, Q_k, AWolfe, alpha_{k-1})."""
 
-    C: Scalar  # averaged |f|: C_k at the current point (valid when Q > 0)
-    Q: Scalar  # Q_k of the averaging recursion; 0 before the first search
+    scale: ValueScale  # C_k, Q_k up to the last iterate a search moved from
     approx: Bool[Array, ""]  # use the approximate Wolfe conditions
     prev_step: Scalar  # alpha_{k-1}; 0 when no step has been accepted yet
 
@@ -37,8 +36,7 @@ class _HagerZhangSearch(AbstractSearch):
     dphi0: Scalar
     bound: Scalar  # phi(0) + epsilon_k
     approx: Bool[Array, ""]
-    C: Scalar  # C_k, Q_k of this search (for `finish`)
-    Q: Scalar
+    scale: ValueScale  # C_k, Q_k at this search's start point
     a: Point  # bracket [a, b]: phi'(a) < 0, phi(a) <= phi(0) + epsilon_k, phi'(b) >= 0 ...
     b: Point  # ... (or b is a point above the bound / non-finite, inside the bisection loop)
     width: Scalar  # b_j - a_j at the start of the current secant^2 iteration
@@ -162,13 +160,13 @@ class HagerZhang(AbstractLineSearch):
 
     def init(self, dtype) -> HagerZhangState:
         zero = scalar(0, dtype)
-        return HagerZhangState(C=zero, Q=zero, approx=jnp.array(False), prev_step=zero)
+        return HagerZhangState(
+            scale=ValueScale.empty(dtype), approx=jnp.array(False), prev_step=zero
+        )
 
     def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _HagerZhangSearch:
         dtype = phi0.dtype
-        first = state.Q <= 0
-        C = jnp.where(first, jnp.abs(phi0), state.C).astype(dtype)
-        Q = jnp.where(first, 1, state.Q).astype(dtype)
+        scale = state.scale.add(phi0, self.Delta)
         has_prev = state.prev_step > 0
         scaled = jnp.array(False) if scaled is None else scaled
         use_guess = scaled | ~has_prev
@@ -187,10 +185,9 @@ class HagerZhang(AbstractLineSearch):
             after=scalar(_TO_L1, jnp.int32),
             phi0=phi0,
             dphi0=dphi0,
-            bound=(phi0 + value_tolerance(self.epsilon, dtype) * C).astype(dtype),
+            bound=(phi0 + value_tolerance(self.epsilon, dtype) * scale.C).astype(dtype),
             approx=state.approx,
-            C=C,
-            Q=Q,
+            scale=scale,
             a=origin,
             b=origin,
             width=scalar(0, dtype),
@@ -323,8 +320,7 @@ class HagerZhang(AbstractLineSearch):
             dphi0=s.dphi0,
             bound=s.bound,
             approx=s.approx,
-            C=s.C,
-            Q=s.Q,
+            scale=s.scale,
             a=a,
             b=b,
             width=new_width,
@@ -338,14 +334,11 @@ class HagerZhang(AbstractLineSearch):
 
     def finish(self, state, search) -> HagerZhangState:
         s = search
-        dtype = state.C.dtype
+        dtype = state.prev_step.dtype
         moved = s.step > 0
-        Q = (1 + self.Delta * s.Q).astype(dtype)
-        C = (s.C + (jnp.abs(s.last_phi) - s.C) / Q).astype(dtype)
-        switch = jnp.abs(s.last_phi - s.phi0) <= self.omega * s.C
+        switch = jnp.abs(s.last_phi - s.phi0) <= self.omega * s.scale.C
         return HagerZhangState(
-            C=jnp.where(moved, C, s.C).astype(dtype),
-            Q=jnp.where(moved, Q, s.Q).astype(dtype),
+            scale=s.scale.kept_if(moved, state.scale),
             approx=state.approx | s.switched | (moved & switch),
             prev_step=jnp.where(moved, s.step, state.prev_step).astype(dtype),
         )

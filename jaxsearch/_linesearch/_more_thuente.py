@@ -6,7 +6,7 @@ from jaxtyping import Array, Bool, Int, Scalar
 
 from .._misc import scalar, select
 from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
-from ._conditions import sufficient_decrease
+from ._conditions import ValueScale, sufficient_decrease
 from ._interpolate import quadratic_minimiser, scaled_cubic, secant_minimiser
 
 _SEARCH, _FALLBACK = 0, 1
@@ -27,6 +27,7 @@ class _MoreThuenteSearch(AbstractSearch):
     width: Scalar  # |t_y - t_x| after the last trial ...
     width_before: Scalar  # ... and after the one before it
     best: Point  # lowest phi with sufficient decrease so far (t = 0: none yet)
+    scale: ValueScale  # C_k, the scale of f's rounding error
 
 
 def _dcstep(x: Point, y: Point, p: Point, bracketed, lower, upper):
@@ -130,9 +131,10 @@ class MoreThuente(AbstractLineSearch):
     ftol <= gtol a minimiser of psi where psi < 0 satisfies both conditions, so an acceptable
     step exists whenever phi is bounded below. `xtol >= 0`, `max_steps >= 1`.
 
-    An addition to `dcsrch`: where phi(t) - phi(0) and t phi'(0) are within
-    `epsilon |phi(0)|` (`epsilon = None`: 1e-6 in float64, 3.5e-4 in float32), the change is
-    lost in the rounding error of f (`lost_in_rounding`, Hager & Zhang 2005, section 4):
+    An addition to `dcsrch`: where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k`
+    (C_k: Hager & Zhang's average of |f| over the iterates, `ValueScale`; `epsilon = None`:
+    1e-6 in float64, 3.5e-4 in float32), the change is lost in the rounding error of f
+    (`lost_in_rounding`, Hager & Zhang 2005, section 4):
     sufficient decrease is then tested on the slope, phi'(t) <= (2 ftol - 1) phi'(0), and the
     value is replaced by phi(0) + t (phi'(0) + phi'(t)) / 2. `epsilon = 0` gives `dcsrch`.
     """
@@ -162,8 +164,8 @@ class MoreThuente(AbstractLineSearch):
                 f"MoreThuente: max_step_size must be positive, got {self.max_step_size}."
             )
 
-    def init(self, dtype) -> None:
-        return None
+    def init(self, dtype) -> ValueScale:
+        return ValueScale.empty(dtype)
 
     def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _MoreThuenteSearch:
         dtype = phi0.dtype
@@ -185,6 +187,7 @@ class MoreThuente(AbstractLineSearch):
             width=width,
             width_before=(width / 0.5).astype(dtype),
             best=origin,
+            scale=state.add(phi0),
         )
 
     def update(self, search, t, phi, dphi) -> _MoreThuenteSearch:
@@ -192,7 +195,9 @@ class MoreThuente(AbstractLineSearch):
         s = search
         finite = jnp.isfinite(phi) & jnp.isfinite(dphi)
         slope_test = self.ftol * s.dphi0  # psi'(t) = phi'(t) - slope_test
-        decrease, lost = sufficient_decrease(s.phi0, s.dphi0, t, phi, dphi, self.ftol, self.epsilon)
+        decrease, lost = sufficient_decrease(
+            s.phi0, s.dphi0, t, phi, dphi, self.ftol, self.epsilon, s.scale.C
+        )
         # A value lost in rounding is replaced by the one the slopes give (exact for a
         # quadratic), so that dcstep's interpolation agrees with them.
         phi = jnp.where(lost, s.phi0 + t * (s.dphi0 + dphi) / 2, phi).astype(dtype)
@@ -277,7 +282,8 @@ class MoreThuente(AbstractLineSearch):
             width=width.astype(dtype),
             width_before=width_before.astype(dtype),
             best=best,
+            scale=s.scale,
         )
 
-    def finish(self, state, search) -> None:
-        return None
+    def finish(self, state, search) -> ValueScale:
+        return search.scale.kept_if(search.step > 0, state)

@@ -6,7 +6,7 @@ from jaxtyping import Array, Int, Scalar
 
 from .._misc import scalar, select
 from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
-from ._conditions import sufficient_decrease
+from ._conditions import ValueScale, sufficient_decrease
 from ._interpolate import expansion_trial, zoom_trial
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
@@ -19,6 +19,7 @@ class _ZoomSearch(AbstractSearch):
     prev: Point  # previous trial while bracketing
     lo: Point  # lowest value with sufficient decrease so far (N&W's alpha_lo)
     hi: Point
+    scale: ValueScale  # C_k, the scale of f's rounding error
 
 
 class Zoom(AbstractLineSearch):
@@ -38,8 +39,9 @@ class Zoom(AbstractLineSearch):
     lowest value that satisfies sufficient decrease (re-evaluating it once if it was not the
     last trial), or no step when there is none; `success` is False in both cases.
 
-    Where phi(t) - phi(0) and t phi'(0) are within `epsilon |phi(0)|` (`epsilon = None`:
-    1e-6 in float64, 3.5e-4 in float32), the change is lost in the rounding error of f
+    Where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k` (C_k: Hager & Zhang's
+    average of |f| over the iterates, `ValueScale`; `epsilon = None`: 1e-6 in float64,
+    3.5e-4 in float32), the change is lost in the rounding error of f
     (`lost_in_rounding`, Hager & Zhang 2005, section 4): sufficient decrease is then tested
     on the slope, phi'(t) <= (2 c1 - 1) phi'(0), and the value is not compared with other
     trials'. `epsilon = 0` gives the textbook search.
@@ -69,8 +71,8 @@ class Zoom(AbstractLineSearch):
         if self.epsilon is not None and not self.epsilon >= 0:
             raise ValueError(f"Zoom: epsilon must be None or >= 0, got {self.epsilon}.")
 
-    def init(self, dtype) -> None:
-        return None
+    def init(self, dtype) -> ValueScale:
+        return ValueScale.empty(dtype)
 
     def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _ZoomSearch:
         dtype = phi0.dtype
@@ -83,13 +85,14 @@ class Zoom(AbstractLineSearch):
             prev=origin,
             lo=origin,
             hi=origin,
+            scale=state.add(phi0),
         )
 
     def update(self, search, t, phi, dphi) -> _ZoomSearch:
         dtype = t.dtype
         current = Point(t, phi, dphi)
         decrease, lost = sufficient_decrease(
-            search.phi0, search.dphi0, t, phi, dphi, self.c1, self.epsilon
+            search.phi0, search.dphi0, t, phi, dphi, self.c1, self.epsilon, search.scale.C
         )
         curvature = jnp.abs(dphi) <= -self.c2 * search.dphi0
         bracketing = search.phase == _BRACKET
@@ -156,7 +159,8 @@ class Zoom(AbstractLineSearch):
             prev=current,
             lo=lo,
             hi=hi,
+            scale=search.scale,
         )
 
-    def finish(self, state, search) -> None:
-        return None
+    def finish(self, state, search) -> ValueScale:
+        return search.scale.kept_if(search.step > 0, state)
