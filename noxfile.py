@@ -29,6 +29,9 @@ def examples(session):
 
 @nox.session
 def bench(session):
-    """Benchmarks against scipy, optax, jaxopt, optimistix; e.g. `nox -s bench -- --quick`."""
+    """Benchmarks against scipy, optax, jaxopt, optimistix: problems solved and evaluations
+    (`benchmarks/run.py`, given the session's arguments, e.g. `nox -s bench -- --quick`), then
+    compile, run and memory costs (`benchmarks/speed.py`)."""
     session.install(".[bench]")
     session.run("python", "benchmarks/run.py", *session.posargs)
+    session.run("python", "benchmarks/speed.py")
