@@ -20,6 +20,7 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 
 import jax
 
@@ -42,6 +43,7 @@ def _load(name):
 peers_mod = _load("peers")
 problems_mod = _load("problems")
 profile_mod = _load("profile")
+js = peers_mod.js
 
 DENSE_MAX_N = 5000  # dense BFGS (n x n matrix) is skipped above this size
 
@@ -65,6 +67,12 @@ def parse_args(argv=None):
         "and the solver is skipped on that problem in the other dtype",
     )
     p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="re-run --solvers on the default set in one --dtype, keeping the other solvers' "
+        "rows from the JSON in --out",
+    )
     return p.parse_args(argv)
 
 
@@ -84,6 +92,23 @@ def check_point(problem, x) -> tuple[float | None, float | None]:
     x64 = problems_mod.cast(jnp.asarray(x), jnp.float64)
     value, grad = value_and_grad(x64, problem.args)
     return _float(value), _float(jnp.max(jnp.abs(grad)))
+
+
+def value_and_grad_compile_s(problem, dtype) -> float:
+    """The baseline for compile times: `jax.jit(jax.value_and_grad(f))` of the counted
+    objective, first call minus second call, as the solvers' compile times are measured."""
+    fn = problems_mod.counted(problem.fn, problems_mod.Counter())
+    ctx = contextlib.nullcontext() if dtype == "float64" else jax.enable_x64(False)
+    with ctx:
+        x0 = problems_mod.cast(problem.x0, jnp.dtype(dtype))
+        args = problems_mod.cast(problem.args, jnp.dtype(dtype))
+        value_and_grad = jax.jit(jax.value_and_grad(fn))
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            jax.block_until_ready(value_and_grad(x0, args))
+            times.append(time.perf_counter() - t0)
+    return max(times[0] - times[1], 0.0)
 
 
 def solve_one(problem, peer, cfg, dtype, time_limit):
@@ -144,29 +169,57 @@ def _fmt(row, scipy_row=None):
     return f"{mark}{row['evals']}"
 
 
+LOWEST_F_RTOL = 1e-4
+
+
+def at_lowest_f(per: dict, solver: str) -> bool:
+    """Solved, and f within 1e-4 max(1, |f_low|) of the lowest f any solver returned on the
+    problem (all in float64): a stationary point no worse than the best one found. A point
+    where the gradient vanishes on a plateau (an exponential underflowed, say) passes the
+    gradient test but not this one."""
+    r = per.get(solver) or {}
+    values = [v["f"] for v in per.values() if v.get("f") is not None and math.isfinite(v["f"])]
+    if not r.get("solved") or not values or r.get("f") is None:
+        return False
+    low = min(values)
+    return r["f"] <= low + LOWEST_F_RTOL * max(1.0, abs(low))
+
+
 def summarise(rows_by_problem, solver_names, reference="scipy"):
-    """Per solver: solved count, median evaluation ratio vs reference on both-solved, times."""
+    """Per solver: solved count (and at the lowest f), median evaluation ratio vs reference on
+    both-solved, evaluations per iteration averaged over the problems it ran, times, and its
+    compile time over the value-and-grad compile time measured in the same run (summed over
+    the rows that have both)."""
     out = {}
     for s in solver_names:
-        solved = wall = comp = 0
-        ratios = []
+        solved = lowest = wall = comp = paired = own = 0
+        ratios, per_iteration = [], []
         for per in rows_by_problem.values():
             r = per.get(s)
             if not r or r.get("skipped"):
                 continue
             solved += bool(r["solved"])
+            lowest += at_lowest_f(per, s)
+            if r.get("evals") and r.get("iterations"):
+                per_iteration.append(r["evals"] / r["iterations"])
             wall += r.get("wall_s") or 0.0
             comp += r.get("compile_s") or 0.0
+            if r.get("compile_s") is not None and r.get("value_and_grad_compile_s"):
+                paired += r["compile_s"]
+                own += r["value_and_grad_compile_s"]
             ref = per.get(reference)
             if r["solved"] and ref and ref.get("solved") and ref["evals"] and r["evals"]:
                 ratios.append(r["evals"] / ref["evals"])
         out[s] = {
             "solved": solved,
+            "solved_at_lowest_f": lowest,
             "problems": len(rows_by_problem),
+            "mean_evals_per_iteration": statistics.mean(per_iteration) if per_iteration else None,
             "median_evals_vs_scipy": statistics.median(ratios) if ratios else None,
             "both_solved_with_scipy": len(ratios),
             "total_wall_s": wall,
             "total_compile_s": comp,
+            "compile_vs_value_and_grad": paired / own if own > 0 else None,
         }
     return out
 
@@ -184,6 +237,7 @@ def losses(rows_by_problem, solver_names, ours, reference="scipy", factor=1.5):
                 {
                     "problem": name,
                     "solved_by": others,
+                    "solved_at_lowest_f_by": [o for o in others if at_lowest_f(per, o)],
                     "status": r.get("status"),
                     "error": r.get("error"),
                     "gnorm": r.get("gnorm"),
@@ -228,9 +282,11 @@ def write_outputs(out_dir, dtype, meta, problems, rows_by_problem, solver_names,
     for s, lo in lose.items():
         lines += ["", f"## Where {s} loses", ""]
         for item in lo["unsolved_solved_by_others"]:
+            lowest = ", ".join(item["solved_at_lowest_f_by"]) or "none"
             lines.append(
-                f"- unsolved {item['problem']} (solved by {', '.join(item['solved_by'])})"
-                f": |g| = {item['gnorm']}, {item['status'] or item['error']}"
+                f"- unsolved {item['problem']} (solved by {', '.join(item['solved_by'])}; "
+                f"at the lowest f by {lowest}): |g| = {item['gnorm']}, "
+                f"{item['status'] or item['error']}"
             )
         for item in lo["more_evals_than_scipy"]:
             lines.append(
@@ -265,15 +321,21 @@ def write_outputs(out_dir, dtype, meta, problems, rows_by_problem, solver_names,
 
 def summary_table(summary):
     lines = [
-        "| solver | solved | median evals / scipy (both solved) | wall s | compile s |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| solver | solved | solved at lowest f | median evals / scipy (both solved) "
+        "| evals / iteration | wall s | compile s | compile / own value_and_grad compile |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s, v in summary.items():
         med = v["median_evals_vs_scipy"]
         med = f"{med:.2f} ({v['both_solved_with_scipy']})" if med is not None else "—"
+        per_it = v.get("mean_evals_per_iteration")
+        per_it = f"{per_it:.2f}" if per_it is not None else "—"
+        ratio = v.get("compile_vs_value_and_grad")
+        ratio = f"{ratio:.2f}" if ratio is not None else "—"
         lines.append(
-            f"| {s} | {v['solved']}/{v['problems']} | {med} | "
-            f"{v['total_wall_s']:.1f} | {v['total_compile_s']:.1f} |"
+            f"| {s} | {v['solved']}/{v['problems']} | {v.get('solved_at_lowest_f', '—')} "
+            f"| {med} | {per_it} | {v['total_wall_s']:.1f} | {v['total_compile_s']:.1f} "
+            f"| {ratio} |"
         )
     return lines
 
@@ -303,6 +365,9 @@ def versions():
 
 def main(argv=None):
     a = parse_args(argv)
+    # Every problem wraps its objective in a new counting closure of the same code, and problems
+    # of equal size share shapes: that is no user's retrace, so the warning would mislead here.
+    warnings.filterwarnings("ignore", category=js.RetraceWarning)
     cfg = peers_mod.Config(gtol=a.gtol, ftol=a.ftol, max_steps=a.max_steps)
     all_peers = peers_mod.peers(cfg)
     if a.solvers:
@@ -312,6 +377,8 @@ def main(argv=None):
             if any(part.strip() in k for part in a.solvers.split(","))
         }
     solver_names = list(all_peers)
+    if a.update and (a.dtype == "both" or a.problems or a.quick or a.large):
+        raise SystemExit("--update re-runs the whole default problem set in one --dtype")
     name_filter = a.problems
     only = problems_mod.QUICK if a.quick else None
     problems, skipped = problems_mod.cutest(a.max_n, name_filter, only)
@@ -336,9 +403,19 @@ def main(argv=None):
             "cpu": _cpu(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         }
-        rows_by_problem = {}
+        rows_by_problem, names = {}, solver_names
+        if a.update:  # the other solvers' rows come from the last full run
+            kept = json.loads((out_dir / f"{dtype}.json").read_text())
+            meta["updated"] = {"solvers": solver_names, "kept_meta": kept["meta"]}
+            old = kept["results"]
+            names = list(kept["summary"]) + [s for s in solver_names if s not in kept["summary"]]
         for p in problems:
-            per = {}
+            per = dict(old.get(p.name, {})) if a.update else {}
+            try:
+                baseline = value_and_grad_compile_s(p, dtype)
+            except Exception as e:  # noqa: BLE001 - the solvers report the same failure
+                baseline = None
+                print(f"[{dtype}] {p.name}: value_and_grad failed: {e}", flush=True)
             for s, peer in all_peers.items():
                 if s == "optx-bfgs" and p.n > DENSE_MAX_N:
                     per[s] = {"solved": False, "skipped": f"dense BFGS, n = {p.n}"}
@@ -347,6 +424,7 @@ def main(argv=None):
                     per[s] = {"solved": False, "skipped": "over time limit in another dtype"}
                     continue
                 per[s] = row = solve_one(p, peer, cfg, dtype, a.time_limit)
+                row["value_and_grad_compile_s"] = baseline  # the same run's compile baseline
                 if row.get("over_time_limit"):
                     too_slow.add((p.name, s))
             rows_by_problem[p.name] = per
@@ -354,10 +432,10 @@ def main(argv=None):
             jax.clear_caches()  # no compiled program is reused by the next problem
             cells = "  ".join(f"{s}={_fmt(per[s])}" for s in solver_names)
             print(f"[{dtype}] {p.name:14s} n={p.n:<6d} {cells}", flush=True)
-            write_outputs(out_dir, dtype, meta, problems, rows_by_problem, solver_names, skipped)
+            write_outputs(out_dir, dtype, meta, problems, rows_by_problem, names, skipped)
         meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         texts[dtype], summary = write_outputs(
-            out_dir, dtype, meta, problems, rows_by_problem, solver_names, skipped
+            out_dir, dtype, meta, problems, rows_by_problem, names, skipped
         )
         print(f"\n## {dtype}\n" + "\n".join(summary_table(summary)), flush=True)
     for dtype in dtypes:
