@@ -162,17 +162,26 @@ class Solver(eqx.Module):
                 value_dtype = out[0].dtype
             else:
                 value_dtype = widest_float(*(x.dtype for x in leaves(diff)), jnp.float32)
-        value_dtype = _floating_dtype(value_dtype, "value_dtype")
-        dtype = at_least_float32(value_dtype)
-        aux = None
+        value_dtype = jnp.dtype(_floating_dtype(value_dtype, "value_dtype"))
+        aux_shapes = None
         if self.has_aux:
             # Aux leaves become arrays (a Python number too), zero until fn is evaluated.
-            aux = jtu.tree_map(
-                lambda a: jnp.zeros(
+            aux_shapes = jtu.tree_map(
+                lambda a: jax.ShapeDtypeStruct(
                     jnp.shape(a), jax.dtypes.canonicalize_dtype(jnp.result_type(a))
                 ),
                 out[1],
             )
+        return self._fresh_state(diff, value_dtype, aux_shapes)
+
+    @eqx.filter_jit
+    def _fresh_state(self, diff, value_dtype, aux_shapes) -> SolverState:
+        # One compiled program builds every leaf: built eagerly, each new shape of a leaf would
+        # compile a program of its own, about ten for a first `init`.
+        dtype = at_least_float32(value_dtype)
+        aux = None
+        if aux_shapes is not None:
+            aux = jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), aux_shapes)
         return SolverState(
             value=scalar(jnp.inf, value_dtype),
             grad=tree_zeros_like(diff),

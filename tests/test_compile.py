@@ -306,3 +306,19 @@ def test_counter_sees_a_recompile_for_a_weakly_typed_state_leaf(compiles):
     assert compiles.count == 0
     block(solver.step(rosenbrock_sanity, params, weak, data))
     assert compiles.count == 1
+
+
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_init_compiles_one_program(direction, compiles):
+    """`init` builds the whole state in one compiled program (built eagerly, every new shape of
+    a leaf compiled a program of its own: ten for a first L-BFGS `init`), and reuses it."""
+    solver = make_solver(direction, "Zoom")
+    params = {"a": jnp.ones(13, jnp.float32), "b": jnp.ones((5, 3), jnp.bfloat16)}
+    compiles.reset()
+    state = block(solver.init(params))
+    assert compiles.count == 1
+    other = block(jax.tree.map(lambda x: x + 1, params))
+    compiles.reset()
+    again = block(solver.init(other))
+    assert compiles.count == 0
+    assert signature(again) == signature(state) and weak_leaves(state) == []
