@@ -1,0 +1,118 @@
+"""Does the compact representation of L-BFGS beat the two-loop recursion? (issue 5)
+
+    python benchmarks/lbfgs_forms.py                 # n = 1e5, 1e6, 1e7; m = 10; float32
+    python benchmarks/lbfgs_forms.py --n 1000000 --m 5,10,20
+
+The two-loop recursion (`js.LBFGS().compute`, Nocedal & Wright algorithm 7.4) walks the m
+pairs one at a time: each step reads s_i or y_i and reads and writes the work vector, so a
+direction moves about 4m n-vectors of memory plus 4m for the work vector, in 4m small kernels.
+
+The compact representation of Byrd, Nocedal & Schnabel (1994, eq. 3.13) writes the inverse
+Hessian as H = gamma I + [S  gamma Y] M [S'; gamma Y'] with S, Y the n x m matrices of the
+pairs (oldest first), R the upper triangle of S'Y, D its diagonal, and
+
+    M = [[R^-T (D + gamma Y'Y) R^-1, -R^-T], [-R^-1, 0]].
+
+With a = S'g and b = Y'g (one pass over S and Y), H g = gamma g + S p + gamma Y q where
+p = R^-T (D + gamma Y'Y) R^-1 a - gamma R^-T b and q = -R^-1 a (a second pass). S'Y and Y'Y
+change by one row and column per iteration, and those come from the same products (S'y_new =
+S'g_{k+1} - S'g_k, and so on), so an implementation keeps them at O(m^2) cost; here they are
+given, not timed. Both forms are timed as jitted functions on the same full memory, after
+compile, as the median of repeated calls; the script also checks that they agree.
+"""
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+
+import jaxsearch as js
+
+
+def full_memory(n: int, m: int, dtype):
+    """An L-BFGS state holding m pairs (s, y) with s'y > 0, written oldest first to slots
+    0 .. m-1 (so after m updates `head` is 0 again and slot order is chronological)."""
+    direction = js.LBFGS(memory_size=m)
+    rng = np.random.default_rng(0)
+    state = direction.init(jnp.zeros(n, dtype), dtype)
+    update = jax.jit(lambda st, s, y: direction.update(st, s, y, dtype))
+    for _ in range(m):
+        s = jnp.asarray(rng.standard_normal(n), dtype)
+        y = jnp.asarray(s * rng.uniform(0.5, 2.0, n) + 0.1 * rng.standard_normal(n), dtype)
+        state = update(state, s, y)
+    assert int(state.count) == m and int(state.head) == 0
+    return direction, state
+
+
+def compact_direction(S, Y, StY, YtY, gamma, g):
+    """-H g by the compact representation; S, Y are (m, n), oldest pair first."""
+    R = jnp.triu(StY)
+    D = jnp.diag(jnp.diag(StY))
+    a, b = S @ g, Y @ g
+    r_inv_a = jsl.solve_triangular(R, a, lower=False)
+    middle = (D + gamma * YtY) @ r_inv_a - gamma * b
+    p = jsl.solve_triangular(R, middle, trans="T", lower=False)
+    q = -r_inv_a
+    return -(gamma * g + p @ S + gamma * (q @ Y))
+
+
+def median_s(fn, *args, reps: int) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def compare(n: int, m: int, reps: int) -> dict:
+    dtype = jnp.float32
+    direction, state = full_memory(n, m, dtype)
+    g = jnp.asarray(np.random.default_rng(1).standard_normal(n), dtype)
+    two_loop = jax.jit(lambda st, g: direction.compute(st, g, dtype)[0])
+    compact = jax.jit(compact_direction)
+    S, Y = state.s, state.y
+    StY = S @ Y.T  # maintained at O(m^2) per iteration by an implementation: not timed
+    YtY = Y @ Y.T
+    d_two_loop = two_loop(state, g)
+    d_compact = compact(S, Y, StY, YtY, state.gamma, g)
+    agreement = float(jnp.max(jnp.abs(d_compact - d_two_loop)) / jnp.max(jnp.abs(d_two_loop)))
+    t_two_loop = median_s(two_loop, state, g, reps=reps)
+    t_compact = median_s(compact, S, Y, StY, YtY, state.gamma, g, reps=reps)
+    return dict(
+        n=n,
+        m=m,
+        two_loop_s=t_two_loop,
+        compact_s=t_compact,
+        speedup=t_two_loop / t_compact,
+        max_rel_difference=agreement,
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", default="100000,1000000,10000000")
+    parser.add_argument("--m", default="10")
+    parser.add_argument("--reps", type=int, default=20)
+    options = parser.parse_args(argv)
+    device = jax.devices()[0]
+    print(f"{jax.default_backend()} ({device.device_kind}), jax {jax.__version__}, float32\n")
+    print("| n | m | two-loop s | compact s | two-loop / compact | max relative difference |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for n in map(int, options.n.split(",")):
+        for m in map(int, options.m.split(",")):
+            r = compare(n, m, options.reps)
+            print(
+                f"| {r['n']} | {r['m']} | {r['two_loop_s']:.3g} | {r['compact_s']:.3g} "
+                f"| {r['speedup']:.2f} | {r['max_rel_difference']:.1e} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
