@@ -43,11 +43,6 @@ peers_mod = _load("peers")
 problems_mod = _load("problems")
 profile_mod = _load("profile")
 summary_mod = _load("summary")
-summarise, losses, summary_table = (
-    summary_mod.summarise,
-    summary_mod.losses,
-    summary_mod.summary_table,
-)
 js = peers_mod.js
 
 DENSE_MAX_N = 5000  # dense BFGS (n x n matrix) is skipped above this size
@@ -176,9 +171,9 @@ def _fmt(row, scipy_row=None):
 
 def write_outputs(out_dir, dtype, meta, problems, rows_by_problem, solver_names, skipped):
     """Markdown table and summary, profile PNG, JSON for one dtype."""
-    summary = summarise(rows_by_problem, solver_names)
+    summary = summary_mod.summarise(rows_by_problem, solver_names)
     ours = [s for s in solver_names if s.startswith("jaxsearch")]
-    lose = {s: losses(rows_by_problem, solver_names, s) for s in ours}
+    lose = {s: summary_mod.losses(rows_by_problem, solver_names, s) for s in ours}
     lines = [
         f"# Benchmark, {dtype}",
         "",
@@ -195,7 +190,7 @@ def write_outputs(out_dir, dtype, meta, problems, rows_by_problem, solver_names,
         cells = [_fmt(per.get(s)) for s in solver_names]
         lines.append(f"| {p.name} | {p.n} | " + " | ".join(cells) + " |")
     lines += ["", "## Summary", ""]
-    lines += summary_table(summary)
+    lines += summary_mod.summary_table(summary)
     for s, lo in lose.items():
         lines += ["", f"## Where {s} loses", ""]
         for item in lo["unsolved_solved_by_others"]:
@@ -333,7 +328,7 @@ def main(argv=None):
         texts[dtype], summary = write_outputs(
             out_dir, dtype, meta, problems, rows_by_problem, names, skipped
         )
-        print(f"\n## {dtype}\n" + "\n".join(summary_table(summary)), flush=True)
+        print(f"\n## {dtype}\n" + "\n".join(summary_mod.summary_table(summary)), flush=True)
     for dtype in dtypes:
         print(f"\nwrote {out_dir}/{dtype}.md, {dtype}.json, {dtype}_profile.png")
     return 0

@@ -29,7 +29,6 @@ import argparse
 import dataclasses
 import functools
 import gc
-import importlib.util
 import json
 import math
 import pathlib
@@ -56,17 +55,9 @@ sys.path.insert(0, str(HERE.parent))  # the jaxsearch of this checkout
 
 import jaxsearch as js  # noqa: E402
 
-
-def _load(name):
-    """This folder's module `name` under a private name, as run.py loads it."""
-    spec = importlib.util.spec_from_file_location(f"_benchmarks_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-peers_mod = _load("peers")
-problems_mod = _load("problems")
+sys.path.insert(0, str(HERE))  # this folder's peers.py and problems.py
+import peers as peers_mod  # noqa: E402
+import problems as problems_mod  # noqa: E402
 
 SECTIONS = ("compile", "run", "memory", "small")  # the order of the report
 # Memory runs first: the process's peak RSS and the device's peak are process-lifetime peaks.
