@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import jaxsearch as js
+
 from .test_compile import (
     DIRECTIONS,
     SEARCHES,
@@ -108,3 +110,33 @@ def test_value_dtype_spellings_share_one_program(compiles):
     for spelling in (jnp.float32, np.float32, "float32", np.dtype("float32")):
         block(solver.run(quartic_for_spellings, x0, value_dtype=spelling))
     assert compiles.count == 1
+
+
+def _quadratic(x, scale):
+    return jnp.sum(scale * (x - 1.0) ** 2)
+
+
+def test_run_dispatch_paths(monkeypatch):
+    """Arrays everywhere and a hashable fn: `run` goes through jax.jit (not equinox's
+    filtering); any other leaf (here a Python float in args, a function in params) takes the
+    filtered path. Both solve the same problem to the same point."""
+    from jaxsearch import _solver
+
+    solver = make_solver("LBFGS", "Zoom")
+    x0, scale = jnp.array([3.0, -2.0]), jnp.asarray(2.0)
+    filtered = _solver.Solver._run_filtered
+    calls = []
+    monkeypatch.setattr(_solver.Solver, "_run_filtered", lambda *a: calls.append(1) or filtered(*a))
+    fast = solver.run(_quadratic, x0, scale)
+    assert calls == []
+    slow = solver.run(_quadratic, x0, 2.0)
+    assert calls == [1]
+    mixed = solver.run(
+        lambda p: _quadratic(p["x"], 2.0) + 0 * p["f"](0.0), {"x": x0, "f": jnp.tanh}
+    )
+    assert calls == [1, 1]
+    for result in (fast, slow):
+        assert result.status == js.Status.CONVERGED_GTOL
+        assert jnp.allclose(result.params, 1.0, atol=1e-5)
+    assert jnp.array_equal(fast.params, slow.params)
+    assert jnp.array_equal(mixed.params["x"], fast.params)

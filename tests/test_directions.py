@@ -50,6 +50,64 @@ def test_two_loop_matches_explicit_recursion(num_pairs):
         np.testing.assert_allclose(d, explicit_lbfgs_direction(pairs[-m:], g), rtol=1e-10)
 
 
+@pytest.mark.parametrize("after_reset", [0, 2, 4])
+def test_stale_slots_after_reset_are_ignored(after_reset):
+    """After `reset` the buffers still hold the old pairs; the direction uses only the pairs
+    stored since, as the explicit recursion over those does (-gamma g with none)."""
+    rng = np.random.default_rng(after_reset)
+    n, m = 5, 4
+    direction = js.LBFGS(memory_size=m)
+    with jax.enable_x64(True):
+        state = direction.init(jnp.zeros(n), jnp.float64)
+        for _ in range(m + 2):
+            s, y = random_pair(rng, n)
+            state = direction.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
+        gamma = float(state.gamma)
+        state = direction.reset(state)
+        pairs = [random_pair(rng, n) for _ in range(after_reset)]
+        for s, y in pairs:
+            state = direction.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
+        g = rng.standard_normal(n)
+        d, scaled, _ = direction.compute(state, jnp.asarray(g), jnp.float64)
+        assert bool(scaled) == (after_reset > 0)
+        expected = explicit_lbfgs_direction(pairs, g) if pairs else -gamma * g
+        np.testing.assert_allclose(d, expected, rtol=1e-10)
+
+
+def test_pytree_memory_matches_flat_memory():
+    """Leaves of several shapes give the direction of the same pairs flattened into one vector;
+    a skipped pair (negative curvature) between them changes nothing."""
+    rng = np.random.default_rng(7)
+    shapes = {"a": (2, 3), "b": (4,), "c": ()}
+
+    def unflatten(v):
+        out, i = {}, 0
+        for key, shape in shapes.items():
+            size = int(np.prod(shape))
+            out[key] = jnp.asarray(v[i : i + size].reshape(shape))
+            i += size
+        return out
+
+    n = 11
+    direction = js.LBFGS(memory_size=3)
+    with jax.enable_x64(True):
+        tree_state = direction.init(unflatten(np.zeros(n)), jnp.float64)
+        flat_state = direction.init(jnp.zeros(n), jnp.float64)
+        pairs = [random_pair(rng, n) for _ in range(4)]
+        pairs.insert(2, (np.ones(n), -np.ones(n)))
+        for s, y in pairs:
+            tree_state = direction.update(tree_state, unflatten(s), unflatten(y), jnp.float64)
+            flat_state = direction.update(flat_state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
+        assert int(tree_state.count) == 3
+        g = rng.standard_normal(n)
+        d_tree, _, _ = direction.compute(tree_state, unflatten(g), jnp.float64)
+        d_flat, _, _ = direction.compute(flat_state, jnp.asarray(g), jnp.float64)
+        kept = [pair for pair in pairs if pair[0] @ pair[1] > 0][-3:]
+        np.testing.assert_allclose(d_flat, explicit_lbfgs_direction(kept, g), rtol=1e-10)
+        flattened = np.concatenate([np.ravel(d_tree[key]) for key in shapes])
+        np.testing.assert_allclose(flattened, d_flat, rtol=1e-10)
+
+
 def test_without_pairs_direction_is_steepest_and_unscaled():
     direction = js.LBFGS()
     state = direction.init(jnp.zeros(3), jnp.float32)
