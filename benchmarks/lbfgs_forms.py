@@ -2,6 +2,12 @@
 
     python benchmarks/lbfgs_forms.py                 # n = 1e5, 1e6, 1e7; m = 10; float32
     python benchmarks/lbfgs_forms.py --n 1000000 --m 5,10,20
+    python benchmarks/lbfgs_forms.py --in-solver      # whole L-BFGS runs, n = 1e5, 1e6
+
+`--in-solver` runs `Solver(direction, Zoom(), gtol=1e-3)` on extended Rosenbrock in float32
+with `js.LBFGS` and with `CompactLBFGS` (benchmarks/compact_lbfgs.py), where S'Y and Y'Y are
+kept up to date inside the run, and reports compile time, wall time per step after compile,
+and the compiled program's temporary memory in n-vectors.
 
 The two-loop recursion (`js.LBFGS().compute`, Nocedal & Wright algorithm 7.4) walks the m
 pairs one at a time: each step reads s_i or y_i and reads and writes the work vector, so a
@@ -94,14 +100,57 @@ def compare(n: int, m: int, reps: int) -> dict:
     )
 
 
+def rosenbrock(x):
+    x1, x2 = x[0::2], x[1::2]
+    return jnp.sum(100.0 * (x2 - x1**2) ** 2 + (1 - x1) ** 2)
+
+
+def in_solver(n: int, direction, reps: int) -> dict:
+    solver = js.Solver(direction, js.Zoom(), gtol=1e-3)
+    x0 = jnp.tile(jnp.asarray([-1.2, 1.0], jnp.float32), n // 2)
+    run = jax.jit(lambda x: solver.run(rosenbrock, x))
+    jax.clear_caches()
+    t0 = time.perf_counter()
+    compiled = run.lower(x0).compile()
+    compile_s = time.perf_counter() - t0
+    result = jax.block_until_ready(compiled(x0))
+    wall = median_s(compiled, x0, reps=reps)
+    steps = int(result.num_steps)
+    return dict(
+        n=n,
+        form=type(direction).__name__,
+        compile_s=compile_s,
+        steps=steps,
+        evals=int(result.num_fun_evals),
+        per_step_s=wall / steps,
+        temp_vectors=compiled.memory_analysis().temp_size_in_bytes / (4 * n),
+    )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", default="100000,1000000,10000000")
     parser.add_argument("--m", default="10")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--in-solver", action="store_true")
     options = parser.parse_args(argv)
     device = jax.devices()[0]
     print(f"{jax.default_backend()} ({device.device_kind}), jax {jax.__version__}, float32\n")
+    if options.in_solver:
+        from compact_lbfgs import CompactLBFGS
+
+        n_values = "100000,1000000" if options.n == parser.get_default("n") else options.n
+        print("| n | form | compile s | steps | evals | ms per step | temp n-vectors |")
+        print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+        for n in map(int, n_values.split(",")):
+            for direction in (js.LBFGS(), CompactLBFGS()):
+                r = in_solver(n, direction, max(3, options.reps // 4))
+                print(
+                    f"| {n} | {r['form']} | {r['compile_s']:.2f} | {r['steps']} | {r['evals']} "
+                    f"| {1e3 * r['per_step_s']:.2f} | {r['temp_vectors']:.1f} |",
+                    flush=True,
+                )
+        return
     print("| n | m | two-loop s | compact s | two-loop / compact | max relative difference |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in map(int, options.n.split(",")):
