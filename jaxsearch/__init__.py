@@ -8,6 +8,7 @@ from ._direction import (
     NewtonCG as NewtonCG,
     NonlinearCG as NonlinearCG,
 )
+from ._history import History as History
 from ._linesearch import (
     AbstractLineSearch as AbstractLineSearch,
     AbstractSearch as AbstractSearch,

@@ -12,7 +12,8 @@ class Result(eqx.Module):
     `params` is the last accepted point: every accepted point has a finite value that is no
     higher than the one before it, so this is also the best point found. `value`, `grad` and
     `aux` are evaluated there. `num_fun_evals` counts evaluations of fn (value and gradient
-    together count as one).
+    together count as one). `history` is a `js.History` with `run(..., history=True)`, else
+    None.
     """
 
     params: PyTree

@@ -13,6 +13,7 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from . import _evaluate, _retrace
 from ._direction import LBFGS, AbstractDirection
+from ._history import History, Report, step_record
 from ._linesearch import AbstractLineSearch, AbstractSearch, initial_step
 from ._misc import (
     at_least_float32,
@@ -202,6 +203,7 @@ class Solver(eqx.Module):
             direction=self.direction.init(diff, dtype),
             linesearch=self.linesearch.init(dtype),
             prev_decrease=scalar(jnp.nan, dtype),
+            step_size=scalar(0, dtype),
             num_steps=scalar(0, jnp.int32),
             num_fun_evals=scalar(0, jnp.int32),
             status=scalar(Status.RUNNING, jnp.int32),
@@ -220,13 +222,36 @@ class Solver(eqx.Module):
         diff, state = self._step(fn, args, static, diff, state)
         return eqx.combine(diff, static), state
 
-    def run(self, fn, x0: PyTree, *args, value_dtype=None) -> Result:
+    def run(
+        self,
+        fn,
+        x0: PyTree,
+        *args,
+        value_dtype=None,
+        history: bool = False,
+        callback=None,
+        verbose: bool = False,
+        progress: bool = False,
+    ) -> Result:
         """Minimise fn from x0: one compiled `lax.while_loop` over steps.
 
         New `x0` or `args` values of the same shapes and dtypes reuse the compiled program;
         the identity of `fn` is part of the compile key, so pass data through `args` rather
         than through a new closure per call (after two such recompiles for the same shapes,
         `js.RetraceWarning` says so, once). `value_dtype` as in `init`.
+
+        Per step, a run can record: `step` (its number, from 1), `value` and `grad_norm` (f and
+        the infinity norm of its gradient after the step), `step_size`, `num_fun_evals`
+        (cumulative) and `step_evals` (evaluations in this step: its line-search trials, and
+        f at x0 in the first step).
+        - `history=True`: `result.history` is a `js.History` of device buffers with `max_steps`
+          rows and a row count, under `jit` and `vmap` too; `result.history.to_numpy()` gives
+          the used rows as NumPy arrays.
+        - `callback=f`: `f(record)` on the host after each step, with the record as a dict of
+          NumPy scalars (arrays with a batch axis under `vmap`), by `jax.debug.callback`.
+        - `verbose=True`: one printed line per step.
+        - `progress=True`: a tqdm progress bar, closed when the run stops.
+        These settings, the identity of `callback` included, are part of the compile key.
 
         When every leaf of `x0` and `args` is a `jax.Array` and `fn` is hashable, the call is
         dispatched by `jax.jit` with the solver and fn static; otherwise by `eqx.filter_jit`,
@@ -235,29 +260,51 @@ class Solver(eqx.Module):
         """
         if value_dtype is not None:  # any spelling of a dtype shares one compiled program
             value_dtype = _floating_dtype(value_dtype, "value_dtype")
+        if progress:
+            try:
+                import tqdm  # noqa: F401
+            except ImportError as error:
+                raise ImportError("progress=True needs tqdm: pip install tqdm") from error
+        if callback is not None and not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}.")
+        report = Report(bool(history), callback, bool(verbose), bool(progress))
         if _plain_call(fn, (x0, args)):
-            return _run_jit(self, fn, x0, args, value_dtype)
-        return self._run_filtered(fn, x0, args, value_dtype)
+            return _run_jit(self, fn, x0, args, value_dtype, report)
+        return self._run_filtered(fn, x0, args, value_dtype, report)
 
     @eqx.filter_jit
-    def _run_filtered(self, fn, x0, args, value_dtype) -> Result:
-        return self._run(fn, x0, args, value_dtype)
+    def _run_filtered(self, fn, x0, args, value_dtype, report) -> Result:
+        return self._run(fn, x0, args, value_dtype, report)
 
-    def _run(self, fn, x0, args, value_dtype) -> Result:
+    def _run(self, fn, x0, args, value_dtype, report: Report) -> Result:
         _retrace.note_trace("run", self, fn, (x0, args))
         # Trace fn once: its jaxpr serves both the dtype inference and every evaluation.
         fn = _evaluate.TracedOnce(fn, x0, *args)
         state = self.init(x0, value_dtype, fn=fn, args=args)
         diff, static = _partition(x0)
 
+        dtype = state.prev_decrease.dtype
+        history = (
+            History.empty(self.max_steps, state.value.dtype, dtype) if report.history else None
+        )
+
         def keep_going(carry):
-            _, st = carry
+            _, st, _ = carry
             return (st.status == Status.RUNNING) & (st.num_steps < self.max_steps)
 
         def one_step(carry):
-            return self._step(fn, args, static, *carry)
+            diff, before, history = carry
+            diff, after = self._step(fn, args, static, diff, before)
+            if report.per_step:
+                record = step_record(before, after, dtype, self.max_steps)
+                taken = after.num_steps > before.num_steps
+                if report.history:
+                    history = history.append(record, taken)
+                if report.host:
+                    report.send(record, taken, self.max_steps)
+            return diff, after, history
 
-        diff, state = lax.while_loop(keep_going, one_step, (diff, state))
+        diff, state, history = lax.while_loop(keep_going, one_step, (diff, state, history))
         status = jnp.where(state.status == Status.RUNNING, Status.MAX_STEPS, state.status)
         return Result(
             params=eqx.combine(diff, static),
@@ -267,6 +314,7 @@ class Solver(eqx.Module):
             status=status.astype(jnp.int32),
             num_steps=state.num_steps,
             num_fun_evals=state.num_fun_evals,
+            history=history,
         )
 
     def as_optax(self):
@@ -443,6 +491,7 @@ class Solver(eqx.Module):
                 st.linesearch,
             ),
             prev_decrease=jnp.where(moved, guess_decrease, st.prev_decrease),
+            step_size=jnp.where(moved, c.search.step, 0).astype(dtype),
             num_steps=st.num_steps + searched.astype(jnp.int32),
             num_fun_evals=st.num_fun_evals,
             status=status,
@@ -450,6 +499,6 @@ class Solver(eqx.Module):
         return x_new, st
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 4))
-def _run_jit(solver: Solver, fn, x0, args, value_dtype) -> Result:
-    return solver._run(fn, x0, args, value_dtype)
+@functools.partial(jax.jit, static_argnums=(0, 1, 4, 5))
+def _run_jit(solver: Solver, fn, x0, args, value_dtype, report: Report) -> Result:
+    return solver._run(fn, x0, args, value_dtype, report)

@@ -16,6 +16,9 @@ class SolverState(eqx.Module):
     direction: PyTree
     linesearch: PyTree
     prev_decrease: Scalar  # f_{k-1} - f_k of the last step, for the next guess; NaN at first
+    step_size: (
+        Scalar  # the last step's accepted step size along its direction; 0 if it did not move
+    )
     num_steps: Int[Array, ""]
     num_fun_evals: Int[Array, ""]
     status: Int[Array, ""]  # a Status code describing the last step

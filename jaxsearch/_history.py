@@ -1,0 +1,177 @@
+"""What a run records per step: device buffers (`history=True`) and host calls (`callback=`,
+`verbose=`, `progress=`)."""
+
+import sys
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Int
+
+from ._misc import tree_inf_norm
+from ._status import Status
+
+FIELDS = ("step", "value", "grad_norm", "step_size", "num_fun_evals", "step_evals")
+
+
+def step_record(before, after, dtype, max_steps: int) -> dict:
+    """The record of the step that took the state `before` to `after`: the step number, f and
+    the infinity norm of the gradient at the new point, the step size, the cumulative number of
+    evaluations of fn and those of this step (its line-search trials, plus f at x0 in the
+    first step); `final` is True when the run stops after it."""
+    return dict(
+        step=after.num_steps,
+        value=after.value,
+        grad_norm=tree_inf_norm(after.grad, dtype),
+        step_size=after.step_size,
+        num_fun_evals=after.num_fun_evals,
+        step_evals=after.num_fun_evals - before.num_fun_evals,
+        final=(after.status != Status.RUNNING) | (after.num_steps >= max_steps),
+    )
+
+
+class History(eqx.Module):
+    """Per-step records of `Solver.run(..., history=True)`, kept on the device.
+
+    Row k describes step k + 1 (see `Solver.run` for the fields); each buffer has `max_steps`
+    rows, and rows from `length` on are unused (NaN, or -1 for counts). Under `jax.vmap` every
+    leaf has a leading batch axis. `to_numpy()` returns the used rows.
+    """
+
+    step: Int[Array, " max_steps"]
+    value: Array
+    grad_norm: Array
+    step_size: Array
+    num_fun_evals: Int[Array, " max_steps"]
+    step_evals: Int[Array, " max_steps"]
+    length: Int[Array, ""]
+
+    @staticmethod
+    def empty(max_steps: int, value_dtype, dtype) -> "History":
+        def floats(d):
+            return jnp.full((max_steps,), jnp.nan, d)
+
+        def counts():
+            return jnp.full((max_steps,), -1, jnp.int32)
+
+        return History(
+            step=counts(),
+            value=floats(value_dtype),
+            grad_norm=floats(dtype),
+            step_size=floats(dtype),
+            num_fun_evals=counts(),
+            step_evals=counts(),
+            length=jnp.zeros((), jnp.int32),
+        )
+
+    def append(self, record: dict, taken) -> "History":
+        """This history with `record` as its next row if `taken`, else unchanged."""
+        k = self.length
+        rows = {
+            name: getattr(self, name)
+            .at[k]
+            .set(
+                jnp.where(taken, record[name], getattr(self, name)[k]).astype(
+                    getattr(self, name).dtype
+                )
+            )
+            for name in FIELDS
+        }
+        return History(**rows, length=k + taken.astype(jnp.int32))
+
+    def to_numpy(self) -> dict[str, np.ndarray]:
+        """The used rows as NumPy arrays, one per field (for one run; index a batched history
+        first, e.g. `jax.tree.map(lambda a: a[i], history)`)."""
+        if np.ndim(self.length) != 0:
+            raise ValueError(
+                "to_numpy() takes the history of one run; this one has a batch axis of size "
+                f"{np.shape(self.length)[0]}: index it first, "
+                "e.g. jax.tree.map(lambda a: a[i], result.history)."
+            )
+        n = int(self.length)
+        return {name: np.asarray(getattr(self, name))[:n] for name in FIELDS}
+
+
+class Report(eqx.Module):
+    """What `run` records per step (part of its compile key: all fields static)."""
+
+    history: bool = eqx.field(static=True, default=False)
+    callback: object = eqx.field(static=True, default=None)
+    verbose: bool = eqx.field(static=True, default=False)
+    progress: bool = eqx.field(static=True, default=False)
+
+    @property
+    def per_step(self) -> bool:
+        return self.history or self.host
+
+    @property
+    def host(self) -> bool:
+        return self.callback is not None or self.verbose or self.progress
+
+    def send(self, record: dict, taken, max_steps: int) -> None:
+        """Hand `record` to the host functions asked for, from inside the compiled run, when
+        `taken` (a step was taken; under `jax.vmap`, by any run of the batch)."""
+        host = _HostCalls(self.callback, self.verbose, self.progress, max_steps)
+        jax.debug.callback(host, record, taken)
+
+
+class _HostCalls:
+    """The host side of `Report.send`; equal instances hash equal, so a compiled run is reused."""
+
+    def __init__(self, callback, verbose: bool, progress: bool, max_steps: int):
+        self.callback, self.verbose, self.progress = callback, verbose, progress
+        self.max_steps = max_steps
+
+    def _key(self):
+        return (self.callback, self.verbose, self.progress, self.max_steps)
+
+    def __eq__(self, other):
+        return isinstance(other, _HostCalls) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __call__(self, record, taken):
+        if not np.any(taken):
+            return
+        record = {name: np.asarray(value) for name, value in record.items()}
+        if self.verbose:
+            print(_line(record), flush=True)
+        if self.progress:
+            _progress(record, self.max_steps)
+        if self.callback is not None:
+            self.callback({name: record[name] for name in FIELDS})
+
+
+def _line(record) -> str:
+    if record["step"].ndim:  # a batch: the furthest run
+        i = int(np.argmax(record["step"]))
+        record = {name: value[i] for name, value in record.items()}
+    return (
+        f"step {int(record['step']):5d}  f {float(record['value']): .6e}  "
+        f"|g| {float(record['grad_norm']):.3e}  t {float(record['step_size']):.3e}  "
+        f"evals {int(record['num_fun_evals'])}"
+    )
+
+
+_bar = None  # the progress bar of the run in progress, if any
+
+
+def _progress(record, max_steps: int) -> None:
+    """Advance a tqdm bar to the furthest step; close it after the last step."""
+    global _bar
+    try:
+        from tqdm.auto import tqdm
+    except ImportError as error:  # checked in `run` already; kept for a direct call
+        raise ImportError("progress=True needs tqdm: pip install tqdm") from error
+    step = int(np.max(record["step"]))
+    if _bar is None or step <= _bar.n:
+        if _bar is not None:
+            _bar.close()
+        _bar = tqdm(total=max_steps, unit="step", file=sys.stderr, leave=True)
+    _bar.update(step - _bar.n)
+    _bar.set_postfix(f=f"{float(np.min(record['value'])):.4e}", refresh=False)
+    if np.all(record["final"]):
+        _bar.close()
+        _bar = None
