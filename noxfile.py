@@ -1,4 +1,4 @@
-"""Sessions: `nox -s tests`, `nox -s lint`, `nox -s examples`, `nox -s bench`."""
+"""Sessions: `nox -s tests`, `nox -s lint`, `nox -s examples`, `nox -s bench`, `nox -s docs`."""
 
 import nox
 
@@ -23,7 +23,14 @@ def lint(session):
 @nox.session
 def examples(session):
     session.install("-e", ".")
-    for script in ("quickstart.py", "training_loop.py", "mixed_precision.py"):
+    for script in (
+        "quickstart.py",
+        "training_loop.py",
+        "mixed_precision.py",
+        "convergence_plot.py",
+        "history_and_progress.py",
+        "logistic_vs_scipy.py",
+    ):
         session.run("python", f"examples/{script}")
 
 
@@ -35,3 +42,11 @@ def bench(session):
     session.install(".[bench]")
     session.run("python", "benchmarks/run.py", *session.posargs)
     session.run("python", "benchmarks/speed.py")
+
+
+@nox.session
+def docs(session):
+    """The documentation site (mkdocs-material, API pages from the docstrings), built with
+    `--strict`: any warning fails the session."""
+    session.install("-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", *session.posargs)

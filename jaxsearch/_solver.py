@@ -222,6 +222,14 @@ class Solver(eqx.Module):
         diff, state = self._step(fn, args, static, diff, state)
         return eqx.combine(diff, static), state
 
+    def reevaluate(self, state: SolverState) -> SolverState:
+        """`state` with its cached f and gradient marked stale: the next `step` first evaluates
+        fn at its params (through the same evaluation site as every other), then searches from
+        there. Use it when the objective changed between steps, e.g. a new mini-batch in args;
+        otherwise the next step would start from f and gradient on the previous batch. The
+        direction's memory and the line search's state are kept. Works inside `jit`."""
+        return _replace(state, has_eval=jnp.zeros_like(state.has_eval))
+
     def run(
         self,
         fn,

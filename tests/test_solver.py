@@ -355,3 +355,28 @@ def test_non_descent_direction_restarts_from_steepest_descent():
         for _ in range(3):
             params, state = solver.step(rosenbrock, params, state)
             assert int(state.direction) == 0  # reset after every compute
+
+
+def scaled_rosenbrock(x, scale):
+    return (1 - x[0]) ** 2 + scale * (x[1] - x[0] ** 2) ** 2
+
+
+def test_reevaluate_starts_the_next_step_from_the_new_batch():
+    """After `reevaluate`, the next step evaluates f at its params on the new args first (so at
+    least two evaluations: that one and a trial), and its state holds f and grad of the new
+    objective at the point it returns."""
+    solver = js.Solver(max_steps=50)
+    params, state = jnp.array([-1.2, 1.0]), solver.init(jnp.array([-1.2, 1.0]))
+    for _ in range(3):
+        params, state = solver.step(scaled_rosenbrock, params, state, jnp.asarray(100.0))
+    new_scale = jnp.asarray(10.0)
+    fresh = solver.reevaluate(state)
+    assert not bool(fresh.has_eval)
+    moved, renewed = solver.step(scaled_rosenbrock, params, fresh, new_scale)
+    assert int(renewed.num_fun_evals) - int(state.num_fun_evals) >= 2
+    # The step started from f at params on the new batch: its value is no higher than that.
+    assert float(renewed.value) <= float(scaled_rosenbrock(params, new_scale))
+    np.testing.assert_allclose(renewed.value, scaled_rosenbrock(moved, new_scale), rtol=1e-6)
+    np.testing.assert_allclose(
+        renewed.grad, jax.grad(scaled_rosenbrock)(moved, new_scale), rtol=1e-5, atol=1e-6
+    )

@@ -61,7 +61,7 @@ class NewtonCG(AbstractDirection):
     - if p_j'H p_j <= 0 (negative or zero curvature): stop with d = -g if j = 0, else
       d = z_j (the last iterate, a descent direction);
     - alpha_j = r_j'r_j / p_j'H p_j, z_{j+1} = z_j + alpha_j p_j, r_{j+1} = r_j + alpha_j H p_j;
-    - if |r_{j+1}|_2 < eps_k: stop with d = z_{j+1};
+    - if `|r_{j+1}|_2 < eps_k`: stop with d = z_{j+1};
     - beta_{j+1} = r_{j+1}'r_{j+1} / r_j'r_j, p_{j+1} = -r_{j+1} + beta_{j+1} p_j.
 
     The forcing test uses eps_k = eta_k |g|_2 with the forcing term (N&W eq. 7.3 and
