@@ -22,7 +22,7 @@ def lint(session):
 
 @nox.session
 def examples(session):
-    session.install("-e", ".")
+    session.install("-e", ".[test]")  # scipy, matplotlib, tqdm
     for script in (
         "quickstart.py",
         "training_loop.py",

@@ -1,6 +1,7 @@
 """The README's main command and every example run and print what they promise."""
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -9,9 +10,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def run_example(name):
+def run_example(name, args=()):
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name)],
+        [sys.executable, str(ROOT / "examples" / name), *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -36,3 +37,50 @@ def test_training_loop_compiles_once():
 def test_other_examples_run(name):
     out = run_example(name)
     assert "params dtype : bfloat16, value dtype: float32" in out, out
+
+
+def test_convergence_plot(tmp_path):
+    png = tmp_path / "plots" / "convergence.png"  # a folder the example must create
+    out = run_example("convergence_plot.py", ["--out", str(png)])
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", out
+    assert png.stat().st_size > 10_000, out  # axes, six lines and a legend, not a blank page
+    lines = {
+        line.split(" status ")[0].strip(): line for line in out.splitlines() if " status " in line
+    }
+    assert len(lines) == 6, out
+    for name in ("L-BFGS + Zoom", "L-BFGS + MoreThuente", "BFGS + Zoom", "NewtonCG + Zoom"):
+        assert "status CONVERGED_" in lines[name], out
+        assert float(lines[name].split(" f ")[-1]) < 1e-8, out
+    assert "status MAX_STEPS" in lines["Gradient + Backtracking"], out
+    assert f"saved {png}" in out
+
+
+def test_history_and_progress():
+    out = run_example("history_and_progress.py")
+    assert "callback records match history: True" in out, out
+    steps = int(re.search(r"status CONVERGED_\w+, steps (\d+), history rows (\d+)", out)[1])
+    assert f"history rows {steps}," in out and f"callback records: {steps}," in out, out
+    # verbose=True with max_steps=5: exactly five step lines, then MAX_STEPS.
+    verbose = re.findall(r"^step +(\d+) +f ", out, flags=re.MULTILINE)
+    assert verbose == ["1", "2", "3", "4", "5"], out
+    assert "stopped with status MAX_STEPS" in out
+    assert f"finished: steps {steps}," in out  # the progress run is the same run as (a)
+    # Under vmap: each of the four runs has its own length, equal to its num_steps, and
+    # stronger regularisation converges in fewer steps.
+    batch = re.findall(r"history.length +(\d+), num_steps +(\d+)", out)
+    assert len(batch) == 4 and all(a == b for a, b in batch), out
+    lengths = [int(a) for a, _ in batch]
+    assert lengths == sorted(lengths, reverse=True) and len(set(lengths)) > 1, out
+    assert lengths[1] == steps, out  # lam = 1e-3 is the problem of (a)
+
+
+def test_logistic_vs_scipy():
+    out = run_example("logistic_vs_scipy.py")
+    difference = float(re.search(r"max \|w_jaxsearch - w_scipy\| = (\S+)", out)[1])
+    assert difference < 1e-5, out
+    assert "jaxsearch  : status CONVERGED_" in out and "scipy      : success True" in out, out
+    f_js = float(re.search(r"jaxsearch .* f (\S+),", out)[1])
+    f_sp = float(re.search(r"scipy .* f (\S+),", out)[1])
+    assert abs(f_js - f_sp) <= 1e-12 * abs(f_sp), out
+    assert int(re.search(r"jaxsearch .* evaluations (\d+)", out)[1]) > 0
+    assert int(re.search(r"evaluations \(nfev\) (\d+)", out)[1]) > 0
