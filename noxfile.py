@@ -1,4 +1,5 @@
-"""Sessions: `nox -s tests`, `nox -s lint`, `nox -s examples`, `nox -s bench`, `nox -s docs`."""
+"""Sessions: `nox -s tests`, `nox -s lint`, `nox -s typecheck`, `nox -s docs`,
+`nox -s examples`, `nox -s bench`."""
 
 import nox
 
@@ -18,6 +19,13 @@ def lint(session):
     session.run(
         "ruff", "format", "--check", "jaxsearch", "tests", "examples", "benchmarks", "noxfile.py"
     )
+
+
+@nox.session
+def typecheck(session):
+    """mypy on jaxsearch/ (settings in pyproject.toml, untyped bodies checked too)."""
+    session.install("-e", ".[typecheck]")
+    session.run("mypy")
 
 
 @nox.session

@@ -18,9 +18,9 @@ def widest_float(*dtypes) -> np.dtype:
     Unlike `jnp.promote_types` this never consults the promotion mode, so it works under
     `jax.numpy_dtype_promotion("strict")`. bfloat16 and float16 together give float32.
     """
-    dtypes = [np.dtype(d) for d in dtypes]
-    best = dtypes[0]
-    for dtype in dtypes[1:]:
+    found = [np.dtype(d) for d in dtypes]
+    best = found[0]
+    for dtype in found[1:]:
         if dtype == best:
             continue
         bits, best_bits = jnp.finfo(dtype).bits, jnp.finfo(best).bits

@@ -178,6 +178,7 @@ class Solver(eqx.Module):
         value_dtype = jnp.dtype(_floating_dtype(value_dtype, "value_dtype"))
         aux_shapes = None
         if self.has_aux:
+            assert out is not None  # has_aux without fn raised above
             # Aux leaves become arrays (a Python number too), zero until fn is evaluated.
             aux_shapes = jtu.tree_map(
                 lambda a: jax.ShapeDtypeStruct(

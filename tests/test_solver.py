@@ -380,3 +380,12 @@ def test_reevaluate_starts_the_next_step_from_the_new_batch():
     np.testing.assert_allclose(
         renewed.grad, jax.grad(scaled_rosenbrock)(moved, new_scale), rtol=1e-5, atol=1e-6
     )
+
+
+def test_runtime_type_checking_is_on_in_the_test_run():
+    """pyproject's addopts install jaxtyping's import hook with beartype for jaxsearch, so an
+    argument of the wrong type fails its annotation before the library's own checks run."""
+    import jaxtyping
+
+    with pytest.raises(jaxtyping.TypeCheckError):
+        js.LBFGS(memory_dtype=3.5)

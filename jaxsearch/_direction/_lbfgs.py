@@ -36,7 +36,7 @@ class LBFGS(AbstractDirection):
     """
 
     memory_size: int = eqx.field(static=True, default=10)
-    memory_dtype: object = eqx.field(static=True, default=None)
+    memory_dtype: jnp.dtype | type | str | None = eqx.field(static=True, default=None)
     curvature_eps: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):

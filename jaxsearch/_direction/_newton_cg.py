@@ -137,6 +137,7 @@ class NewtonCG(AbstractDirection):
             return jnp.minimum(self.eta_max, jnp.sqrt(gnorm))
         if self.forcing == "linear":
             return jnp.minimum(self.eta_max, gnorm)
+        assert not isinstance(self.forcing, str)  # a constant, checked at construction
         return jnp.full((), self.forcing, gnorm.dtype)
 
     def init(self, params, dtype) -> NewtonCGState:

@@ -29,8 +29,8 @@ class FixedStep(AbstractLineSearch):
                 f"FixedStep: learning_rate must be positive, got {self.learning_rate}."
             )
 
-    @property
-    def max_step_size(self) -> float:
+    @property  # type: ignore[misc]  # equinox lets a property implement an AbstractVar
+    def max_step_size(self) -> float:  # type: ignore[override]
         return self.learning_rate
 
     def init(self, dtype) -> None:
