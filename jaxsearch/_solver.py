@@ -40,6 +40,10 @@ _SCIPY_FTOL = 2.220446049250313e-09  # scipy L-BFGS-B: factr = 1e7 times float64
 
 _replace = dataclasses.replace
 
+# What `throw=True` raises on: a run that did not converge; a step that could not go on.
+_STEP_FAILURES = (Status.LINESEARCH_FAILED, Status.NONFINITE, Status.STALLED)
+_RUN_FAILURES = (Status.MAX_STEPS, *_STEP_FAILURES)
+
 
 class _Carry(eqx.Module):
     """Loop carry of one step: one iteration evaluates fn once."""
@@ -107,6 +111,15 @@ class Solver(eqx.Module):
     after which f did not change does not pass `ftol` when `ftol` is below the value dtype's
     resolution (the run goes on: near a minimiser the line searches judge steps by slopes).
 
+    With `throw=True`, a run that ends in `MAX_STEPS`, `LINESEARCH_FAILED`, `NONFINITE` or
+    `STALLED`, and a step that ends in one of the last three, raise a runtime error naming the
+    status (`eqx.branched_error_if`) instead of returning it.
+
+    After a step that did not move (its search failed, or it rounded away), the direction's
+    memory is reset,
+    so a further `step` starts again from steepest descent rather than repeating the direction
+    that failed.
+
     All configuration is static, so two solvers with equal settings share compiled programs.
     """
 
@@ -116,6 +129,7 @@ class Solver(eqx.Module):
     ftol: float = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
     has_aux: bool = eqx.field(static=True)
+    throw: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -126,6 +140,7 @@ class Solver(eqx.Module):
         ftol: float = _SCIPY_FTOL,
         max_steps: int = 1000,
         has_aux: bool = False,
+        throw: bool = False,
     ):
         direction = LBFGS() if direction is None else direction
         if not isinstance(direction, AbstractDirection):
@@ -149,6 +164,7 @@ class Solver(eqx.Module):
         self.ftol = float(ftol)
         self.max_steps = max_steps
         self.has_aux = bool(has_aux)
+        self.throw = bool(throw)
 
     # ----------------------------------------------------------------------------- public
 
@@ -221,6 +237,7 @@ class Solver(eqx.Module):
         _retrace.note_trace("step", self, fn, (params, args))
         diff, static = _partition(params)
         diff, state = self._step(fn, args, static, diff, state)
+        diff = self._raise_on_failure(diff, state.status, _STEP_FAILURES)
         return eqx.combine(diff, static), state
 
     def reevaluate(self, state: SolverState) -> SolverState:
@@ -262,10 +279,10 @@ class Solver(eqx.Module):
         - `progress=True`: a tqdm progress bar, closed when the run stops.
         These settings, the identity of `callback` included, are part of the compile key.
 
-        When every leaf of `x0` and `args` is a `jax.Array` and `fn` is hashable, the call is
-        dispatched by `jax.jit` with the solver and fn static; otherwise by `eqx.filter_jit`,
-        with non-array leaves static. Both compile the same program; the first dispatches in
-        microseconds, which is most of the run time of a small problem.
+        When every leaf of `x0` and `args` is a `jax.Array`, `fn` is hashable and `throw` is
+        off, the call is dispatched by `jax.jit` with the solver and fn static; otherwise by
+        `eqx.filter_jit`, with non-array leaves static. Both compile the same program; the first
+        dispatches in microseconds, which is most of the run time of a small problem.
         """
         if value_dtype is not None:  # any spelling of a dtype shares one compiled program
             value_dtype = _floating_dtype(value_dtype, "value_dtype")
@@ -277,7 +294,8 @@ class Solver(eqx.Module):
         if callback is not None and not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}.")
         report = Report(bool(history), callback, bool(verbose), bool(progress))
-        if _plain_call(fn, (x0, args)):
+        # equinox turns a `throw=True` error into a clean exception under its own jit only
+        if not self.throw and _plain_call(fn, (x0, args)):
             return _run_jit(self, fn, x0, args, value_dtype, report)
         return self._run_filtered(fn, x0, args, value_dtype, report)
 
@@ -315,6 +333,7 @@ class Solver(eqx.Module):
 
         diff, state, history = lax.while_loop(keep_going, one_step, (diff, state, history))
         status = jnp.where(state.status == Status.RUNNING, Status.MAX_STEPS, state.status)
+        diff = self._raise_on_failure(diff, status, _RUN_FAILURES)
         return Result(
             params=eqx.combine(diff, static),
             value=state.value,
@@ -344,6 +363,16 @@ class Solver(eqx.Module):
         return as_optax(self)
 
     # ---------------------------------------------------------------------------- private
+
+    def _raise_on_failure(self, diff, status, failures: tuple[Status, ...]):
+        """With `throw=True`: `diff`, with a runtime error (`eqx.branched_error_if`) that names
+        the status when `status` is one of `failures`."""
+        if not self.throw:
+            return diff
+        codes = jnp.array([int(s) for s in failures], jnp.int32)
+        messages = tuple(f"jaxsearch: {s.name}. {s.message}" for s in failures)
+        index = jnp.argmax(status == codes)
+        return eqx.branched_error_if(diff, jnp.any(status == codes), index, messages)
 
     def _check(self, value, grad, dtype) -> Int[Array, ""]:
         """Status that forbids a search from this point: non-finite, or converged by gtol."""
@@ -447,8 +476,12 @@ class Solver(eqx.Module):
 
         # st.grad is the gradient at x, including one evaluated at the start of this step.
         s, y = tree_sub(x_new, x), tree_sub(grad, st.grad)
+        unchanged = tree_equal(x_new, x)
         direction_state = lax.cond(
-            moved, lambda ds: self.direction.update(ds, s, y, dtype), lambda ds: ds, st.direction
+            moved & ~unchanged,
+            lambda ds: self.direction.update(ds, s, y, dtype),
+            lambda ds: lax.cond(searched, self.direction.reset, lambda d: d, ds),
+            st.direction,
         )
         decrease = st.value.astype(dtype) - value.astype(dtype)
         scale = jnp.maximum(jnp.maximum(jnp.abs(st.value), jnp.abs(value)).astype(dtype), 1)
@@ -470,7 +503,7 @@ class Solver(eqx.Module):
                 ~searched,
                 ~moved & below_resolution,
                 ~moved,
-                tree_equal(x_new, x),
+                unchanged,
                 tree_inf_norm(grad, dtype) <= self.gtol,
                 (self.ftol > 0)
                 & (decrease >= 0)
