@@ -5,6 +5,7 @@ and every helper casts explicitly, so the package runs under strict dtype promot
 """
 
 import functools
+from typing import Any
 
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -141,3 +142,15 @@ def select(pred, on_true: PyTree, on_false: PyTree) -> PyTree:
 def dtype_eps(tree: PyTree) -> float:
     """Machine epsilon of the least precise leaf of `tree`."""
     return max(float(jnp.finfo(x.dtype).eps) for x in leaves(tree))
+
+
+def as_int(value: Any) -> Any:
+    """A NumPy integer as a Python int (a converter for integer settings; the owner's
+    `__check_init__` then checks the value with `check_count`)."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
+def check_count(owner: str, name: str, value) -> None:
+    """Raise unless `value` is an integer >= 1 (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}: {name} must be an integer >= 1, got {value!r}.")

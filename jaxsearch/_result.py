@@ -9,9 +9,12 @@ from ._status import Status
 class Result(eqx.Module):
     """Outcome of `Solver.run`.
 
-    `params` is the last accepted point: every accepted point has a finite value that is no
-    higher than the one before it, so this is also the best point found. `value`, `grad` and
-    `aux` are evaluated there. `num_fun_evals` counts evaluations of fn (value and gradient
+    `params` is the last accepted point. Every accepted point has a finite value, no higher
+    than the one before it except within the line searches' rounding allowance: where the
+    change of f is below epsilon C_k (C_k a running average of |f|; Hager & Zhang 2005, section
+    4) a search judges a step by its slope, and f may rise by at most that much. So `params`
+    is the best point found up to that allowance, and finite whenever x0 was. `value`, `grad`
+    and `aux` are evaluated there. `num_fun_evals` counts evaluations of fn (value and gradient
     together count as one). `history` is a `js.History` with `run(..., history=True)`, else
     None.
     """

@@ -16,7 +16,9 @@ from ._direction import LBFGS, AbstractDirection
 from ._history import History, Report, step_record
 from ._linesearch import AbstractLineSearch, AbstractSearch, initial_step
 from ._misc import (
+    as_int,
     at_least_float32,
+    check_count,
     leaves,
     scalar,
     select,
@@ -74,11 +76,25 @@ def _partition(params):
                 "Pass integer or boolean data through `args` instead."
             )
     if not leaves(diff):
+        numbers = [x for x in leaves(static) if type(x) in (float, int)]
+        if numbers:
+            raise TypeError(
+                "params has no floating array leaves, only Python numbers, which are not "
+                f"optimised: pass arrays instead, e.g. jnp.asarray({numbers[0]!r})."
+            )
         raise TypeError("params has no floating array leaves: there is nothing to optimise.")
     for leaf in leaves(diff):
         if jnp.issubdtype(leaf.dtype, jnp.complexfloating):
             raise TypeError("params has a complex leaf; jaxsearch optimises real floating arrays.")
     return diff, static
+
+
+def _check_fn(fn) -> None:
+    if not callable(fn):
+        raise TypeError(
+            "fn must be callable, a function fn(params, *args) returning a scalar; "
+            f"got {type(fn).__name__}."
+        )
 
 
 def _floating_dtype(dtype, what: str):
@@ -138,7 +154,7 @@ class Solver(eqx.Module):
         *,
         gtol: float = 1e-5,
         ftol: float = _SCIPY_FTOL,
-        max_steps: int = 1000,
+        max_steps: int | np.integer = 1000,
         has_aux: bool = False,
         throw: bool = False,
     ):
@@ -152,17 +168,18 @@ class Solver(eqx.Module):
             raise TypeError(
                 f"linesearch must be an AbstractLineSearch, got {type(linesearch).__name__}."
             )
-        if not gtol >= 0:
-            raise ValueError(f"gtol must be non-negative, got {gtol}.")
-        if not ftol >= 0:
-            raise ValueError(f"ftol must be non-negative, got {ftol}.")
-        if not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps must be an integer >= 1, got {max_steps!r}.")
+        for name, value in (("gtol", gtol), ("ftol", ftol)):
+            if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+                raise TypeError(f"{name} must be a real number, got {value!r}.")
+            if not value >= 0:
+                raise ValueError(f"{name} must be non-negative, got {value}.")
+        steps = as_int(max_steps)
+        check_count("Solver", "max_steps", steps)
         self.direction = direction
         self.linesearch = linesearch
         self.gtol = float(gtol)
         self.ftol = float(ftol)
-        self.max_steps = max_steps
+        self.max_steps = steps
         self.has_aux = bool(has_aux)
         self.throw = bool(throw)
 
@@ -180,6 +197,7 @@ class Solver(eqx.Module):
         diff, _ = _partition(params)
         out = None
         if fn is not None:
+            _check_fn(fn)
             out = eqx.filter_eval_shape(
                 lambda p: _evaluate.split_output(fn(p, *args), self.has_aux), params
             )
@@ -234,6 +252,7 @@ class Solver(eqx.Module):
         fn only at trial points; pass the params that `step` returned (with the same args).
         `state.status` tells how this step ended (`Status.RUNNING` if no criterion was met).
         """
+        _check_fn(fn)
         _retrace.note_trace("step", self, fn, (params, args))
         diff, static = _partition(params)
         diff, state = self._step(fn, args, static, diff, state)
@@ -284,6 +303,7 @@ class Solver(eqx.Module):
         `eqx.filter_jit`, with non-array leaves static. Both compile the same program; the first
         dispatches in microseconds, which is most of the run time of a small problem.
         """
+        _check_fn(fn)
         if value_dtype is not None:  # any spelling of a dtype shares one compiled program
             value_dtype = _floating_dtype(value_dtype, "value_dtype")
         if progress:

@@ -6,7 +6,16 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, Int, PyTree, Scalar
 
-from .._misc import at_least_float32, dtype_eps, scalar, tree_dot, tree_norm, widest_float
+from .._misc import (
+    as_int,
+    at_least_float32,
+    check_count,
+    dtype_eps,
+    scalar,
+    tree_dot,
+    tree_norm,
+    widest_float,
+)
 from ._base import AbstractDirection
 
 
@@ -17,6 +26,13 @@ class LBFGSState(eqx.Module):
     gamma: Scalar  # initial inverse-Hessian scale s'y / y'y of the newest pair
     count: Int[Array, ""]  # number of valid pairs, <= memory_size
     head: Int[Array, ""]  # slot the next pair is written to
+
+
+def _is_floating(dtype) -> bool:
+    try:
+        return bool(jnp.issubdtype(dtype, jnp.floating))
+    except TypeError:  # not a dtype at all, e.g. "bogus"
+        return False
 
 
 class LBFGS(AbstractDirection):
@@ -35,20 +51,18 @@ class LBFGS(AbstractDirection):
     in at least float32.
     """
 
-    memory_size: int = eqx.field(static=True, default=10)
+    memory_size: int = eqx.field(static=True, default=10, converter=as_int)
     memory_dtype: jnp.dtype | type | str | None = eqx.field(static=True, default=None)
     curvature_eps: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
-        if not isinstance(self.memory_size, int) or self.memory_size < 1:
+        check_count("LBFGS", "memory_size", self.memory_size)
+        if self.memory_dtype is not None and not _is_floating(self.memory_dtype):
             raise ValueError(
-                f"LBFGS: memory_size must be an integer >= 1, got {self.memory_size!r}."
+                f"LBFGS: memory_dtype must be a floating dtype such as jnp.float32, "
+                f"got {self.memory_dtype!r}."
             )
-        if self.memory_dtype is not None and not jnp.issubdtype(self.memory_dtype, jnp.floating):
-            raise ValueError(
-                f"LBFGS: memory_dtype must be a floating dtype, got {self.memory_dtype!r}."
-            )
-        if self.curvature_eps is not None and self.curvature_eps < 0:
+        if self.curvature_eps is not None and not self.curvature_eps >= 0:
             raise ValueError(
                 f"LBFGS: curvature_eps must be non-negative, got {self.curvature_eps}."
             )

@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Scalar
 
-from .._misc import scalar
+from .._misc import as_int, check_count, scalar
 from ._base import AbstractLineSearch, AbstractSearch, fresh_search
 from ._conditions import ValueScale, sufficient_decrease
 
@@ -41,7 +41,7 @@ class Backtracking(AbstractLineSearch):
 
     c1: float = eqx.field(static=True, default=1e-4)
     shrink: float = eqx.field(static=True, default=0.5)
-    max_steps: int = eqx.field(static=True, default=30)
+    max_steps: int = eqx.field(static=True, default=30, converter=as_int)
     growth: float | None = eqx.field(static=True, default=None)
     max_step_size: float = eqx.field(static=True, default=1e10)
     epsilon: float | None = eqx.field(static=True, default=None)
@@ -51,9 +51,8 @@ class Backtracking(AbstractLineSearch):
             raise ValueError(f"Backtracking: c1 must lie in (0, 1), got {self.c1}.")
         if not 0 < self.shrink < 1:
             raise ValueError(f"Backtracking: shrink must lie in (0, 1), got {self.shrink}.")
-        if self.max_steps < 1:
-            raise ValueError(f"Backtracking: max_steps must be >= 1, got {self.max_steps}.")
-        if self.growth is not None and self.growth < 1:
+        check_count("Backtracking", "max_steps", self.max_steps)
+        if self.growth is not None and not 1 <= self.growth < float("inf"):
             raise ValueError(f"Backtracking: growth must be >= 1 or None, got {self.growth}.")
         if not self.max_step_size > 0:
             raise ValueError("Backtracking: max_step_size must be positive.")

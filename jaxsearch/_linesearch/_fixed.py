@@ -24,9 +24,9 @@ class FixedStep(AbstractLineSearch):
     learning_rate: float = eqx.field(static=True, default=1e-3)
 
     def __check_init__(self):
-        if not self.learning_rate > 0:
+        if not 0 < self.learning_rate < float("inf"):
             raise ValueError(
-                f"FixedStep: learning_rate must be positive, got {self.learning_rate}."
+                f"FixedStep: learning_rate must be positive and finite, got {self.learning_rate}."
             )
 
     @property  # type: ignore[misc]  # equinox lets a property implement an AbstractVar

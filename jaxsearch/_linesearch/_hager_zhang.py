@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
-from .._misc import scalar, select
+from .._misc import as_int, check_count, scalar, select
 from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
 from ._conditions import ValueScale, armijo, value_tolerance
 from ._interpolate import quadratic_minimiser, secant_minimiser
@@ -126,7 +126,7 @@ class HagerZhang(AbstractLineSearch):
     psi2: float = eqx.field(static=True, default=2.0)
     rho: float = eqx.field(static=True, default=5.0)
     quad_step: bool = eqx.field(static=True, default=True)
-    max_steps: int = eqx.field(static=True, default=50)
+    max_steps: int = eqx.field(static=True, default=50, converter=as_int)
     max_step_size: float = eqx.field(static=True, default=1e10)
 
     def __check_init__(self):
@@ -153,8 +153,7 @@ class HagerZhang(AbstractLineSearch):
             raise ValueError(f"{name}: psi2 must be positive, got {self.psi2}.")
         if not self.rho > 1:
             raise ValueError(f"{name}: rho must be > 1, got {self.rho}.")
-        if self.max_steps < 1:
-            raise ValueError(f"{name}: max_steps must be >= 1, got {self.max_steps}.")
+        check_count(name, "max_steps", self.max_steps)
         if not self.max_step_size > 0:
             raise ValueError(f"{name}: max_step_size must be positive, got {self.max_step_size}.")
 

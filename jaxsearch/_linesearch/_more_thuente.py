@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
-from .._misc import scalar, select
+from .._misc import as_int, check_count, scalar, select
 from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
 from ._conditions import ValueScale, sufficient_decrease
 from ._interpolate import quadratic_minimiser, scaled_cubic, secant_minimiser
@@ -142,7 +142,7 @@ class MoreThuente(AbstractLineSearch):
     ftol: float = eqx.field(static=True, default=1e-3)
     gtol: float = eqx.field(static=True, default=0.9)
     xtol: float = eqx.field(static=True, default=0.1)
-    max_steps: int = eqx.field(static=True, default=20)
+    max_steps: int = eqx.field(static=True, default=20, converter=as_int)
     max_step_size: float = eqx.field(static=True, default=1e10)
     epsilon: float | None = eqx.field(static=True, default=None)
 
@@ -155,8 +155,7 @@ class MoreThuente(AbstractLineSearch):
             )
         if not self.xtol >= 0:
             raise ValueError(f"MoreThuente: xtol must be non-negative, got {self.xtol}.")
-        if self.max_steps < 1:
-            raise ValueError(f"MoreThuente: max_steps must be >= 1, got {self.max_steps}.")
+        check_count("MoreThuente", "max_steps", self.max_steps)
         if self.epsilon is not None and not self.epsilon >= 0:
             raise ValueError(f"MoreThuente: epsilon must be None or >= 0, got {self.epsilon}.")
         if not self.max_step_size > 0:

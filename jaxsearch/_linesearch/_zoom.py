@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Int, Scalar
 
-from .._misc import scalar, select
+from .._misc import as_int, check_count, scalar, select
 from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
 from ._conditions import ValueScale, sufficient_decrease
 from ._interpolate import expansion_trial, zoom_trial
@@ -49,7 +49,7 @@ class Zoom(AbstractLineSearch):
 
     c1: float = eqx.field(static=True, default=1e-4)
     c2: float = eqx.field(static=True, default=0.9)
-    max_steps: int = eqx.field(static=True, default=25)
+    max_steps: int = eqx.field(static=True, default=25, converter=as_int)
     safeguard: float = eqx.field(static=True, default=0.1)
     xtol: float = eqx.field(static=True, default=1e-7)
     max_step_size: float = eqx.field(static=True, default=1e10)
@@ -60,11 +60,10 @@ class Zoom(AbstractLineSearch):
             raise ValueError(f"Zoom: c1 must lie in (0, 1), got {self.c1}.")
         if not self.c1 < self.c2 < 1:
             raise ValueError(f"Zoom: c2 must lie in (c1, 1) = ({self.c1}, 1), got {self.c2}.")
-        if self.max_steps < 1:
-            raise ValueError(f"Zoom: max_steps must be >= 1, got {self.max_steps}.")
+        check_count("Zoom", "max_steps", self.max_steps)
         if not 0 < self.safeguard < 0.5:
             raise ValueError(f"Zoom: safeguard must lie in (0, 0.5), got {self.safeguard}.")
-        if self.xtol < 0:
+        if not self.xtol >= 0:
             raise ValueError(f"Zoom: xtol must be non-negative, got {self.xtol}.")
         if not self.max_step_size > 0:
             raise ValueError("Zoom: max_step_size must be positive.")
