@@ -13,6 +13,16 @@ def tests(session):
 
 
 @nox.session
+def fuzz(session):
+    """The property-based tests with the "fuzz" hypothesis profile (2000 examples per test)."""
+    session.install("-e", ".[test]")
+    session.env["HYPOTHESIS_PROFILE"] = "fuzz"
+    session.run(
+        "python", "-m", "pytest", "tests/test_properties.py", "-n", "2", "-p", "no:randomly"
+    )
+
+
+@nox.session
 def lint(session):
     session.install("ruff")
     session.run("ruff", "check", "jaxsearch", "tests", "examples", "benchmarks", "noxfile.py")
