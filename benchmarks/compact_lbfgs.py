@@ -9,7 +9,7 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, Int, PyTree, Scalar
 
-from jaxsearch import AbstractDirection
+from jaxsearch import LBFGS, AbstractDirection
 from jaxsearch._misc import at_least_float32, dtype_eps, leaves, scalar, tree_dot, widest_float
 
 
@@ -95,22 +95,11 @@ class CompactLBFGS(AbstractDirection):
     memory_dtype: object = eqx.field(static=True, default=None)
     curvature_eps: float | None = eqx.field(static=True, default=None)
 
-    def __check_init__(self):
-        if not isinstance(self.memory_size, int) or self.memory_size < 1:
-            raise ValueError(
-                f"CompactLBFGS: memory_size must be an integer >= 1, got {self.memory_size!r}."
-            )
-        if self.memory_dtype is not None and not jnp.issubdtype(self.memory_dtype, jnp.floating):
-            raise ValueError(
-                f"CompactLBFGS: memory_dtype must be a floating dtype, got {self.memory_dtype!r}."
-            )
-        if self.curvature_eps is not None and self.curvature_eps < 0:
-            raise ValueError(
-                f"CompactLBFGS: curvature_eps must be non-negative, got {self.curvature_eps}."
-            )
+    def __check_init__(self):  # the same settings as js.LBFGS, checked the same way
+        LBFGS.__check_init__(self)
 
     def _memory_dtype(self, dtype):
-        return dtype if self.memory_dtype is None else widest_float(dtype, self.memory_dtype)
+        return LBFGS._memory_dtype(self, dtype)
 
     def init(self, params, dtype) -> CompactLBFGSState:
         m = self.memory_size
