@@ -1,7 +1,9 @@
 """What a run records per step: device buffers (`history=True`) and host calls (`callback=`,
 `verbose=`, `progress=`)."""
 
+import dataclasses
 import sys
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -97,7 +99,7 @@ class Report(eqx.Module):
     """What `run` records per step (part of its compile key: all fields static)."""
 
     history: bool = eqx.field(static=True, default=False)
-    callback: object = eqx.field(static=True, default=None)
+    callback: Callable[[dict], object] | None = eqx.field(static=True, default=None)
     verbose: bool = eqx.field(static=True, default=False)
     progress: bool = eqx.field(static=True, default=False)
 
@@ -116,21 +118,14 @@ class Report(eqx.Module):
         jax.debug.callback(host, record, taken)
 
 
+@dataclasses.dataclass(frozen=True)
 class _HostCalls:
     """The host side of `Report.send`; equal instances hash equal, so a compiled run is reused."""
 
-    def __init__(self, callback, verbose: bool, progress: bool, max_steps: int):
-        self.callback, self.verbose, self.progress = callback, verbose, progress
-        self.max_steps = max_steps
-
-    def _key(self):
-        return (self.callback, self.verbose, self.progress, self.max_steps)
-
-    def __eq__(self, other):
-        return isinstance(other, _HostCalls) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
+    callback: Callable[[dict], object] | None
+    verbose: bool
+    progress: bool
+    max_steps: int
 
     def __call__(self, record, taken):
         if not np.any(taken):
