@@ -7,9 +7,13 @@ and every helper casts explicitly, so the package runs under strict dtype promot
 import functools
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
+from jax import lax
+from jax.experimental.shard_alike import shard_alike
+from jax.sharding import NamedSharding, PartitionSpec
 from jaxtyping import Array, Bool, PyTree, Scalar
 
 
@@ -41,13 +45,32 @@ def leaves(tree: PyTree) -> list:
     return jtu.tree_leaves(tree)
 
 
+def _explicit_scalar_sharding(x):
+    """For an array sharded along explicit mesh axes (sharding in types), the sharding of a
+    replicated scalar on its mesh, which a contraction over those axes must name; else None."""
+    sharding = jax.typeof(x).sharding
+    if any(axes is not None for axes in sharding.spec):
+        return NamedSharding(sharding.mesh, PartitionSpec())
+    return None
+
+
+def _vdot(x, y, acc) -> Scalar:
+    """<x, y> over all axes, accumulated in `acc`."""
+    out_sharding = _explicit_scalar_sharding(x) or _explicit_scalar_sharding(y)
+    if out_sharding is None:
+        return jnp.vdot(x, y, preferred_element_type=acc)
+    axes = tuple(range(x.ndim))  # no ravel: reshaping a sharded array would move it
+    dims = ((axes, axes), ((), ()))
+    return lax.dot_general(x, y, dims, preferred_element_type=acc, out_sharding=out_sharding)
+
+
 def tree_dot(a: PyTree, b: PyTree, dtype) -> Scalar:
     """Sum over leaves of <a, b>, each leaf accumulated in at least float32, returned as `dtype`."""
     total = jnp.zeros((), dtype)
     for x, y in zip(leaves(a), leaves(b), strict=True):
         common = widest_float(x.dtype, y.dtype)
         acc = at_least_float32(common)
-        part = jnp.vdot(x.astype(common), y.astype(common), preferred_element_type=acc)
+        part = _vdot(x.astype(common), y.astype(common), acc)
         total = total + part.astype(dtype)
     return total
 
@@ -69,7 +92,9 @@ def tree_min_step(x: PyTree, d: PyTree, dtype) -> Scalar:
     """A step t below which x + t d rounds to x in every leaf: min_i spacing(x_i) / (4 |d_i|).
 
     The factor 4 covers rounding to nearest and the halved spacing below a power of two.
+    A resolution limit, not a function of x to differentiate: no derivative flows through it.
     """
+    x, d = lax.stop_gradient((x, d))
     total = jnp.full((), jnp.inf, dtype)
     for xi, di in zip(leaves(x), leaves(d), strict=True):
         acc = at_least_float32(xi.dtype)
@@ -120,8 +145,19 @@ def tree_scale(t: Scalar, a: PyTree) -> PyTree:
     return jtu.tree_map(lambda x: (t.astype(at_least_float32(x.dtype)) * x).astype(x.dtype), a)
 
 
+def zeros_sharded_like(x: Array, dtype, lead: tuple[int, ...] = ()) -> Array:
+    """Zeros of shape `lead + x.shape` in `dtype` (strongly typed), sharded like x on the
+    trailing axes and replicated along `lead`, on any mesh: by type on an explicit mesh, by
+    `shard_alike` (a no-op without a mesh) where the partitioner chooses. Plain zeros would
+    not depend on x: XLA would place them whole on every device, or jit on one."""
+    shape = (*lead, *x.shape)
+    zeros = jnp.broadcast_to(jnp.zeros_like(x, dtype), shape)
+    return shard_alike(zeros, jnp.broadcast_to(x, shape))[0]
+
+
 def tree_zeros_like(a: PyTree) -> PyTree:
-    return jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), a)
+    """Zeros like each leaf: shape, dtype (strongly typed) and sharding."""
+    return jtu.tree_map(lambda x: zeros_sharded_like(x, x.dtype), a)
 
 
 def tree_cast_like(a: PyTree, like: PyTree) -> PyTree:

@@ -15,6 +15,7 @@ from .._misc import (
     tree_dot,
     tree_norm,
     widest_float,
+    zeros_sharded_like,
 )
 from ._base import AbstractDirection
 
@@ -73,8 +74,8 @@ class LBFGS(AbstractDirection):
     def init(self, params, dtype) -> LBFGSState:
         m = self.memory_size
 
-        def buffer(x):
-            return jnp.zeros((m, *x.shape), self._memory_dtype(x.dtype))
+        def buffer(x):  # sharded like x, replicated along the memory axis
+            return zeros_sharded_like(x, self._memory_dtype(x.dtype), (m,))
 
         return LBFGSState(
             s=jtu.tree_map(buffer, params),
@@ -92,11 +93,13 @@ class LBFGS(AbstractDirection):
             take = lambda b: lax.dynamic_index_in_dim(b, j, keepdims=False)  # noqa: E731
             return jtu.tree_map(take, state.s), jtu.tree_map(take, state.y)
 
+        # Both loops run over all m slots (a fixed trip count, which reverse-mode
+        # differentiation and vmap need); a slot beyond `count` has a zero coefficient.
         def newest_first(i, carry):
             q, alpha = carry
             j = (state.head - 1 - i) % m
             s, y = pair(j)
-            a = state.rho[j] * tree_dot(s, q, dtype)
+            a = jnp.where(i < state.count, state.rho[j] * tree_dot(s, q, dtype), 0)
             q = jtu.tree_map(lambda qi, yi: qi - a.astype(qi.dtype) * yi.astype(qi.dtype), q, y)
             return q, alpha.at[j].set(a)
 
@@ -104,15 +107,15 @@ class LBFGS(AbstractDirection):
             j = (state.head - state.count + i) % m
             s, y = pair(j)
             b = state.rho[j] * tree_dot(y, r, dtype)
-            coef = alpha[j] - b
+            coef = jnp.where(i < state.count, alpha[j] - b, 0)
             return jtu.tree_map(
                 lambda ri, si: ri + coef.astype(ri.dtype) * si.astype(ri.dtype), r, s
             )
 
         work = jtu.tree_map(lambda g, s: g.astype(at_least_float32(s.dtype)), grad, state.s)
-        q, alpha = lax.fori_loop(0, state.count, newest_first, (work, jnp.zeros((m,), dtype)))
+        q, alpha = lax.fori_loop(0, m, newest_first, (work, jnp.zeros((m,), dtype)))
         r = jtu.tree_map(lambda qi: state.gamma.astype(qi.dtype) * qi, q)
-        r = lax.fori_loop(0, state.count, oldest_first, r)
+        r = lax.fori_loop(0, m, oldest_first, r)
         d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
         return d, state.count > 0, state
 

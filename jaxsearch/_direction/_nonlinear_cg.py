@@ -7,7 +7,15 @@ import jax.tree_util as jtu
 from jaxtyping import Array, Bool, PyTree, Scalar
 
 from .._linesearch import AbstractLineSearch, MoreThuente
-from .._misc import at_least_float32, scalar, tree_cast_like, tree_dot, tree_norm, tree_sub
+from .._misc import (
+    at_least_float32,
+    scalar,
+    tree_cast_like,
+    tree_dot,
+    tree_norm,
+    tree_sub,
+    tree_zeros_like,
+)
 from ._base import AbstractDirection
 
 METHODS = ("fletcher-reeves", "polak-ribiere", "hestenes-stiefel", "dai-yuan", "hager-zhang")
@@ -81,7 +89,7 @@ class NonlinearCG(AbstractDirection):
             raise ValueError(f"NonlinearCG: eta must be positive, got {self.eta}.")
 
     def init(self, params, dtype) -> NonlinearCGState:
-        zeros = jtu.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), params)
+        zeros = tree_zeros_like(params)  # sharded like params
         return NonlinearCGState(grad=zeros, direction=zeros, has_prev=jnp.array(False))
 
     def _beta(self, g, g_prev, d_prev, dtype) -> Scalar:
