@@ -1,5 +1,10 @@
 """jaxsearch: line-search optimisers for JAX, built from Equinox modules."""
 
+from ._adjoint import (
+    AbstractAdjoint as AbstractAdjoint,
+    ImplicitAdjoint as ImplicitAdjoint,
+    UnrolledAdjoint as UnrolledAdjoint,
+)
 from ._direction import (
     BFGS as BFGS,
     LBFGS as LBFGS,

@@ -12,7 +12,8 @@ from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from . import _evaluate, _retrace
-from ._direction import LBFGS, AbstractDirection
+from ._adjoint import AbstractAdjoint, ImplicitAdjoint, UnrolledAdjoint
+from ._direction import LBFGS, AbstractDirection, NewtonCG
 from ._history import History, Report, step_record
 from ._linesearch import AbstractLineSearch, AbstractSearch, initial_step
 from ._misc import (
@@ -132,9 +133,14 @@ class Solver(eqx.Module):
     status (`eqx.branched_error_if`) instead of returning it.
 
     After a step that did not move (its search failed, or it rounded away), the direction's
-    memory is reset,
-    so a further `step` starts again from steepest descent rather than repeating the direction
-    that failed.
+    memory is reset, so a further `step` starts again from steepest descent rather than
+    repeating the direction that failed. A `step` from a converged state (by `gtol`, or by
+    `ftol` in the step that reached it) changes nothing until `reevaluate`, so under `vmap`
+    finished problems stay put while others go on.
+
+    `adjoint` says how `run` is differentiated with respect to `args`:
+    `js.ImplicitAdjoint()` (default, at the solution) or `js.UnrolledAdjoint()` (through the
+    iterations).
 
     All configuration is static, so two solvers with equal settings share compiled programs.
     """
@@ -146,6 +152,7 @@ class Solver(eqx.Module):
     max_steps: int = eqx.field(static=True)
     has_aux: bool = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
+    adjoint: AbstractAdjoint
 
     def __init__(
         self,
@@ -157,6 +164,7 @@ class Solver(eqx.Module):
         max_steps: int | np.integer = 1000,
         has_aux: bool = False,
         throw: bool = False,
+        adjoint: AbstractAdjoint | None = None,
     ):
         direction = LBFGS() if direction is None else direction
         if not isinstance(direction, AbstractDirection):
@@ -173,6 +181,18 @@ class Solver(eqx.Module):
                 raise TypeError(f"{name} must be a real number, got {value!r}.")
             if not value >= 0:
                 raise ValueError(f"{name} must be non-negative, got {value}.")
+        adjoint = ImplicitAdjoint() if adjoint is None else adjoint
+        if not isinstance(adjoint, AbstractAdjoint):
+            raise TypeError(
+                "adjoint must be an AbstractAdjoint, js.ImplicitAdjoint() or "
+                "js.UnrolledAdjoint(), got "
+                f"{type(adjoint).__name__}."
+            )
+        if isinstance(adjoint, UnrolledAdjoint) and isinstance(direction, NewtonCG):
+            raise TypeError(
+                "NewtonCG cannot be used with UnrolledAdjoint: its inner CG loop has no bound "
+                "for reverse-mode differentiation. Use adjoint=js.ImplicitAdjoint()."
+            )
         steps = as_int(max_steps)
         check_count("Solver", "max_steps", steps)
         self.direction = direction
@@ -182,6 +202,7 @@ class Solver(eqx.Module):
         self.max_steps = steps
         self.has_aux = bool(has_aux)
         self.throw = bool(throw)
+        self.adjoint = adjoint
 
     # ----------------------------------------------------------------------------- public
 
@@ -327,6 +348,9 @@ class Solver(eqx.Module):
         _retrace.note_trace("run", self, fn, (x0, args))
         # Trace fn once: its jaxpr serves both the dtype inference and every evaluation.
         fn = _evaluate.TracedOnce(fn, x0, *args)
+        return self.adjoint.minimise(self, fn, x0, args, value_dtype, report)
+
+    def _minimise(self, fn, x0, args, value_dtype, report: Report) -> Result:
         state = self.init(x0, value_dtype, fn=fn, args=args)
         diff, static = _partition(x0)
 
@@ -351,7 +375,9 @@ class Solver(eqx.Module):
                     report.send(record, taken, self.max_steps)
             return diff, after, history
 
-        diff, state, history = lax.while_loop(keep_going, one_step, (diff, state, history))
+        diff, state, history = self.adjoint.while_loop(
+            keep_going, one_step, (diff, state, history), self.max_steps
+        )
         status = jnp.where(state.status == Status.RUNNING, Status.MAX_STEPS, state.status)
         diff = self._raise_on_failure(diff, status, _RUN_FAILURES)
         return Result(
@@ -408,8 +434,16 @@ class Solver(eqx.Module):
         evaluate = functools.partial(
             _evaluate.value_and_grad, fn, self.has_aux, state.value.dtype, state.aux
         )
+        # A point already converged (by gtol, or by ftol in the step that reached it) is not
+        # searched from again until `reevaluate`: under vmap, finished problems stay put.
         stop = jnp.where(
-            state.has_eval, self._check(state.value, state.grad, dtype), Status.RUNNING
+            state.has_eval,
+            jnp.where(
+                state.status == Status.CONVERGED_FTOL,
+                state.status,
+                self._check(state.value, state.grad, dtype),
+            ),
+            Status.RUNNING,
         ).astype(jnp.int32)
         zero, one = scalar(0, dtype), scalar(1, dtype)
         placeholder = self.linesearch.start(state.linesearch, zero, -one, one, zero)
@@ -438,7 +472,7 @@ class Solver(eqx.Module):
             take_base = functools.partial(self._take_base, prepare)
             return lax.cond(c.at_base, take_base, self._take_trial, c, t, value, grad, aux)
 
-        c = lax.while_loop(lambda c: ~c.done, body, carry)
+        c = self.adjoint.while_loop(lambda c: ~c.done, body, carry, None)
         return self._finish(c, diff)
 
     def _prepare(self, x, hvp, c: _Carry) -> _Carry:
@@ -463,7 +497,9 @@ class Solver(eqx.Module):
             self.linesearch.max_step_size,
         )
         phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
-        search = self.linesearch.start(st.linesearch, phi0, dphi0, guess, min_step, scaled)
+        # Step sizes carry no derivative (see `UnrolledAdjoint`): the searches branch on them.
+        phi0, dphi0_search, guess = lax.stop_gradient((phi0, dphi0, guess))
+        search = self.linesearch.start(st.linesearch, phi0, dphi0_search, guess, min_step, scaled)
         st = _replace(st, direction=direction_state)
         return _replace(c, state=st, d=d, dphi0=dphi0, search=search, done=search.done)
 
@@ -478,9 +514,8 @@ class Solver(eqx.Module):
     def _take_trial(self, c: _Carry, t, value, grad, aux) -> _Carry:
         """Hand phi(t), phi'(t) to the line search and keep the trial's f, grad, aux."""
         dtype = c.state.prev_decrease.dtype
-        search = self.linesearch.update(
-            c.search, t, value.astype(dtype), tree_dot(grad, c.d, dtype)
-        )
+        phi, dphi = lax.stop_gradient((value.astype(dtype), tree_dot(grad, c.d, dtype)))
+        search = self.linesearch.update(c.search, lax.stop_gradient(t), phi, dphi)
         return _replace(c, search=search, done=search.done, value=value, grad=grad, aux=aux)
 
     def _finish(self, c: _Carry, x):

@@ -493,6 +493,9 @@ WRONG_TYPES = [
         id="Solver(Zoom(), LBFGS())",
     ),
     pytest.param(
+        lambda: js.Solver(adjoint="implicit"), r"adjoint", r"AbstractAdjoint", id="adjoint=str"
+    ),
+    pytest.param(
         lambda: js.Solver(js.LBFGS(), js.LBFGS()),
         r"linesearch",
         r"AbstractLineSearch",

@@ -1,0 +1,210 @@
+"""How `Solver.run` is differentiated with respect to `args`: at the solution by the implicit
+function theorem, or through the iterations as they ran."""
+
+import abc
+import functools
+
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+from jaxtyping import PyTree
+
+from . import _evaluate
+from ._misc import (
+    as_int,
+    at_least_float32,
+    check_count,
+    leaves,
+    tree_add_scaled,
+    tree_cast_like,
+    tree_dot,
+    tree_zeros_like,
+)
+
+
+class AbstractAdjoint(eqx.Module):
+    """How derivatives of `Solver.run` with respect to `args` are computed. An adjoint chooses
+    the loops the solver runs (`while_loop`) and wraps the whole minimisation (`minimise`)."""
+
+    @abc.abstractmethod
+    def while_loop(self, cond, body, init, max_steps: int | None):
+        """`lax.while_loop(cond, body, init)`, of at most `max_steps` iterations when given."""
+
+    @abc.abstractmethod
+    def minimise(self, solver, fn, x0: PyTree, args: tuple, value_dtype, report):
+        """`solver._minimise(fn, x0, args, value_dtype, report)`, with this adjoint's
+        derivatives."""
+
+
+class ImplicitAdjoint(AbstractAdjoint):
+    """Derivatives of the solution by the implicit function theorem (the default).
+
+    At a minimiser x*(a) of f(x, a), grad_x f(x*, a) = 0, so the derivative of the solution
+    is dx*/da = -H^-1 (d/da grad_x f)(x*, a), with H = grad_x^2 f(x*, a). Derivatives of f,
+    its gradient and aux at the solution follow by the chain rule from dx*/da and their own
+    dependence on a. No derivative flows through the iterations: this costs one linear
+    solve per derivative, not the memory of the whole run, and derivatives with respect to x0
+    are zero.
+
+    The system H v = b is solved by conjugate gradients on Hessian-vector products (forward
+    over reverse differentiation of fn), in each param leaf's dtype widened to at least
+    float32, inside `lax.custom_linear_solve` (H is symmetric), so both forward mode
+    (`jax.jvp`, `jax.jacfwd`) and reverse mode (`jax.grad`, `jax.vjp`) work, under `vmap` too.
+    CG starts from 0 and stops when |r|_2 <= `rtol` |b|_2, after `max_steps` iterations
+    (default: 10 n, n the number of parameters, as scipy's `cg`), or when p'Hp <= 0 (H not
+    positive definite there: the derivative assumes it is). `rtol` defaults to
+    max(1e-10, 10 eps) with eps the machine epsilon of the widest work dtype.
+
+    The derivative is that of the exact minimiser: it is as accurate as the run converged
+    (check `result.status`), and meaningless where the run stopped elsewhere.
+    """
+
+    rtol: float | None = eqx.field(static=True, default=None)
+    max_steps: int | None = eqx.field(static=True, default=None, converter=as_int)
+
+    def __check_init__(self):
+        if self.rtol is not None and not 0 < self.rtol < 1:
+            raise ValueError(f"ImplicitAdjoint: rtol must lie in (0, 1), got {self.rtol}.")
+        if self.max_steps is not None:
+            check_count("ImplicitAdjoint", "max_steps", self.max_steps)
+
+    def while_loop(self, cond, body, init, max_steps=None):
+        return lax.while_loop(cond, body, init)
+
+    def minimise(self, solver, fn, x0, args, value_dtype, report):
+        result = _implicit_minimise(
+            x0, args, adjoint=self, solver=solver, fn=fn, value_dtype=value_dtype, report=report
+        )
+        # A custom derivative returns arrays only: put back params' other leaves (e.g. an
+        # Equinox model's activation functions), which the solver never changes.
+        static = eqx.filter(x0, eqx.is_inexact_array, inverse=True)
+        return eqx.tree_at(lambda r: r.params, result, eqx.combine(result.params, static))
+
+    def solve(self, matvec, b: PyTree) -> PyTree:
+        """v with H v = b (`matvec(v)` = H v) by conjugate gradients, differentiable in b."""
+        return lax.custom_linear_solve(
+            matvec, b, functools.partial(self._conjugate_gradients), symmetric=True
+        )
+
+    def _conjugate_gradients(self, matvec, b: PyTree) -> PyTree:
+        dtype = jnp.result_type(*(at_least_float32(x.dtype) for x in leaves(b)))
+        rtol = max(1e-10, 10 * float(jnp.finfo(dtype).eps)) if self.rtol is None else self.rtol
+        size = sum(x.size for x in leaves(b))
+        max_steps = 10 * size if self.max_steps is None else self.max_steps
+        bb = tree_dot(b, b, dtype)
+        target = (rtol**2) * bb
+
+        def keep_going(carry):
+            k, _, _, _, rr, stop = carry
+            return (k < max_steps) & (rr > target) & ~stop
+
+        def body(carry):
+            k, v, r, p, rr, _ = carry
+            hp = tree_cast_like(matvec(p), p)
+            curvature = tree_dot(p, hp, dtype)
+            stop = ~(curvature > 0)  # not positive definite, or not finite
+            alpha = jnp.where(stop, 0, rr / curvature).astype(dtype)
+            v = tree_add_scaled(v, alpha, p)
+            r = tree_add_scaled(r, -alpha, hp)
+            rr_new = tree_dot(r, r, dtype)
+            p = tree_add_scaled(r, (rr_new / rr).astype(dtype), p)
+            return k + 1, v, r, p, rr_new, stop
+
+        start = (jnp.array(0), tree_zeros_like(b), b, b, bb, jnp.array(False))
+        return lax.while_loop(keep_going, body, start)[1]
+
+
+class UnrolledAdjoint(AbstractAdjoint):
+    """Derivatives through the iterations, as `run` executed them: the derivative of what the
+    solver computed, including its stopping decisions (held fixed) and line-search steps.
+
+    Reverse mode only (`jax.grad`, `jax.vjp`): the loops are checkpointed while loops
+    (`equinox.internal.while_loop(kind="checkpointed")`), which recompute their iterations
+    from a few saved states on the way back (Griewank & Walther, *Algorithm 699*, 2000,
+    binomial checkpointing, as implemented there) instead of storing all of them. `checkpoints`
+    sets how many states the loop over steps saves (default: chosen from `max_steps`).
+    Forward mode (`jax.jvp`) is not supported. `NewtonCG` cannot be unrolled: its inner CG
+    loop has no bound for the reverse pass.
+    """
+
+    checkpoints: int | None = eqx.field(static=True, default=None, converter=as_int)
+
+    def __check_init__(self):
+        if self.checkpoints is not None:
+            check_count("UnrolledAdjoint", "checkpoints", self.checkpoints)
+
+    def while_loop(self, cond, body, init, max_steps=None):
+        checkpoints = self.checkpoints
+        if max_steps is None and checkpoints is None:
+            checkpoints = 16  # an unbounded loop needs a fixed number of saved states
+        return eqxi.while_loop(
+            cond, body, init, max_steps=max_steps, kind="checkpointed", checkpoints=checkpoints
+        )
+
+    def minimise(self, solver, fn, x0, args, value_dtype, report):
+        return solver._minimise(fn, x0, args, value_dtype, report)
+
+
+# ------------------------------------------------------------------ implicit differentiation
+
+
+@eqx.filter_custom_jvp
+def _implicit_minimise(x0, args, *, adjoint, solver, fn, value_dtype, report):
+    """`solver._minimise`, with `params` reduced to its floating leaves."""
+    result = solver._minimise(fn, x0, args, value_dtype, report)
+    return eqx.tree_at(lambda r: r.params, result, eqx.filter(result.params, eqx.is_inexact_array))
+
+
+@_implicit_minimise.def_jvp
+def _implicit_minimise_jvp(primals, tangents, *, adjoint, solver, fn, value_dtype, report):
+    x0, args = primals
+    _, args_dot = tangents  # the solution does not depend on x0
+    result = _implicit_minimise(
+        x0, args, adjoint=adjoint, solver=solver, fn=fn, value_dtype=value_dtype, report=report
+    )
+    # Split args into the leaves being differentiated and everything else.
+    flat, treedef = jtu.tree_flatten(args)
+    flat_dot = treedef.flatten_up_to(args_dot) if args_dot is not None else [None] * len(flat)
+    moving = [i for i, t in enumerate(flat_dot) if t is not None]
+    if not moving:
+        return result, None
+    a = [flat[i] for i in moving]
+    a_dot = [flat_dot[i] for i in moving]
+
+    def with_args(a):
+        new = list(flat)
+        for i, leaf in zip(moving, a, strict=True):
+            new[i] = leaf
+        return jtu.tree_unflatten(treedef, new)
+
+    x, static = result.params, eqx.filter(x0, eqx.is_inexact_array, inverse=True)
+
+    def at(x, a):  # f, grad f and aux at (x, a)
+        dtype, aux_like = result.value.dtype, result.aux
+        return _evaluate.value_and_grad(
+            fn, solver.has_aux, dtype, aux_like, x, static, with_args(a)
+        )
+
+    def grad_x(x, a):
+        return at(x, a)[1]
+
+    def hessian_times(v):
+        return jax.jvp(lambda x: grad_x(x, a), (x,), (tree_cast_like(v, x),))[1]
+
+    # d/da grad_x f(x*, a) . a_dot, then x_dot = -H^-1 of it.
+    mixed = jax.jvp(lambda a: grad_x(x, a), (a,), (a_dot,))[1]
+    work = jtu.tree_map(lambda m: m.astype(at_least_float32(m.dtype)), mixed)
+    x_dot = tree_cast_like(jtu.tree_map(jnp.negative, adjoint.solve(hessian_times, work)), x)
+    value_dot, grad_dot, aux_dot = jax.jvp(at, (x, a), (x_dot, a_dot))[1]
+    # The tangent of the status, counters and history is zero (None).
+    nothing = jtu.tree_map(lambda _: None, result)
+    result_dot = eqx.tree_at(
+        lambda r: (r.params, r.value, r.grad, r.aux),
+        nothing,
+        (x_dot, value_dot, grad_dot, aux_dot if solver.has_aux else None),
+        is_leaf=lambda node: node is None,
+    )
+    return result, result_dot

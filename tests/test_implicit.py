@@ -1,0 +1,148 @@
+"""Derivatives of `run`'s solution with respect to args: implicit (the default) and unrolled."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsearch as js
+
+RNG = np.random.default_rng(0)
+A = RNG.normal(size=(30, 5))
+B = A @ RNG.normal(size=5) + 0.1 * RNG.normal(size=30)
+LABELS = (RNG.uniform(size=30) < 1 / (1 + np.exp(-A @ np.ones(5)))).astype(np.float64)
+
+TIGHT = dict(gtol=1e-12, ftol=0.0)
+IMPLICIT = js.Solver(**TIGHT)
+UNROLLED = js.Solver(**TIGHT, adjoint=js.UnrolledAdjoint())
+
+
+def ridge(w, a, b, penalty):
+    return 0.5 * jnp.sum((a @ w - b) ** 2) + 0.5 * penalty * jnp.sum(w**2)
+
+
+def ridge_closed_form(a, b, penalty):
+    return jnp.linalg.solve(a.T @ a + penalty * jnp.eye(a.shape[1]), a.T @ b)
+
+
+def logistic(w, a, labels, penalty):
+    z = a @ w
+    return jnp.mean(jnp.logaddexp(0, z) - labels * z) + 0.5 * penalty * jnp.sum(w**2)
+
+
+def logistic_with_aux(w, a, labels, penalty):
+    return logistic(w, a, labels, penalty), {"margin": jnp.min(a @ w)}
+
+
+def solution(solver, fn, data, penalty):
+    return solver.run(fn, jnp.zeros(5), *data, penalty).params
+
+
+@pytest.mark.parametrize("solver", [IMPLICIT, UNROLLED], ids=["implicit", "unrolled"])
+def test_ridge_derivative_matches_closed_form(solver):
+    with jax.enable_x64(True):
+        data, penalty = (jnp.asarray(A), jnp.asarray(B)), jnp.asarray(0.7)
+        expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
+        reverse = jax.jacrev(lambda p: solution(solver, ridge, data, p))(penalty)
+        assert np.max(np.abs(reverse - expected)) <= 1e-10 * np.max(np.abs(expected))
+        # ... and with respect to the data: d w* / d b
+        expected_b = jax.jacfwd(ridge_closed_form, argnums=1)(*data, penalty)
+        got_b = jax.jacrev(lambda b: solver.run(ridge, jnp.zeros(5), data[0], b, penalty).params)(
+            data[1]
+        )
+        assert np.max(np.abs(got_b - expected_b)) <= 1e-10 * np.max(np.abs(expected_b))
+        if solver is IMPLICIT:  # forward mode too
+            forward = jax.jacfwd(lambda p: solution(solver, ridge, data, p))(penalty)
+            assert np.max(np.abs(forward - expected)) <= 1e-10 * np.max(np.abs(expected))
+
+
+@pytest.mark.parametrize("solver", [IMPLICIT, UNROLLED], ids=["implicit", "unrolled"])
+def test_logistic_derivative_matches_finite_differences(solver):
+    with jax.enable_x64(True):
+        data = (jnp.asarray(A), jnp.asarray(LABELS))
+
+        def validation_loss(penalty):  # a hyperparameter objective through the solution
+            w = solution(solver, logistic, data, penalty)
+            return jnp.sum((data[0] @ w - 1.0) ** 2)
+
+        penalty, h = 0.05, 1e-5
+        grad = jax.grad(validation_loss)(jnp.asarray(penalty))
+        central = (
+            validation_loss(jnp.asarray(penalty + h)) - validation_loss(jnp.asarray(penalty - h))
+        ) / (2 * h)
+        assert abs(float(grad) - float(central)) <= 1e-6 * abs(float(central))
+
+
+def test_value_and_aux_derivatives_follow_the_chain_rule():
+    """d f(w*(p), p)/dp = (partial f / partial p) at w* (the envelope theorem), and aux's
+    derivative combines dw*/dp with aux's own dependence on p."""
+    solver = js.Solver(**TIGHT, has_aux=True)
+    with jax.enable_x64(True):
+        data = (jnp.asarray(A), jnp.asarray(LABELS))
+
+        def outputs(p):
+            result = solver.run(logistic_with_aux, jnp.zeros(5), *data, p)
+            return result.value, result.aux["margin"], result.params
+
+        p = jnp.asarray(0.05)
+        (value, margin, w), (value_dot, margin_dot, w_dot) = jax.jvp(outputs, (p,), (1.0,))
+        envelope = jax.grad(logistic, argnums=3)(w, *data, p)
+        assert abs(float(value_dot - envelope)) <= 1e-10 * abs(float(envelope))
+        margin_of = lambda w: jnp.min(data[0] @ w)  # noqa: E731
+        expected_margin = jax.jvp(margin_of, (w,), (w_dot,))[1]
+        assert abs(float(margin_dot - expected_margin)) <= 1e-12 * abs(float(expected_margin))
+        assert abs(float(jax.grad(lambda p: outputs(p)[0])(p) - envelope)) <= 1e-10 * abs(
+            float(envelope)
+        )
+
+
+def test_implicit_derivative_under_vmap():
+    with jax.enable_x64(True):
+        data = (jnp.asarray(A), jnp.asarray(B))
+        penalties = jnp.asarray([0.1, 1.0, 10.0])
+        got = jax.vmap(jax.jacrev(lambda p: solution(IMPLICIT, ridge, data, p)))(penalties)
+        expected = jax.vmap(jax.jacfwd(ridge_closed_form, argnums=2), (None, None, 0))(
+            *data, penalties
+        )
+        assert np.max(np.abs(got - expected)) <= 1e-10 * np.max(np.abs(expected))
+
+
+def mixed_ridge(params, a, b, penalty):
+    w = jnp.concatenate([params["low"].astype(jnp.float32), params["high"]])
+    return ridge(w, a, b, penalty)
+
+
+@pytest.mark.parametrize("low", [jnp.bfloat16, jnp.float16, jnp.float32])
+def test_implicit_derivative_in_low_and_mixed_precision(low):
+    """Tangents keep each leaf's dtype (JAX rejects any other); the CG works in float32."""
+    solver = js.Solver(gtol=1e-3)
+    data = (jnp.asarray(A, jnp.float32), jnp.asarray(B, jnp.float32))
+    params = {"low": jnp.zeros(2, low), "high": jnp.zeros(3, jnp.float32)}
+
+    weights = jnp.asarray(RNG.normal(size=5), jnp.float32)
+
+    def solved(p):
+        return solver.run(mixed_ridge, params, *data, p).params
+
+    def score(p):  # a scalar of the solution; jax.jacrev cannot stack mixed-dtype outputs
+        w = solved(p)
+        return jnp.dot(jnp.concatenate([w["low"].astype(jnp.float32), w["high"]]), weights)
+
+    penalty = jnp.asarray(0.7, jnp.float32)
+    w_dot = jax.jvp(solved, (penalty,), (jnp.ones((), jnp.float32),))[1]
+    assert w_dot["low"].dtype == low and w_dot["high"].dtype == jnp.float32
+    expected_w = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
+    expected = jnp.dot(expected_w, weights)
+    tol = 0.05 if low != jnp.float32 else 1e-3
+    assert abs(float(jax.grad(score)(penalty) - expected)) <= tol * abs(float(expected))
+
+
+def test_adjoint_settings_are_checked():
+    with pytest.raises(TypeError, match="NewtonCG cannot be used with UnrolledAdjoint"):
+        js.Solver(js.NewtonCG(), adjoint=js.UnrolledAdjoint())
+    with pytest.raises(ValueError, match="rtol must lie in"):
+        js.ImplicitAdjoint(rtol=2.0)
+    with pytest.raises(ValueError, match="max_steps"):
+        js.ImplicitAdjoint(max_steps=0)
+    with pytest.raises(ValueError, match="checkpoints"):
+        js.UnrolledAdjoint(checkpoints=0)
