@@ -167,7 +167,10 @@ def _implicit_minimise_jvp(primals, tangents, *, adjoint, solver, fn, value_dtyp
     )
     # Split args into the leaves being differentiated and everything else.
     flat, treedef = jtu.tree_flatten(args)
-    flat_dot = treedef.flatten_up_to(args_dot) if args_dot is not None else [None] * len(flat)
+    # args_dot is args with None where a leaf is not differentiated
+    flat_dot = [None] * len(flat)
+    if args_dot is not None:
+        flat_dot = treedef.flatten_up_to(args_dot)  # type: ignore[attr-defined]
     moving = [i for i, t in enumerate(flat_dot) if t is not None]
     if not moving:
         return result, None

@@ -45,15 +45,17 @@ def test_ridge_derivative_matches_closed_form(solver):
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
         reverse = jax.jacrev(lambda p: solution(solver, ridge, data, p))(penalty)
         assert np.max(np.abs(reverse - expected)) <= 1e-10 * np.max(np.abs(expected))
+        if solver is UNROLLED:  # (each checkpointed derivative costs a long compile)
+            return
         # ... and with respect to the data: d w* / d b
         expected_b = jax.jacfwd(ridge_closed_form, argnums=1)(*data, penalty)
         got_b = jax.jacrev(lambda b: solver.run(ridge, jnp.zeros(5), data[0], b, penalty).params)(
             data[1]
         )
         assert np.max(np.abs(got_b - expected_b)) <= 1e-10 * np.max(np.abs(expected_b))
-        if solver is IMPLICIT:  # forward mode too
-            forward = jax.jacfwd(lambda p: solution(solver, ridge, data, p))(penalty)
-            assert np.max(np.abs(forward - expected)) <= 1e-10 * np.max(np.abs(expected))
+        # forward mode too
+        forward = jax.jacfwd(lambda p: solution(solver, ridge, data, p))(penalty)
+        assert np.max(np.abs(forward - expected)) <= 1e-10 * np.max(np.abs(expected))
 
 
 @pytest.mark.parametrize("solver", [IMPLICIT, UNROLLED], ids=["implicit", "unrolled"])
@@ -146,3 +148,26 @@ def test_adjoint_settings_are_checked():
         js.ImplicitAdjoint(max_steps=0)
     with pytest.raises(ValueError, match="checkpoints"):
         js.UnrolledAdjoint(checkpoints=0)
+
+
+def test_conjugate_gradients_solve_stop_and_bound():
+    """The linear solve behind ImplicitAdjoint: exact on an SPD system, its first iterate with
+    max_steps=1, and a finite stop where the matrix is not positive definite."""
+    with jax.enable_x64(True):
+        m = jnp.asarray(A.T @ A + 0.1 * np.eye(5))
+        b = jnp.asarray(B[:5])
+        solve = js.ImplicitAdjoint()._conjugate_gradients
+        v = solve(lambda x: m @ x, b)
+        assert np.max(np.abs(v - np.linalg.solve(m, b))) <= 1e-10 * np.max(np.abs(v))
+        first = js.ImplicitAdjoint(max_steps=1)._conjugate_gradients(lambda x: m @ x, b)
+        assert np.allclose(first, (b @ b) / (b @ m @ b) * b, rtol=1e-14)
+        indefinite = jnp.diag(jnp.asarray([1.0, -1.0, 2.0, 3.0, 4.0]))
+        stopped = solve(lambda x: indefinite @ x, jnp.ones(5))
+        assert np.all(np.isfinite(stopped))
+
+
+def test_unrolled_adjoint_rejects_forward_mode():
+    with jax.enable_x64(True):
+        data = (jnp.asarray(A), jnp.asarray(B))
+        with pytest.raises(Exception, match="(?i)forward-mode|jvp"):
+            jax.jvp(lambda p: solution(UNROLLED, ridge, data, p), (0.7,), (1.0,))
