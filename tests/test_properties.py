@@ -79,8 +79,8 @@ class Recorded(js.AbstractLineSearch):
         false = jnp.array(False)
         return self.inner.init(dtype), Record(false, zero, false)
 
-    def start(self, state, phi0, dphi0, guess, min_step, scaled=None):
-        return self.inner.start(state[0], phi0, dphi0, guess, min_step, scaled)
+    def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None):
+        return self.inner.start(state[0], phi0, dphi0, guess, min_step, scaled, max_step)
 
     def update(self, search, t, phi, dphi):
         return self.inner.update(search, t, phi, dphi)

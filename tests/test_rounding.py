@@ -145,9 +145,9 @@ def test_initial_step_after_a_step_that_did_not_change_f():
     guesses = []
 
     class Recording(js.Backtracking):
-        def start(self, state, phi0, dphi0, guess, min_step, scaled=None):
+        def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None):
             jax.debug.callback(lambda g, d: guesses.append((float(g), float(d))), guess, dphi0)
-            return super().start(state, phi0, dphi0, guess, min_step, scaled)
+            return super().start(state, phi0, dphi0, guess, min_step, scaled, max_step)
 
     solver = js.Solver(js.Gradient(), Recording(), gtol=0.0, ftol=0.0)
     x0 = jnp.array([0.1, -0.2], jnp.float32)

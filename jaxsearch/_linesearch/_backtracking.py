@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from jaxtyping import Scalar
 
 from .._misc import as_int, check_count, scalar
-from ._base import AbstractLineSearch, AbstractSearch, fresh_search
+from ._base import AbstractLineSearch, AbstractSearch, capped_search, effective_cap, fresh_search
 from ._conditions import ValueScale, sufficient_decrease
 
 
@@ -31,6 +31,12 @@ class Backtracking(AbstractLineSearch):
     The first trial is the solver's shared initial guess (1 for quasi-Newton directions); with
     `growth` set it is instead min(growth * previous accepted step, max_step_size) once a step
     has been accepted, as optax's backtracking search does.
+
+    With a dynamic cap `max_step` passed to `start`, cap = min(max_step_size, max_step)
+    replaces max_step_size above and the first trial is max(min(that trial, cap), min_step):
+    no trial exceeds cap, and a trial at cap is accepted (step = cap, `success` True) exactly
+    when it passes the test below, as any trial. A cap below `min_step` (or <= 0, or NaN)
+    ends the search at once with no step.
 
     Where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k` (C_k: Hager & Zhang's
     average of |f| over the iterates, `ValueScale`; `epsilon = None`: 1e-6 in float64,
@@ -62,14 +68,21 @@ class Backtracking(AbstractLineSearch):
     def init(self, dtype) -> _BacktrackingState:
         return _BacktrackingState(prev_step=scalar(0, dtype), scale=ValueScale.empty(dtype))
 
-    def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _BacktrackingSearch:
+    def start(
+        self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
+    ) -> _BacktrackingSearch:
         dtype = phi0.dtype
+        cap = effective_cap(self.max_step_size, max_step, dtype)
         t0 = guess
         if self.growth is not None:
-            grown = jnp.minimum(state.prev_step * self.growth, self.max_step_size).astype(dtype)
+            grown = jnp.minimum(state.prev_step * self.growth, cap).astype(dtype)
             t0 = jnp.where(state.prev_step > 0, grown, guess)
+        if max_step is None:
+            fields = fresh_search(jnp.maximum(t0, min_step), min_step, cap)
+        else:
+            fields = capped_search(t0, min_step, cap)
         return _BacktrackingSearch(
-            **fresh_search(jnp.maximum(t0, min_step), min_step),
+            **fields,
             phi0=phi0,
             dphi0=dphi0,
             scale=state.scale.add(phi0),

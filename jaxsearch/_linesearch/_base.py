@@ -28,6 +28,9 @@ class AbstractSearch(eqx.Module):
 
     `min_step` is the resolution of the line: below it no parameter changes (x + t d rounds to
     x), so a search never proposes a trial below it and gives up instead.
+
+    `max_step` is the search's cap on trials, min(`max_step_size`, the `max_step` passed to
+    `AbstractLineSearch.start`): no trial exceeds it.
     """
 
     trial: Scalar  # next step size to evaluate
@@ -36,19 +39,50 @@ class AbstractSearch(eqx.Module):
     success: Bool[Array, ""]  # True when the search's own conditions hold at `step`
     num_trials: Int[Array, ""]
     min_step: Scalar
+    max_step: Scalar  # no trial exceeds this: min(max_step_size, the dynamic cap)
 
 
-def fresh_search(trial: Scalar, min_step: Scalar) -> dict:
-    """The `AbstractSearch` fields of a search that has evaluated nothing yet."""
+def fresh_search(trial: Scalar, min_step: Scalar, max_step: Scalar | None = None) -> dict:
+    """The `AbstractSearch` fields of a search that has evaluated nothing yet; `max_step` is
+    its effective cap (see `effective_cap`; None: +inf)."""
     false = jnp.array(False)
+    dtype = min_step.dtype
+    cap = jnp.full((), jnp.inf, dtype) if max_step is None else jnp.asarray(max_step)
     return dict(
-        trial=trial.astype(min_step.dtype),
+        trial=trial.astype(dtype),
         done=false,
-        step=jnp.zeros((), min_step.dtype),
+        step=jnp.zeros((), dtype),
         success=false,
         num_trials=jnp.zeros((), jnp.int32),
         min_step=min_step,
+        max_step=cap.astype(dtype),
     )
+
+
+def effective_cap(max_step_size: float, max_step: Scalar | None, dtype) -> Scalar:
+    """min(`max_step_size`, `max_step`) as a strongly typed 0-d array of `dtype` (a NaN
+    `max_step` gives NaN); `max_step_size` alone for None."""
+    static = jnp.asarray(max_step_size).astype(dtype)
+    if max_step is None:
+        return static
+    return jnp.minimum(static, jnp.asarray(max_step).astype(dtype))
+
+
+def capped_search(guess: Scalar, min_step: Scalar, cap: Scalar) -> dict:
+    """`fresh_search` under a dynamic cap: first trial max(min(guess, cap), min_step). A cap
+    below the line's resolution `min_step` (no step up to it changes a parameter), not
+    positive, or NaN ends the search at once with no step and `trial` = cap."""
+    dtype = min_step.dtype
+    give_up = ~((cap >= min_step) & (cap > 0))
+    trial = jnp.maximum(jnp.minimum(guess.astype(dtype), cap), min_step)
+    fields = fresh_search(jnp.where(give_up, cap, trial), min_step, cap)
+    fields["done"] = give_up
+    return fields
+
+
+def at_capped_edge(search: AbstractSearch, max_step_size: float, t: Scalar) -> Array:
+    """Is `t` at a dynamic cap that binds (`search.max_step < max_step_size`)?"""
+    return (search.max_step < max_step_size) & (t >= search.max_step)
 
 
 class AbstractLineSearch(eqx.Module):
@@ -73,10 +107,26 @@ class AbstractLineSearch(eqx.Module):
         guess: Scalar,
         min_step: Scalar,
         scaled: Bool[Array, ""] | None = None,
+        max_step: Scalar | None = None,
     ) -> AbstractSearch:
         """Begin a search from phi(0), phi'(0) < 0, the shared initial-step `guess` and the
         line's resolution `min_step` (0 when every step counts). `scaled` tells whether the
-        direction carries curvature information (the unit step is natural); None: unknown."""
+        direction carries curvature information (the unit step is natural); None: unknown.
+
+        `max_step` is a dynamic cap on this search's steps (e.g. where the direction leaves a
+        feasible box; may be traced, +inf allowed); None: none. The search's cap is then
+        cap = min(`max_step_size`, `max_step`), stored as `AbstractSearch.max_step`, and:
+
+        - no trial exceeds cap; the first is max(min(guess, cap), min_step);
+        - if cap < min_step, cap <= 0 or cap is NaN, the search ends at once with no step;
+        - where cap < `max_step_size` (the dynamic cap binds), a finite trial at t = cap that
+          satisfies the search's sufficient-decrease test ends the search with step = cap
+          and `success` True, whatever the slope there (as L-BFGS-B accepts `stpmax`);
+          a trial at cap that fails it leaves the search inside [0, cap].
+
+        With `max_step` None, or any cap >= `max_step_size`, the search is exactly as
+        without it, except that a `guess` above `max_step_size` (the solver never passes one)
+        is clipped to it whenever `max_step` is given."""
 
     @abc.abstractmethod
     def update(

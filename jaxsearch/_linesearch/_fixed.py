@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from .._misc import scalar
-from ._base import AbstractLineSearch, AbstractSearch, fresh_search
+from ._base import AbstractLineSearch, AbstractSearch, capped_search, effective_cap, fresh_search
 
 
 class _FixedSearch(AbstractSearch):
@@ -19,6 +19,10 @@ class FixedStep(AbstractLineSearch):
     step, `success` False), and neither is a learning rate below the line's resolution
     `min_step` (it would change no parameter). Without a decrease test, f may increase from
     one step to the next.
+
+    With a dynamic cap `max_step` passed to `start`, the step is t = min(learning_rate,
+    max_step), under the same finiteness check, and nothing is taken when that is below
+    `min_step` (or <= 0, or NaN). Still no decrease test, at the cap or elsewhere.
     """
 
     learning_rate: float = eqx.field(static=True, default=1e-3)
@@ -36,10 +40,15 @@ class FixedStep(AbstractLineSearch):
     def init(self, dtype) -> None:
         return None
 
-    def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _FixedSearch:
+    def start(
+        self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
+    ) -> _FixedSearch:
         dtype = phi0.dtype
+        if max_step is not None:
+            cap = effective_cap(self.learning_rate, max_step, dtype)
+            return _FixedSearch(**capped_search(cap, min_step, cap))
         rate = scalar(self.learning_rate, dtype)
-        search = _FixedSearch(**fresh_search(rate, min_step))
+        search = _FixedSearch(**fresh_search(rate, min_step, rate))
         return eqx.tree_at(lambda s: s.done, search, rate < min_step)
 
     def update(self, search, t, phi, dphi) -> _FixedSearch:
@@ -51,6 +60,7 @@ class FixedStep(AbstractLineSearch):
             success=finite,
             num_trials=search.num_trials + 1,
             min_step=search.min_step,
+            max_step=search.max_step,
         )
 
     def finish(self, state, search) -> None:

@@ -5,7 +5,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
 from .._misc import as_int, check_count, scalar, select
-from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
+from ._base import (
+    AbstractLineSearch,
+    AbstractSearch,
+    Point,
+    at_capped_edge,
+    capped_search,
+    effective_cap,
+    fresh_search,
+)
 from ._conditions import ValueScale, armijo, value_tolerance
 from ._interpolate import quadratic_minimiser, secant_minimiser
 
@@ -113,6 +121,20 @@ class HagerZhang(AbstractLineSearch):
     rounding errors 1e-6 would not cover (`value_tolerance`).
     Requires 0 < delta < 0.5, delta <= sigma < 1, epsilon >= 0, 0 < theta < 1, 0 < gamma < 1,
     omega >= 0, 0 <= Delta <= 1, 0 < psi1 < 1, psi2 > 0, rho > 1, max_steps >= 1.
+
+    With a dynamic cap `max_step` passed to `start`, cap = min(max_step_size, max_step)
+    replaces max_step_size above (clipping of the first trial, QuadStep's and the expansion's,
+    failure at the cap) and the first trial is max(min(I0-I2's trial, cap), min_step). Where
+    cap < max_step_size (the dynamic cap binds), a QuadStep trial (I1) clipped to cap is
+    taken as the bracket routine's first trial c_0 instead, and a finite trial at t = cap
+    ends the search with step = cap and `success` True when phi'(cap) <= delta phi'(0) (f
+    still falls steeply there, as dcsrch stops at its stpmax) and it passes this search's
+    sufficient-decrease test: Armijo,
+    phi(t) - phi(0) <= delta t phi'(0) (T1's first half), or, in approximate mode, T2's
+    first half, (2 delta - 1) phi'(0) >= phi'(t) and phi(t) <= phi(0) + epsilon_k. A trial
+    at cap that fails it is treated as U3 (as above phi(0) + epsilon_k) unless phi'(cap) >= 0
+    (then it is an upper end, as usual), so the search goes on inside [0, cap]. A cap below
+    `min_step` (or <= 0, or NaN) ends the search at once with no step.
     """
 
     delta: float = eqx.field(static=True, default=0.1)
@@ -163,7 +185,9 @@ class HagerZhang(AbstractLineSearch):
             scale=ValueScale.empty(dtype), approx=jnp.array(False), prev_step=zero
         )
 
-    def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _HagerZhangSearch:
+    def start(
+        self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
+    ) -> _HagerZhangSearch:
         dtype = phi0.dtype
         scale = state.scale.add(phi0, self.Delta)
         has_prev = state.prev_step > 0
@@ -176,10 +200,18 @@ class HagerZhang(AbstractLineSearch):
             other = self.psi2 * state.prev_step
             phase = jnp.full((), _BRACKET)
         t0 = jnp.where(use_guess, guess, other)
-        t0 = jnp.maximum(jnp.minimum(t0, self.max_step_size), min_step).astype(dtype)
+        cap = effective_cap(self.max_step_size, max_step, dtype)
+        if max_step is None:
+            t0 = jnp.maximum(jnp.minimum(t0, self.max_step_size), min_step).astype(dtype)
+            fields = fresh_search(t0, min_step, cap)
+        else:
+            fields = capped_search(t0, min_step, cap)
+            # A QuadStep trial at a binding cap is B1's c_0 instead: it may end the search.
+            edge = (fields["trial"] >= cap) & (cap < self.max_step_size)
+            phase = jnp.where(edge, _BRACKET, phase)
         origin = Point(scalar(0, dtype), phi0, dphi0)
         return _HagerZhangSearch(
-            **fresh_search(t0, min_step),
+            **fields,
             phase=phase.astype(jnp.int32),
             after=scalar(_TO_L1, jnp.int32),
             phi0=phi0,
@@ -212,11 +244,19 @@ class HagerZhang(AbstractLineSearch):
         original = decrease & curvature
         approximate = (phi <= s.bound) & ((2 * self.delta - 1) * s.dphi0 >= dphi) & curvature
         accept = finite & (original | (s.approx & approximate)) & ~in_quad & ~in_fallback
+        # At a binding dynamic cap, sufficient decrease (T1's, or T2's in approximate mode)
+        # alone is enough; a trial there without it cannot be a lower end (no expansion).
+        edge = at_capped_edge(s, self.max_step_size, t)
+        approx_decrease = (phi <= s.bound) & ((2 * self.delta - 1) * s.dphi0 >= dphi)
+        falling = dphi <= self.delta * s.dphi0  # f still falls steeply at the edge (dcsrch)
+        edge_ok = edge & finite & falling & (decrease | (s.approx & approx_decrease))
+        edge_ok = edge_ok & ~in_fallback
+        accept = accept | edge_ok
 
         # The update rules classify the trial: U1 / B1 (a new upper end), U2 (a new lower
         # end), U3 / B2 (above phi(0) + epsilon_k with negative slope) or not finite.
         up = finite & (dphi >= 0)
-        low = finite & (dphi < 0) & (phi <= s.bound)
+        low = finite & (dphi < 0) & (phi <= s.bound) & ~(edge & ~edge_ok)
         high = ~up & ~low
         a = select(low & ~in_quad, current, s.a)
         b = select(~low & ~in_quad, current, s.b)
@@ -226,7 +266,7 @@ class HagerZhang(AbstractLineSearch):
         use_quad = finite & (phi <= s.phi0) & jnp.isfinite(quad) & (quad > 0)
         from_quad = jnp.where(use_quad, quad, self.psi2 * s.prev_step)
         from_quad = jnp.where(jnp.isfinite(phi), from_quad, self.theta * t)
-        from_quad = jnp.maximum(jnp.minimum(from_quad, self.max_step_size), s.min_step)
+        from_quad = jnp.maximum(jnp.minimum(from_quad, s.max_step), s.min_step)
 
         # Next step of the line search, by phase.
         in_bracket = phase == _BRACKET
@@ -253,7 +293,7 @@ class HagerZhang(AbstractLineSearch):
         secant_ok = _inside(secant, a.t, b.t)
         middle = a.t + (b.t - a.t) / 2
         d = (1 - self.theta) * a.t + self.theta * b.t
-        grown = jnp.minimum(self.rho * t, self.max_step_size)
+        grown = jnp.minimum(self.rho * t, s.max_step)
 
         use_secant = to_secant & secant_ok
         next_trial = jnp.select(
@@ -276,13 +316,10 @@ class HagerZhang(AbstractLineSearch):
         below = next_trial < s.min_step
         collapsed = bracketed & (~_inside(next_trial, a.t, b.t) | (width < s.min_step))
         exhausted = (
-            (num_trials >= self.max_steps)
-            | (expand & (t >= self.max_step_size))
-            | collapsed
-            | below
+            (num_trials >= self.max_steps) | (expand & (t >= s.max_step)) | collapsed | below
         )
         fail = ~accept & ~in_fallback & exhausted
-        at_max = expand & (t >= self.max_step_size)
+        at_max = expand & (t >= s.max_step)
 
         # Fallback: the lowest trial with (approximate) sufficient decrease and a finite slope.
         acceptable = jnp.where(s.approx, phi <= s.bound, decrease)
@@ -313,6 +350,7 @@ class HagerZhang(AbstractLineSearch):
             success=success,
             num_trials=num_trials,
             min_step=s.min_step,
+            max_step=s.max_step,
             phase=jnp.where(in_fallback | needs_eval, _FALLBACK, next_phase).astype(jnp.int32),
             after=after.astype(jnp.int32),
             phi0=s.phi0,

@@ -38,12 +38,12 @@ def zoom_trial(lo, hi, safeguard: float) -> Scalar:
     return jnp.where(inside(cubic), cubic, jnp.where(inside(quadratic), quadratic, middle))
 
 
-def expansion_trial(prev, current, max_step_size: float) -> Scalar:
+def expansion_trial(prev, current, max_step_size: float | Scalar) -> Scalar:
     """Next trial beyond `current` while bracketing (the slope there is still negative).
 
     The cubic minimiser through `prev` and `current`, kept in [t + 1.1 w, t + 4 w] with
     w = t - t_prev (the extrapolation bounds of Moré & Thuente, 1994), and capped at
-    `max_step_size`; without a usable minimiser, t + 4 w.
+    `max_step_size` (the search's cap); without a usable minimiser, t + 4 w.
     """
     (a, fa, da), (b, fb, db) = prev, current
     width = b - a

@@ -5,7 +5,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
 from .._misc import as_int, check_count, scalar, select
-from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
+from ._base import (
+    AbstractLineSearch,
+    AbstractSearch,
+    Point,
+    at_capped_edge,
+    capped_search,
+    effective_cap,
+    fresh_search,
+)
 from ._conditions import ValueScale, sufficient_decrease
 from ._interpolate import quadratic_minimiser, scaled_cubic, secant_minimiser
 
@@ -137,6 +145,16 @@ class MoreThuente(AbstractLineSearch):
     (`lost_in_rounding`, Hager & Zhang 2005, section 4):
     sufficient decrease is then tested on the slope, phi'(t) <= (2 ftol - 1) phi'(0), and the
     value is replaced by phi(0) + t (phi'(0) + phi'(t)) / 2. `epsilon = 0` gives `dcsrch`.
+
+    With a dynamic cap `max_step` passed to `start` (L-BFGS-B's `stpmax`, the distance to the
+    box's edge), cap = min(max_step_size, max_step) replaces max_step_size above (trial
+    clipping, the initial interval width cap - min_step, the failure at the cap) and the first
+    trial is max(min(guess, cap), min_step). Where cap < max_step_size (the dynamic cap
+    binds), a trial at t = cap with sufficient decrease (the test above, slope form included)
+    and phi'(cap) <= ftol phi'(0) ends the search with step = cap and `success` True: the
+    step `dcsrch` returns with its `stpmax` warning, which L-BFGS-B accepts. Any other trial
+    at cap is judged as usual, and the search goes on inside [0, cap]. A cap below `min_step`
+    (or <= 0, or NaN) ends the search at once with no step.
     """
 
     ftol: float = eqx.field(static=True, default=1e-3)
@@ -166,14 +184,22 @@ class MoreThuente(AbstractLineSearch):
     def init(self, dtype) -> ValueScale:
         return ValueScale.empty(dtype)
 
-    def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _MoreThuenteSearch:
+    def start(
+        self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
+    ) -> _MoreThuenteSearch:
         dtype = phi0.dtype
-        t0 = jnp.maximum(jnp.minimum(guess, self.max_step_size), min_step).astype(dtype)
+        cap = effective_cap(self.max_step_size, max_step, dtype)
+        if max_step is None:
+            t0 = jnp.maximum(jnp.minimum(guess, self.max_step_size), min_step).astype(dtype)
+            fields = fresh_search(t0, min_step, cap)
+        else:
+            fields = capped_search(guess, min_step, cap)
+            t0 = fields["trial"]
         origin = Point(scalar(0, dtype), phi0, dphi0)
-        width = (self.max_step_size - min_step).astype(dtype)
+        width = (cap - min_step).astype(dtype)
         false = jnp.array(False)
         return _MoreThuenteSearch(
-            **fresh_search(t0, min_step),
+            **fields,
             phase=scalar(_SEARCH, jnp.int32),
             phi0=phi0,
             dphi0=dphi0,
@@ -202,6 +228,10 @@ class MoreThuente(AbstractLineSearch):
         phi = jnp.where(lost, s.phi0 + t * (s.dphi0 + dphi) / 2, phi).astype(dtype)
         current = Point(t, phi, dphi)
         converged = decrease & (jnp.abs(dphi) <= self.gtol * -s.dphi0)
+        # At a binding dynamic cap (L-BFGS-B's stpmax), dcsrch's test: sufficient decrease
+        # and f still falling steeply, phi'(t) <= ftol phi'(0).
+        at_edge = at_capped_edge(s, self.max_step_size, t) & decrease & (dphi <= slope_test)
+        converged = converged | at_edge
         use_phi = s.use_phi | (decrease & (dphi >= 0))
 
         # The interval update and next step: dcstep on psi in the first stage when the trial
@@ -233,7 +263,7 @@ class MoreThuente(AbstractLineSearch):
         lower = jnp.where(bracketed, jnp.minimum(x.t, y.t), step + _EXTRAPOLATE_MIN * (step - x.t))
         upper = jnp.where(bracketed, jnp.maximum(x.t, y.t), step + _EXTRAPOLATE_MAX * (step - x.t))
         below = step < s.min_step
-        next_trial = jnp.minimum(jnp.maximum(step, s.min_step), self.max_step_size)
+        next_trial = jnp.minimum(jnp.maximum(step, s.min_step), s.max_step)
 
         num_trials = s.num_trials + 1
         stuck = bracketed & (
@@ -242,7 +272,7 @@ class MoreThuente(AbstractLineSearch):
             | (upper - lower <= self.xtol * upper)
             | (upper - lower < s.min_step)
         )
-        at_max = (t >= self.max_step_size) & decrease & (dphi <= slope_test)
+        at_max = (t >= s.max_step) & decrease & (dphi <= slope_test)
         at_min = (t <= s.min_step) & (~decrease | (dphi >= slope_test))
         fail = ~converged & (at_max | at_min | stuck | below | (num_trials >= self.max_steps))
 
@@ -269,6 +299,7 @@ class MoreThuente(AbstractLineSearch):
             success=converged & ~in_fallback,
             num_trials=num_trials,
             min_step=s.min_step,
+            max_step=s.max_step,
             phase=phase.astype(jnp.int32),
             phi0=s.phi0,
             dphi0=s.dphi0,

@@ -5,7 +5,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, Int, Scalar
 
 from .._misc import as_int, check_count, scalar, select
-from ._base import AbstractLineSearch, AbstractSearch, Point, fresh_search
+from ._base import (
+    AbstractLineSearch,
+    AbstractSearch,
+    Point,
+    at_capped_edge,
+    capped_search,
+    effective_cap,
+    fresh_search,
+)
 from ._conditions import ValueScale, sufficient_decrease
 from ._interpolate import expansion_trial, zoom_trial
 
@@ -45,6 +53,15 @@ class Zoom(AbstractLineSearch):
     (`lost_in_rounding`, Hager & Zhang 2005, section 4): sufficient decrease is then tested
     on the slope, phi'(t) <= (2 c1 - 1) phi'(0), and the value is not compared with other
     trials'. `epsilon = 0` gives the textbook search.
+
+    With a dynamic cap `max_step` passed to `start`, cap = min(max_step_size, max_step)
+    replaces max_step_size above (expansion limit and failure there) and the first trial is
+    max(min(guess, cap), min_step). Where cap < max_step_size (the dynamic cap binds), a trial
+    at t = cap with sufficient decrease (the test above, slope form included) and
+    phi'(cap) <= c1 phi'(0) (f still falls steeply there, as Moré-Thuente's dcsrch stops at
+    its stpmax) ends the search with step = cap and `success` True; otherwise the trial is
+    judged as any other, so the zoom goes on inside [0, cap]. A cap below `min_step` (or
+    <= 0, or NaN) ends the search at once with no step.
     """
 
     c1: float = eqx.field(static=True, default=1e-4)
@@ -73,11 +90,16 @@ class Zoom(AbstractLineSearch):
     def init(self, dtype) -> ValueScale:
         return ValueScale.empty(dtype)
 
-    def start(self, state, phi0, dphi0, guess, min_step, scaled=None) -> _ZoomSearch:
+    def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None) -> _ZoomSearch:
         dtype = phi0.dtype
         origin = Point(scalar(0, dtype), phi0, dphi0)
+        cap = effective_cap(self.max_step_size, max_step, dtype)
+        if max_step is None:
+            fields = fresh_search(jnp.maximum(guess, min_step), min_step, cap)
+        else:
+            fields = capped_search(guess, min_step, cap)
         return _ZoomSearch(
-            **fresh_search(jnp.maximum(guess, min_step), min_step),
+            **fields,
             phase=scalar(_BRACKET, jnp.int32),
             phi0=phi0,
             dphi0=dphi0,
@@ -101,7 +123,14 @@ class Zoom(AbstractLineSearch):
         # A value lost in rounding is not compared with others: the slopes steer.
         higher = jnp.where(bracketing, ~first & (phi >= search.prev.phi), phi >= search.lo.phi)
         above = ~decrease | (~lost & higher)
-        accept = ~above & curvature
+        # At a binding dynamic cap (L-BFGS-B's stpmax), sufficient decrease is enough while f
+        # still falls steeply there, phi'(t) <= c1 phi'(0), as dcsrch stops at stpmax.
+        at_edge = (
+            at_capped_edge(search, self.max_step_size, t)
+            & decrease
+            & (dphi <= self.c1 * search.dphi0)
+        )
+        accept = (~above & curvature) | at_edge
         # Otherwise `current` has sufficient decrease and the wrong slope.
         rising = ~above & ~accept & (dphi >= 0)  # bracketing: minimum lies behind us
         flip = ~above & ~accept & (dphi * (search.hi.t - search.lo.t) >= 0)  # zoom: hi <- lo
@@ -116,14 +145,14 @@ class Zoom(AbstractLineSearch):
 
         next_trial = jnp.where(
             expand,
-            expansion_trial(search.prev.triple(), current.triple(), self.max_step_size),
+            expansion_trial(search.prev.triple(), current.triple(), search.max_step),
             zoom_trial(lo.triple(), hi.triple(), self.safeguard),
         ).astype(dtype)
         num_trials = search.num_trials + 1
         width = jnp.abs(hi.t - lo.t)
         exhausted = (
             (num_trials >= self.max_steps)
-            | (expand & (t >= self.max_step_size))
+            | (expand & (t >= search.max_step))
             | (~expand & (width <= self.xtol * jnp.maximum(lo.t, hi.t)))
             | (~expand & ((width < search.min_step) | (next_trial < search.min_step)))
         )
@@ -152,6 +181,7 @@ class Zoom(AbstractLineSearch):
             success=accept & ~in_fallback,
             num_trials=num_trials,
             min_step=search.min_step,
+            max_step=search.max_step,
             phase=jnp.where(in_fallback, search.phase, phase),
             phi0=search.phi0,
             dphi0=search.dphi0,
