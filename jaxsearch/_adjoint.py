@@ -34,8 +34,8 @@ class AbstractAdjoint(eqx.Module):
         """`lax.while_loop(cond, body, init)`, of at most `max_steps` iterations when given."""
 
     @abc.abstractmethod
-    def minimise(self, solver, fn, x0: PyTree, args: tuple, value_dtype, report):
-        """`solver._minimise(fn, x0, args, value_dtype, report)`, with this adjoint's
+    def minimise(self, solver, fn, x0: PyTree, args: tuple, box, value_dtype, report):
+        """`solver._minimise(fn, x0, args, box, value_dtype, report)`, with this adjoint's
         derivatives."""
 
 
@@ -74,9 +74,16 @@ class ImplicitAdjoint(AbstractAdjoint):
     def while_loop(self, cond, body, init, max_steps=None):
         return lax.while_loop(cond, body, init)
 
-    def minimise(self, solver, fn, x0, args, value_dtype, report):
+    def minimise(self, solver, fn, x0, args, box, value_dtype, report):
         result = _implicit_minimise(
-            x0, args, adjoint=self, solver=solver, fn=fn, value_dtype=value_dtype, report=report
+            x0,
+            args,
+            adjoint=self,
+            solver=solver,
+            fn=fn,
+            box=box,
+            value_dtype=value_dtype,
+            report=report,
         )
         # A custom derivative returns arrays only: put back params' other leaves (e.g. an
         # Equinox model's activation functions), which the solver never changes.
@@ -144,26 +151,33 @@ class UnrolledAdjoint(AbstractAdjoint):
             cond, body, init, max_steps=max_steps, kind="checkpointed", checkpoints=checkpoints
         )
 
-    def minimise(self, solver, fn, x0, args, value_dtype, report):
-        return solver._minimise(fn, x0, args, value_dtype, report)
+    def minimise(self, solver, fn, x0, args, box, value_dtype, report):
+        return solver._minimise(fn, x0, args, box, value_dtype, report)
 
 
 # ------------------------------------------------------------------ implicit differentiation
 
 
 @eqx.filter_custom_jvp
-def _implicit_minimise(x0, args, *, adjoint, solver, fn, value_dtype, report):
+def _implicit_minimise(x0, args, *, adjoint, solver, fn, box, value_dtype, report):
     """`solver._minimise`, with `params` reduced to its floating leaves."""
-    result = solver._minimise(fn, x0, args, value_dtype, report)
+    result = solver._minimise(fn, x0, args, box, value_dtype, report)
     return eqx.tree_at(lambda r: r.params, result, eqx.filter(result.params, eqx.is_inexact_array))
 
 
 @_implicit_minimise.def_jvp
-def _implicit_minimise_jvp(primals, tangents, *, adjoint, solver, fn, value_dtype, report):
+def _implicit_minimise_jvp(primals, tangents, *, adjoint, solver, fn, box, value_dtype, report):
     x0, args = primals
     _, args_dot = tangents  # the solution does not depend on x0
     result = _implicit_minimise(
-        x0, args, adjoint=adjoint, solver=solver, fn=fn, value_dtype=value_dtype, report=report
+        x0,
+        args,
+        adjoint=adjoint,
+        solver=solver,
+        fn=fn,
+        box=box,
+        value_dtype=value_dtype,
+        report=report,
     )
     # Split args into the leaves being differentiated and everything else.
     flat, treedef = jtu.tree_flatten(args)
@@ -194,11 +208,24 @@ def _implicit_minimise_jvp(primals, tangents, *, adjoint, solver, fn, value_dtyp
     def grad_x(x, a):
         return at(x, a)[1]
 
-    def hessian_times(v):
-        return jax.jvp(lambda x: grad_x(x, a), (x,), (tree_cast_like(v, x),))[1]
+    # With bounds, components at a bound stay there (their derivative is 0): the system is
+    # solved over the free components only, with the identity on the others.
+    if box is None:
+        free = jtu.tree_map(lambda xi: jnp.ones(xi.shape, bool), x)
+    else:
+        free = jtu.tree_map(lambda xi, lo, up: (xi > lo) & (xi < up), x, *box)
 
-    # d/da grad_x f(x*, a) . a_dot, then x_dot = -H^-1 of it.
-    mixed = jax.jvp(lambda a: grad_x(x, a), (a,), (a_dot,))[1]
+    def only_free(v):
+        return jtu.tree_map(lambda vi, fi: jnp.where(fi, vi, 0).astype(vi.dtype), v, free)
+
+    def hessian_times(v):
+        v = only_free(v)
+        hv = jax.jvp(lambda x: grad_x(x, a), (x,), (tree_cast_like(v, x),))[1]
+        hv = tree_cast_like(hv, v)
+        return jtu.tree_map(lambda h, vi, fi: jnp.where(fi, h, vi), hv, v, free)
+
+    # d/da grad_x f(x*, a) . a_dot, then x_dot = -H^-1 of it (on the free components).
+    mixed = only_free(jax.jvp(lambda a: grad_x(x, a), (a,), (a_dot,))[1])
     work = jtu.tree_map(lambda m: m.astype(at_least_float32(m.dtype)), mixed)
     x_dot = tree_cast_like(jtu.tree_map(jnp.negative, adjoint.solve(hessian_times, work)), x)
     value_dot, grad_dot, aux_dot = jax.jvp(at, (x, a), (x_dot, a_dot))[1]

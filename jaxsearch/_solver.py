@@ -13,6 +13,7 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from . import _evaluate, _retrace
 from ._adjoint import AbstractAdjoint, ImplicitAdjoint, UnrolledAdjoint
+from ._box import Box, check_order
 from ._direction import LBFGS, AbstractDirection, NewtonCG
 from ._history import History, Report, step_record
 from ._linesearch import AbstractLineSearch, AbstractSearch, initial_step
@@ -206,16 +207,20 @@ class Solver(eqx.Module):
 
     # ----------------------------------------------------------------------------- public
 
-    def init(self, params: PyTree, value_dtype=None, *, fn=None, args: tuple = ()) -> SolverState:
+    def init(
+        self, params: PyTree, value_dtype=None, *, fn=None, args: tuple = (), bounds=None
+    ) -> SolverState:
         """The state for `params`, with every leaf's dtype fixed and strongly typed.
 
         `value_dtype` is the dtype of f in the state; a value of another dtype from fn is cast
         to it. If None: inferred from `fn(params, *args)` when `fn` is given, else the widest
         floating dtype of params, at least float32. Scalars of the line search use
         `value_dtype` widened to at least float32. `fn` is needed with `has_aux=True`, to
-        learn the structure of aux.
+        learn the structure of aux. `bounds`, as in `run`, are only checked here (their
+        structure, their order, and that the direction can honour them): pass them to `step`.
         """
         diff, _ = _partition(params)
+        self._box(bounds, diff)  # checked here; the state does not depend on them
         out = None
         if fn is not None:
             _check_fn(fn)
@@ -266,17 +271,27 @@ class Solver(eqx.Module):
         )
 
     @eqx.filter_jit
-    def step(self, fn, params: PyTree, state: SolverState, *args) -> tuple[PyTree, SolverState]:
+    def step(
+        self, fn, params: PyTree, state: SolverState, *args, bounds=None
+    ) -> tuple[PyTree, SolverState]:
         """One iteration: direction, line search, state update. Returns (params, state).
 
         The state caches f and its gradient at the returned params, so the next step evaluates
         fn only at trial points; pass the params that `step` returned (with the same args).
         `state.status` tells how this step ended (`Status.RUNNING` if no criterion was met).
+        `bounds` as in `run`; params outside them are first projected into the box (and then
+        evaluated anew).
         """
         _check_fn(fn)
         _retrace.note_trace("step", self, fn, (params, args))
         diff, static = _partition(params)
-        diff, state = self._step(fn, args, static, diff, state)
+        box = self._box(bounds, diff)
+        if box is not None:
+            inside = box.project(diff)
+            moved = ~tree_equal(inside, diff)
+            diff = inside
+            state = _replace(state, has_eval=state.has_eval & ~moved)
+        diff, state = self._step(fn, args, static, diff, state, box)
         diff = self._raise_on_failure(diff, state.status, _STEP_FAILURES)
         return eqx.combine(diff, static), state
 
@@ -298,6 +313,7 @@ class Solver(eqx.Module):
         callback=None,
         verbose: bool = False,
         progress: bool = False,
+        bounds=None,
     ) -> Result:
         """Minimise fn from x0: one compiled `lax.while_loop` over steps.
 
@@ -319,6 +335,15 @@ class Solver(eqx.Module):
         - `progress=True`: a tqdm progress bar, closed when the run stops.
         These settings, the identity of `callback` included, are part of the compile key.
 
+        `bounds=(lower, upper)` constrains lower <= params <= upper. Each is a scalar or a
+        pytree like params whose leaves broadcast to the params' leaves, with -inf / +inf
+        (or None) for no bound, rounded inwards to each leaf's dtype. x0 is projected into
+        the box and so is every trial point, so no iterate leaves it, in any dtype. The
+        direction is computed for the box (`LBFGS`: L-BFGS-B; `Gradient`: projected
+        gradient; other directions raise a TypeError), the line search caps its step where
+        the direction leaves the box, and `gtol` bounds the infinity norm of the projected
+        gradient, max |P(x - grad) - x| (scipy's `pgtol`).
+
         When every leaf of `x0` and `args` is a `jax.Array`, `fn` is hashable and `throw` is
         off, the call is dispatched by `jax.jit` with the solver and fn static; otherwise by
         `eqx.filter_jit`, with non-array leaves static. Both compile the same program; the first
@@ -335,24 +360,27 @@ class Solver(eqx.Module):
         if callback is not None and not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}.")
         report = Report(bool(history), callback, bool(verbose), bool(progress))
+        box = None if bounds is None else self._box(bounds, _partition(x0)[0])
         # equinox turns a `throw=True` error into a clean exception under its own jit only
         if not self.throw and _plain_call(fn, (x0, args)):
-            return _run_jit(self, fn, x0, args, value_dtype, report)
-        return self._run_filtered(fn, x0, args, value_dtype, report)
+            return _run_jit(self, fn, x0, args, box, value_dtype, report)
+        return self._run_filtered(fn, x0, args, box, value_dtype, report)
 
     @eqx.filter_jit
-    def _run_filtered(self, fn, x0, args, value_dtype, report) -> Result:
-        return self._run(fn, x0, args, value_dtype, report)
+    def _run_filtered(self, fn, x0, args, box, value_dtype, report) -> Result:
+        return self._run(fn, x0, args, box, value_dtype, report)
 
-    def _run(self, fn, x0, args, value_dtype, report: Report) -> Result:
+    def _run(self, fn, x0, args, box, value_dtype, report: Report) -> Result:
         _retrace.note_trace("run", self, fn, (x0, args))
         # Trace fn once: its jaxpr serves both the dtype inference and every evaluation.
         fn = _evaluate.TracedOnce(fn, x0, *args)
-        return self.adjoint.minimise(self, fn, x0, args, value_dtype, report)
+        return self.adjoint.minimise(self, fn, x0, args, box, value_dtype, report)
 
-    def _minimise(self, fn, x0, args, value_dtype, report: Report) -> Result:
+    def _minimise(self, fn, x0, args, box, value_dtype, report: Report) -> Result:
         state = self.init(x0, value_dtype, fn=fn, args=args)
         diff, static = _partition(x0)
+        if box is not None:  # as scipy's L-BFGS-B, start from x0 projected into the box
+            diff = box.project(diff)
 
         dtype = state.prev_decrease.dtype
         history = (
@@ -365,7 +393,7 @@ class Solver(eqx.Module):
 
         def one_step(carry):
             diff, before, history = carry
-            diff, after = self._step(fn, args, static, diff, before)
+            diff, after = self._step(fn, args, static, diff, before, box)
             if report.per_step:
                 record = step_record(before, after, dtype, self.max_steps)
                 taken = after.num_steps > before.num_steps
@@ -410,6 +438,20 @@ class Solver(eqx.Module):
 
     # ---------------------------------------------------------------------------- private
 
+    def _box(self, bounds, diff) -> Box | None:
+        """The `Box` of `bounds` for params with floating leaves `diff` (None: no bounds),
+        after checking that this solver can honour them and, when concrete, their order."""
+        if bounds is None:
+            return None
+        if not self.direction.supports_bounds:
+            raise TypeError(
+                f"{type(self.direction).__name__} cannot honour bounds: use js.LBFGS() "
+                "(L-BFGS-B; the default direction) or js.Gradient() (projected gradient)."
+            )
+        box = Box.from_bounds(bounds, diff)
+        check_order(box)
+        return box
+
     def _raise_on_failure(self, diff, status, failures: tuple[Status, ...]):
         """With `throw=True`: `diff`, with a runtime error (`eqx.branched_error_if`) that names
         the status when `status` is one of `failures`."""
@@ -420,16 +462,22 @@ class Solver(eqx.Module):
         index = jnp.argmax(status == codes)
         return eqx.branched_error_if(diff, jnp.any(status == codes), index, messages)
 
-    def _check(self, value, grad, dtype) -> Int[Array, ""]:
+    def _gradient_norm(self, x, grad, box, dtype):
+        """The infinity norm of the gradient, projected onto the box when there is one."""
+        if box is None:
+            return tree_inf_norm(grad, dtype)
+        return box.projected_gradient_norm(x, grad, dtype)
+
+    def _check(self, value, grad, dtype, x=None, box=None) -> Int[Array, ""]:
         """Status that forbids a search from this point: non-finite, or converged by gtol."""
         finite = jnp.isfinite(value) & tree_all_finite(grad)
-        converged = tree_inf_norm(grad, dtype) <= self.gtol
+        converged = self._gradient_norm(x, grad, box, dtype) <= self.gtol
         code = jnp.where(
             finite, jnp.where(converged, Status.CONVERGED_GTOL, Status.RUNNING), Status.NONFINITE
         )
         return code.astype(jnp.int32)
 
-    def _step(self, fn, args, static, diff, state):
+    def _step(self, fn, args, static, diff, state, box=None):
         dtype = state.prev_decrease.dtype
         evaluate = functools.partial(
             _evaluate.value_and_grad, fn, self.has_aux, state.value.dtype, state.aux
@@ -441,7 +489,7 @@ class Solver(eqx.Module):
             jnp.where(
                 state.status == Status.CONVERGED_FTOL,
                 state.status,
-                self._check(state.value, state.grad, dtype),
+                self._check(state.value, state.grad, dtype, diff, box),
             ),
             Status.RUNNING,
         ).astype(jnp.int32)
@@ -461,32 +509,45 @@ class Solver(eqx.Module):
         )
 
         hvp = functools.partial(_hessian_vector_product, evaluate, diff, static, args)
-        prepare = functools.partial(self._prepare, diff, hvp)
+        prepare = functools.partial(self._prepare, diff, hvp, box)
         # With f and grad cached in the state, the search starts before the first evaluation.
         carry = lax.cond(state.has_eval & (stop == Status.RUNNING), prepare, lambda c: c, carry)
 
         def body(c: _Carry) -> _Carry:
             t = jnp.where(c.at_base, jnp.zeros((), dtype), c.search.trial)
-            value, grad, aux = evaluate(tree_add_scaled(diff, t, c.d), static, args)
+            value, grad, aux = evaluate(self._trial(diff, t, c.d, box), static, args)
             c = _replace(c, state=_replace(c.state, num_fun_evals=c.state.num_fun_evals + 1))
-            take_base = functools.partial(self._take_base, prepare)
+            take_base = functools.partial(self._take_base, prepare, diff, box)
             return lax.cond(c.at_base, take_base, self._take_trial, c, t, value, grad, aux)
 
         c = self.adjoint.while_loop(lambda c: ~c.done, body, carry, None)
-        return self._finish(c, diff)
+        return self._finish(c, diff, box)
 
-    def _prepare(self, x, hvp, c: _Carry) -> _Carry:
+    @staticmethod
+    def _trial(x, t, d, box):
+        """x + t d, projected into the box when there is one (rounding never leaves it)."""
+        trial = tree_add_scaled(x, t, d)
+        return trial if box is None else box.project(trial)
+
+    def _prepare(self, x, hvp, box, c: _Carry) -> _Carry:
         """Direction at x and the start of a line search along it (which may end at once, e.g.
         when its first step would change nothing)."""
         st = c.state
         dtype = st.prev_decrease.dtype
-        d, scaled, direction_state = self.direction.compute(st.direction, st.grad, dtype, hvp)
+        if box is None:
+            d, scaled, direction_state = self.direction.compute(st.direction, st.grad, dtype, hvp)
+            steepest = jtu.tree_map(jnp.negative, st.grad)
+        else:
+            d, scaled, direction_state = self.direction.compute_bounded(
+                st.direction, x, st.grad, box, dtype
+            )
+            steepest = box.projected_gradient(x, st.grad)
         dphi0 = tree_dot(st.grad, d, dtype)
         descent = jnp.isfinite(dphi0) & (dphi0 < 0)
-        # Not a descent direction (e.g. rounding in low precision): restart from -grad.
-        steepest = jtu.tree_map(jnp.negative, st.grad)
+        # Not a descent direction (e.g. rounding in low precision): restart from steepest
+        # descent (projected onto the box when there is one).
         d = select(descent, d, steepest)
-        dphi0 = jnp.where(descent, dphi0, -tree_dot(st.grad, st.grad, dtype))
+        dphi0 = jnp.where(descent, dphi0, tree_dot(st.grad, steepest, dtype))
         direction_state = lax.cond(descent, lambda s: s, self.direction.reset, direction_state)
         scaled = scaled & descent
         guess = initial_step(
@@ -499,14 +560,18 @@ class Solver(eqx.Module):
         phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
         # Step sizes carry no derivative (see `UnrolledAdjoint`): the searches branch on them.
         phi0, dphi0_search, guess = lax.stop_gradient((phi0, dphi0, guess))
-        search = self.linesearch.start(st.linesearch, phi0, dphi0_search, guess, min_step, scaled)
+        # With a box, no step goes beyond its edge along d.
+        max_step = None if box is None else lax.stop_gradient(box.max_step(x, d, dtype))
+        search = self.linesearch.start(
+            st.linesearch, phi0, dphi0_search, guess, min_step, scaled, max_step=max_step
+        )
         st = _replace(st, direction=direction_state)
         return _replace(c, state=st, d=d, dphi0=dphi0, search=search, done=search.done)
 
-    def _take_base(self, prepare, c: _Carry, t, value, grad, aux) -> _Carry:
+    def _take_base(self, prepare, x, box, c: _Carry, t, value, grad, aux) -> _Carry:
         """f and grad at x itself (first step after init): store them, then search or stop."""
         dtype = c.state.prev_decrease.dtype
-        stop = self._check(value, grad, dtype)
+        stop = self._check(value, grad, dtype, x, box)
         st = _replace(c.state, value=value, grad=grad, aux=aux, has_eval=jnp.array(True))
         c = _replace(c, state=st, at_base=jnp.array(False), stop=stop, done=jnp.array(True))
         return lax.cond(stop == Status.RUNNING, prepare, lambda c: c, c)
@@ -518,13 +583,13 @@ class Solver(eqx.Module):
         search = self.linesearch.update(c.search, lax.stop_gradient(t), phi, dphi)
         return _replace(c, search=search, done=search.done, value=value, grad=grad, aux=aux)
 
-    def _finish(self, c: _Carry, x):
+    def _finish(self, c: _Carry, x, box):
         """New point, direction memory, counters and status after the search."""
         st = c.state
         dtype = st.prev_decrease.dtype
         searched = c.stop == Status.RUNNING
         moved = searched & (c.search.step > 0)
-        x_new = select(moved, tree_add_scaled(x, c.search.step, c.d), x)
+        x_new = select(moved, self._trial(x, c.search.step, c.d, box), x)
         value = jnp.where(moved, c.value, st.value)
         grad = select(moved, c.grad, st.grad)
         aux = select(moved, c.aux, st.aux) if self.has_aux else None
@@ -559,7 +624,7 @@ class Solver(eqx.Module):
                 ~moved & below_resolution,
                 ~moved,
                 unchanged,
-                tree_inf_norm(grad, dtype) <= self.gtol,
+                self._gradient_norm(x_new, grad, box, dtype) <= self.gtol,
                 (self.ftol > 0)
                 & (decrease >= 0)
                 & (decrease <= self.ftol * scale)
@@ -596,6 +661,6 @@ class Solver(eqx.Module):
         return x_new, st
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 4, 5))
-def _run_jit(solver: Solver, fn, x0, args, value_dtype, report: Report) -> Result:
-    return solver._run(fn, x0, args, value_dtype, report)
+@functools.partial(jax.jit, static_argnums=(0, 1, 5, 6))
+def _run_jit(solver: Solver, fn, x0, args, box, value_dtype, report: Report) -> Result:
+    return solver._run(fn, x0, args, box, value_dtype, report)

@@ -84,3 +84,13 @@ def test_logistic_vs_scipy():
     assert abs(f_js - f_sp) <= 1e-12 * abs(f_sp), out
     assert int(re.search(r"jaxsearch .* evaluations (\d+)", out)[1]) > 0
     assert int(re.search(r"evaluations \(nfev\) (\d+)", out)[1]) > 0
+
+
+def test_bounded_vs_scipy():
+    out = run_example("bounded_vs_scipy.py")
+    diffs = [float(x) for x in re.findall(r"max \|x - x_scipy\| = (\S+),", out)]
+    evals = [int(x) for x in re.findall(r"evaluations (\d+)", out)]
+    assert len(diffs) == 2 and max(diffs) < 1e-5, out
+    assert out.count("feasible True") == 2, out
+    ours, theirs = evals[0::2], evals[1::2]
+    assert all(a <= 1.2 * b + 2 for a, b in zip(ours, theirs, strict=True)), out

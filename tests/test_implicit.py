@@ -171,3 +171,22 @@ def test_unrolled_adjoint_rejects_forward_mode():
         data = (jnp.asarray(A), jnp.asarray(B))
         with pytest.raises(Exception, match="(?i)forward-mode|jvp"):
             jax.jvp(lambda p: solution(UNROLLED, ridge, data, p), (0.7,), (1.0,))
+
+
+def test_implicit_derivative_with_active_bounds():
+    """With bounds, the components at a bound stay there (derivative 0) and the free ones
+    follow the problem restricted to them: w_F = (A_F'A_F + p I)^-1 A_F'b."""
+    with jax.enable_x64(True):
+        data, penalty = (jnp.asarray(A), jnp.asarray(B)), jnp.asarray(0.7)
+        bounds = (jnp.zeros(5), jnp.full(5, jnp.inf))
+
+        def bounded(p):
+            return IMPLICIT.run(ridge, jnp.full(5, 0.5), *data, p, bounds=bounds).params
+
+        w = bounded(penalty)
+        free = np.asarray(w) > 0
+        assert 0 < free.sum() < 5  # some components at the bound, some free
+        jac = jax.jacrev(bounded)(penalty)
+        expected = jax.jacfwd(ridge_closed_form, argnums=2)(data[0][:, free], data[1], penalty)
+        assert np.all(np.asarray(jac)[~free] == 0)
+        assert np.max(np.abs(np.asarray(jac)[free] - expected)) <= 1e-8 * np.max(np.abs(expected))

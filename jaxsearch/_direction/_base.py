@@ -2,6 +2,7 @@
 
 import abc
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import equinox as eqx
 from jaxtyping import Array, Bool, PyTree
@@ -32,6 +33,15 @@ class AbstractDirection(eqx.Module):
         `hvp(v)` is the Hessian-vector product at the current point (forward-over-reverse
         autodiff of fn; v and the result are like `grad`); the solver always passes it, and fn
         is traced for it only if a direction calls it."""
+
+    supports_bounds: ClassVar[bool] = False  # whether `compute_bounded` is provided
+
+    def compute_bounded(
+        self, state: PyTree, x: PyTree, grad: PyTree, box: Any, dtype
+    ) -> tuple[PyTree, Bool[Array, ""], PyTree]:
+        """As `compute`, for the box `box` (a `Box`, x inside it): d must be a feasible
+        direction, x + d inside the box. Directions with `supports_bounds` provide it."""
+        raise NotImplementedError(f"{type(self).__name__} does not support bounds.")
 
     @abc.abstractmethod
     def update(self, state: PyTree, s: PyTree, y: PyTree, dtype) -> PyTree:

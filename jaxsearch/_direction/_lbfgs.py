@@ -6,6 +6,7 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, Int, PyTree, Scalar
 
+from .._bounds import cauchy_point, compact_representation, subspace_minimisation
 from .._misc import (
     as_int,
     at_least_float32,
@@ -50,7 +51,11 @@ class LBFGS(AbstractDirection):
     Memory leaves have the dtype of their param leaf, or at least `memory_dtype` when given
     (e.g. `memory_dtype=jnp.float32` for bfloat16 or float16 params). Inner products accumulate
     in at least float32.
+
+    With bounds (`Solver.run(..., bounds=...)`) it is L-BFGS-B: see `compute_bounded`.
     """
+
+    supports_bounds = True
 
     memory_size: int = eqx.field(static=True, default=10, converter=as_int)
     memory_dtype: jnp.dtype | type | str | None = eqx.field(static=True, default=None)
@@ -118,6 +123,40 @@ class LBFGS(AbstractDirection):
         r = lax.fori_loop(0, m, oldest_first, r)
         d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
         return d, state.count > 0, state
+
+    def compute_bounded(self, state, x, grad, box, dtype):
+        """L-BFGS-B's direction (Byrd, Lu, Nocedal & Zhu 1995; Morales & Nocedal 2011): the
+        generalized Cauchy point of the quadratic model with B = theta I - W M W' from this
+        memory (theta = 1 / gamma), then the subspace minimisation over the variables free
+        there, projected onto the box; d = x_bar - x. Worked on one flat vector of all the
+        leaves in the widest of their dtypes (at least float32). `scaled` (the unit step as
+        the first trial) holds once a pair is stored, or when every variable has two finite
+        bounds (L-BFGS-B's first iteration on a boxed problem)."""
+        work = widest_float(*(at_least_float32(b.dtype) for b in jtu.tree_leaves(state.s)), dtype)
+        flat = lambda tree: jnp.concatenate(  # noqa: E731
+            [leaf.reshape(-1).astype(work) for leaf in jtu.tree_leaves(tree)]
+        )
+        m = self.memory_size
+        memory = lambda tree: jnp.concatenate(  # noqa: E731
+            [b.reshape(m, -1).astype(work) for b in jtu.tree_leaves(tree)], axis=1
+        )
+        xf, gf, lower, upper = flat(x), flat(grad), flat(box.lower), flat(box.upper)
+        theta = jnp.where(state.count > 0, 1 / state.gamma, 1).astype(work)
+        w, middle = compact_representation(
+            memory(state.s), memory(state.y), state.count, state.head, theta
+        )
+        x_cauchy, c, free = cauchy_point(xf, gf, lower, upper, theta, w, middle)
+        x_bar, _ = subspace_minimisation(xf, gf, lower, upper, x_cauchy, c, free, theta, w, middle)
+        step = x_bar - xf
+        parts, start = [], 0
+        for g in jtu.tree_leaves(grad):
+            parts.append(step[start : start + g.size].reshape(g.shape).astype(g.dtype))
+            start += g.size
+        d = jtu.tree_unflatten(jtu.tree_structure(grad), parts)
+        # The unit step is the first trial once there is curvature information, and, as in
+        # L-BFGS-B's first iteration, also without it when every variable has both bounds.
+        boxed = jnp.all(jnp.isfinite(lower) & jnp.isfinite(upper))
+        return d, (state.count > 0) | boxed, state
 
     def update(self, state, s, y, dtype) -> LBFGSState:
         s = jtu.tree_map(lambda si, b: si.astype(b.dtype), s, state.s)

@@ -1,0 +1,158 @@
+"""Box constraints lower <= params <= upper, leaf by leaf, as the solver uses them."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jaxtyping import PyTree, Scalar
+
+from ._misc import at_least_float32, leaves, widest_float
+
+
+def _rounded_inward(bound, dtype, direction: float):
+    """`bound` in `dtype`, rounded towards the inside of the box (`direction` +inf for a lower
+    bound, -inf for an upper one), so that a point within the rounded bound is within the
+    bound as given. Python and NumPy numbers are taken at float64 precision."""
+    if isinstance(bound, jax.Array):
+        wide = bound.astype(widest_float(bound.dtype, dtype))
+        rounded = wide.astype(dtype)
+        back = rounded.astype(wide.dtype)
+        outside = back < wide if direction > 0 else back > wide
+        toward = jnp.asarray(direction, dtype)
+        return jnp.where(outside, jnp.nextafter(rounded, toward), rounded)
+    exact = np.asarray(bound, np.float64)
+    near = exact.astype(dtype)
+    beyond = near.astype(np.float64) < exact if direction > 0 else near.astype(np.float64) > exact
+    inward = np.where(beyond, np.nextafter(near, np.asarray(direction, dtype)), near)
+    return jnp.asarray(inward, dtype)
+
+
+class Box(eqx.Module):
+    """Bounds with the structure, shapes and dtypes of the params' floating leaves. Each bound
+    is rounded inwards to its leaf's dtype; -inf and +inf mean no bound."""
+
+    lower: PyTree
+    upper: PyTree
+
+    @classmethod
+    def from_bounds(cls, bounds, diff: PyTree) -> "Box":
+        """The box of `bounds = (lower, upper)` for params whose floating leaves are `diff`:
+        each of lower and upper a scalar or a pytree like params whose leaves broadcast to
+        the params' leaves."""
+        lower, upper = _split(bounds)
+        return cls(
+            lower=_like(lower, diff, "lower", -np.inf),
+            upper=_like(upper, diff, "upper", np.inf),
+        )
+
+    def project(self, x: PyTree) -> PyTree:
+        """The nearest point of the box: min(max(x, lower), upper) per component."""
+        return jtu.tree_map(lambda xi, lo, up: jnp.minimum(jnp.maximum(xi, lo), up), x, *self)
+
+    def projected_gradient_norm(self, x: PyTree, grad: PyTree, dtype) -> Scalar:
+        """max |P(x - grad) - x| over all components: scipy L-BFGS-B's `pgtol` measure, the
+        infinity norm of the gradient where no bound is active."""
+        norm = jnp.zeros((), dtype)
+        for xi, gi, lo, up in zip(*map(leaves, (x, grad, self.lower, self.upper)), strict=True):
+            work = at_least_float32(xi.dtype)
+            xw, lo, up = xi.astype(work), lo.astype(work), up.astype(work)
+            step = jnp.minimum(jnp.maximum(xw - gi.astype(work), lo), up) - xw
+            norm = jnp.maximum(norm, jnp.max(jnp.abs(step), initial=0).astype(dtype))
+        return norm
+
+    def projected_gradient(self, x: PyTree, grad: PyTree) -> PyTree:
+        """P(x - grad) - x: steepest descent cut at the box, a feasible descent direction
+        (zero exactly where x is stationary for the bound-constrained problem)."""
+        return jtu.tree_map(
+            lambda xi, gi, lo, up: jnp.minimum(jnp.maximum(xi - gi, lo), up) - xi,
+            x,
+            tree_cast(grad, x),
+            *self,
+        )
+
+    def max_step(self, x: PyTree, d: PyTree, dtype) -> Scalar:
+        """The largest t >= 0 with x + t d in the box (+inf where no bound limits it)."""
+        cap = jnp.full((), jnp.inf, dtype)
+        for xi, di, lo, up in zip(*map(leaves, (x, d, self.lower, self.upper)), strict=True):
+            work = widest_float(at_least_float32(xi.dtype), dtype)
+            xw, dw = xi.astype(work), di.astype(work)
+            room = jnp.where(dw > 0, up.astype(work) - xw, lo.astype(work) - xw)
+            moving = dw != 0
+            ratio = jnp.where(moving, room / jnp.where(moving, dw, 1), jnp.inf)
+            cap = jnp.minimum(cap, jnp.maximum(jnp.min(ratio, initial=jnp.inf), 0).astype(dtype))
+        return cap
+
+    def __iter__(self):
+        return iter((self.lower, self.upper))
+
+
+def tree_cast(a: PyTree, like: PyTree) -> PyTree:
+    return jtu.tree_map(lambda x, y: x.astype(y.dtype), a, like)
+
+
+def _split(bounds):
+    if not (isinstance(bounds, tuple | list) and len(bounds) == 2):
+        raise TypeError(
+            "bounds must be a pair (lower, upper), each a scalar or a pytree like params; got "
+            f"{type(bounds).__name__}."
+        )
+    return bounds
+
+
+def _like(bound, diff: PyTree, name: str, default: float) -> PyTree:
+    """`bound` (a scalar, or a pytree like params; None: no bound) broadcast to every leaf
+    of `diff`, in that leaf's dtype, rounded inwards."""
+    direction = -default  # a lower bound rounds up, an upper bound down
+    if bound is None:
+        bound = default
+    if _is_scalar(bound):
+        parts = [bound] * len(leaves(diff))
+    else:
+        try:
+            parts = jtu.tree_structure(diff).flatten_up_to(bound)  # type: ignore[attr-defined]
+        except (ValueError, TypeError) as error:
+            raise TypeError(
+                f"bounds: {name} must be a scalar or a pytree with the structure of params; {error}"
+            ) from None
+    out = []
+    for part, x in zip(parts, leaves(diff), strict=True):
+        part = default if part is None else part
+        if not isinstance(part, int | float | np.number | np.ndarray | jax.Array):
+            raise TypeError(
+                f"bounds: {name} must be a scalar or a pytree with the structure of params, "
+                f"whose leaves are numbers or arrays; got {type(part).__name__} where params "
+                f"has an array of shape {x.shape}."
+            )
+        if not jnp.issubdtype(jnp.result_type(part), jnp.number) or jnp.issubdtype(
+            jnp.result_type(part), jnp.complexfloating
+        ):
+            raise TypeError(f"bounds: {name} must hold real numbers, got {part!r}.")
+        try:
+            part = (
+                np.broadcast_to(part, x.shape)
+                if not isinstance(part, jax.Array)
+                else (jnp.broadcast_to(part, x.shape))
+            )
+        except ValueError:
+            raise ValueError(
+                f"bounds: {name} of shape {jnp.shape(part)} does not broadcast to a params "
+                f"leaf of shape {x.shape}."
+            ) from None
+        out.append(_rounded_inward(part, x.dtype, direction))
+    return jtu.tree_unflatten(jtu.tree_structure(diff), out)
+
+
+def _is_scalar(bound) -> bool:
+    return isinstance(bound, int | float | np.number) or (
+        isinstance(bound, jax.Array | np.ndarray) and bound.ndim == 0
+    )
+
+
+def check_order(box: Box) -> None:
+    """Raise where a concrete lower bound exceeds its upper bound (traced bounds: no check)."""
+    for lo, up in zip(leaves(box.lower), leaves(box.upper), strict=True):
+        if isinstance(lo, jax.core.Tracer) or isinstance(up, jax.core.Tracer):
+            continue
+        if bool(jnp.any(lo > up)):
+            raise ValueError("bounds: lower must not exceed upper in any component.")
