@@ -148,6 +148,7 @@ class Solver(eqx.Module):
 
     direction: AbstractDirection
     linesearch: AbstractLineSearch
+    bounded_linesearch: AbstractLineSearch  # the line search of runs with bounds
     gtol: float = eqx.field(static=True)
     ftol: float = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
@@ -172,7 +173,11 @@ class Solver(eqx.Module):
             raise TypeError(
                 f"direction must be an AbstractDirection, got {type(direction).__name__}."
             )
-        linesearch = direction.default_linesearch() if linesearch is None else linesearch
+        bounded_linesearch = direction.default_bounded_linesearch()
+        if linesearch is None:
+            linesearch = direction.default_linesearch()
+        else:
+            bounded_linesearch = linesearch
         if not isinstance(linesearch, AbstractLineSearch):
             raise TypeError(
                 f"linesearch must be an AbstractLineSearch, got {type(linesearch).__name__}."
@@ -198,6 +203,7 @@ class Solver(eqx.Module):
         check_count("Solver", "max_steps", steps)
         self.direction = direction
         self.linesearch = linesearch
+        self.bounded_linesearch = bounded_linesearch
         self.gtol = float(gtol)
         self.ftol = float(ftol)
         self.max_steps = steps
@@ -216,8 +222,10 @@ class Solver(eqx.Module):
         to it. If None: inferred from `fn(params, *args)` when `fn` is given, else the widest
         floating dtype of params, at least float32. Scalars of the line search use
         `value_dtype` widened to at least float32. `fn` is needed with `has_aux=True`, to
-        learn the structure of aux. `bounds`, as in `run`, are only checked here (their
-        structure, their order, and that the direction can honour them): pass them to `step`.
+        learn the structure of aux. `bounds`, as in `run`: pass the same to `init` and `step`.
+        They are checked here (their structure, their order, and that the direction can
+        honour them), and with bounds the state is that of the bounded line search (for
+        `LBFGS` with no line search given, `MoreThuente` as in L-BFGS-B).
         """
         diff, _ = _partition(params)
         self._box(bounds, diff)  # checked here; the state does not depend on them
@@ -246,10 +254,28 @@ class Solver(eqx.Module):
                 ),
                 out[1],
             )
-        return self._fresh_state(diff, value_dtype, aux_shapes)
+        return self._fresh_state(diff, value_dtype, aux_shapes, bounds is not None)
+
+    def _search(self, bounded: bool) -> AbstractLineSearch:
+        """The line search of a run with (or without) bounds."""
+        return self.bounded_linesearch if bounded else self.linesearch
+
+    def _check_state_search(self, state: SolverState, bounded: bool) -> None:
+        """Raise unless `state` holds the state of the line search for `bounded`."""
+        if self.linesearch == self.bounded_linesearch:
+            return
+        dtype = state.prev_decrease.dtype
+        expected = jax.eval_shape(lambda: self._search(bounded).init(dtype))
+        if jtu.tree_structure(expected) != jtu.tree_structure(state.linesearch):
+            given, other = ("with", "without") if bounded else ("without", "with")
+            raise TypeError(
+                f"step was called {given} bounds on a state that init made {other} them; with "
+                "bounds the default line search is another one (L-BFGS-B's): pass the same "
+                "bounds to init and step."
+            )
 
     @eqx.filter_jit
-    def _fresh_state(self, diff, value_dtype, aux_shapes) -> SolverState:
+    def _fresh_state(self, diff, value_dtype, aux_shapes, bounded=False) -> SolverState:
         # One compiled program builds every leaf: built eagerly, each new shape of a leaf would
         # compile a program of its own, about ten for a first `init`.
         dtype = at_least_float32(value_dtype)
@@ -262,7 +288,7 @@ class Solver(eqx.Module):
             aux=aux,
             has_eval=jnp.array(False),
             direction=self.direction.init(diff, dtype),
-            linesearch=self.linesearch.init(dtype),
+            linesearch=self._search(bounded).init(dtype),
             prev_decrease=scalar(jnp.nan, dtype),
             step_size=scalar(0, dtype),
             num_steps=scalar(0, jnp.int32),
@@ -286,6 +312,7 @@ class Solver(eqx.Module):
         _retrace.note_trace("step", self, fn, (params, args))
         diff, static = _partition(params)
         box = self._box(bounds, diff)
+        self._check_state_search(state, box is not None)
         if box is not None:
             inside = box.project(diff)
             moved = ~tree_equal(inside, diff)
@@ -377,7 +404,8 @@ class Solver(eqx.Module):
         return self.adjoint.minimise(self, fn, x0, args, box, value_dtype, report)
 
     def _minimise(self, fn, x0, args, box, value_dtype, report: Report) -> Result:
-        state = self.init(x0, value_dtype, fn=fn, args=args)
+        bounds = None if box is None else tuple(box)
+        state = self.init(x0, value_dtype, fn=fn, args=args, bounds=bounds)
         diff, static = _partition(x0)
         if box is not None:  # as scipy's L-BFGS-B, start from x0 projected into the box
             diff = box.project(diff)
@@ -494,7 +522,8 @@ class Solver(eqx.Module):
             Status.RUNNING,
         ).astype(jnp.int32)
         zero, one = scalar(0, dtype), scalar(1, dtype)
-        placeholder = self.linesearch.start(state.linesearch, zero, -one, one, zero)
+        linesearch = self._search(box is not None)
+        placeholder = linesearch.start(state.linesearch, zero, -one, one, zero)
         carry = _Carry(
             state=state,
             d=tree_zeros_like(diff),
@@ -518,7 +547,8 @@ class Solver(eqx.Module):
             value, grad, aux = evaluate(self._trial(diff, t, c.d, box), static, args)
             c = _replace(c, state=_replace(c.state, num_fun_evals=c.state.num_fun_evals + 1))
             take_base = functools.partial(self._take_base, prepare, diff, box)
-            return lax.cond(c.at_base, take_base, self._take_trial, c, t, value, grad, aux)
+            take_trial = functools.partial(self._take_trial, linesearch)
+            return lax.cond(c.at_base, take_base, take_trial, c, t, value, grad, aux)
 
         c = self.adjoint.while_loop(lambda c: ~c.done, body, carry, None)
         return self._finish(c, diff, box)
@@ -534,11 +564,12 @@ class Solver(eqx.Module):
         when its first step would change nothing)."""
         st = c.state
         dtype = st.prev_decrease.dtype
+        limit = None
         if box is None:
             d, scaled, direction_state = self.direction.compute(st.direction, st.grad, dtype, hvp)
             steepest = jtu.tree_map(jnp.negative, st.grad)
         else:
-            d, scaled, direction_state = self.direction.compute_bounded(
+            d, scaled, direction_state, limit = self.direction.compute_bounded(
                 st.direction, x, st.grad, box, dtype
             )
             steepest = box.projected_gradient(x, st.grad)
@@ -555,14 +586,17 @@ class Solver(eqx.Module):
             dphi0,
             tree_norm(d, dtype),
             st.prev_decrease,
-            self.linesearch.max_step_size,
+            self._search(box is not None).max_step_size,
         )
         phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
         # Step sizes carry no derivative (see `UnrolledAdjoint`): the searches branch on them.
         phi0, dphi0_search, guess = lax.stop_gradient((phi0, dphi0, guess))
-        # With a box, no step goes beyond its edge along d.
-        max_step = None if box is None else lax.stop_gradient(box.max_step(x, d, dtype))
-        search = self.linesearch.start(
+        # With a box, no step goes beyond its edge along d, nor the direction's own limit.
+        max_step = None
+        if box is not None:
+            limit = jnp.where(descent, limit, jnp.inf).astype(dtype)
+            max_step = lax.stop_gradient(jnp.minimum(box.max_step(x, d, dtype), limit))
+        search = self._search(box is not None).start(
             st.linesearch, phi0, dphi0_search, guess, min_step, scaled, max_step=max_step
         )
         st = _replace(st, direction=direction_state)
@@ -576,11 +610,11 @@ class Solver(eqx.Module):
         c = _replace(c, state=st, at_base=jnp.array(False), stop=stop, done=jnp.array(True))
         return lax.cond(stop == Status.RUNNING, prepare, lambda c: c, c)
 
-    def _take_trial(self, c: _Carry, t, value, grad, aux) -> _Carry:
+    def _take_trial(self, linesearch, c: _Carry, t, value, grad, aux) -> _Carry:
         """Hand phi(t), phi'(t) to the line search and keep the trial's f, grad, aux."""
         dtype = c.state.prev_decrease.dtype
         phi, dphi = lax.stop_gradient((value.astype(dtype), tree_dot(grad, c.d, dtype)))
-        search = self.linesearch.update(c.search, lax.stop_gradient(t), phi, dphi)
+        search = linesearch.update(c.search, lax.stop_gradient(t), phi, dphi)
         return _replace(c, search=search, done=search.done, value=value, grad=grad, aux=aux)
 
     def _finish(self, c: _Carry, x, box):
@@ -648,7 +682,7 @@ class Solver(eqx.Module):
             direction=direction_state,
             linesearch=lax.cond(
                 searched,
-                lambda ls: self.linesearch.finish(ls, c.search),
+                lambda ls: self._search(box is not None).finish(ls, c.search),
                 lambda ls: ls,
                 st.linesearch,
             ),

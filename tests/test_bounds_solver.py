@@ -148,3 +148,21 @@ def test_bounds_errors():
         js.Solver().run(rosenbrock, x0, bounds=(jnp.zeros(2), 1.0))
     with pytest.raises(TypeError, match="structure of params"):
         js.Solver().run(rosenbrock, x0, bounds=({"a": 0.0}, 1.0))
+
+
+class _HagerZhangWhenBounded(js.LBFGS):
+    def default_bounded_linesearch(self):
+        return js.HagerZhang()  # a line-search state unlike Zoom's
+
+
+def test_init_and_step_must_agree_on_bounds():
+    """Where the line search with bounds keeps another state than the one without, a state
+    from `init` without bounds cannot serve a `step` with them (nor the reverse)."""
+    solver = js.Solver(_HagerZhangWhenBounded())
+    x = jnp.zeros(3)
+    with pytest.raises(TypeError, match="pass the same bounds to init and step"):
+        solver.step(rosenbrock, x, solver.init(x), bounds=(-1.0, 1.0))
+    with pytest.raises(TypeError, match="pass the same bounds to init and step"):
+        solver.step(rosenbrock, x, solver.init(x, bounds=(-1.0, 1.0)))
+    assert js.Solver().bounded_linesearch == js.MoreThuente()  # L-BFGS-B's search by default
+    assert js.Solver(js.LBFGS(), js.Zoom()).bounded_linesearch == js.Zoom()  # given: kept

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
-from jaxtyping import Array, Bool, PyTree
+from jaxtyping import Array, Bool, PyTree, Scalar
 
 from .._linesearch import AbstractLineSearch, Zoom
 
@@ -38,9 +38,11 @@ class AbstractDirection(eqx.Module):
 
     def compute_bounded(
         self, state: PyTree, x: PyTree, grad: PyTree, box: Any, dtype
-    ) -> tuple[PyTree, Bool[Array, ""], PyTree]:
+    ) -> tuple[PyTree, Bool[Array, ""], PyTree, Scalar]:
         """As `compute`, for the box `box` (a `Box`, x inside it): d must be a feasible
-        direction, x + d inside the box. Directions with `supports_bounds` provide it."""
+        direction, x + d inside the box. Returns (d, scaled, state, limit): `limit` bounds
+        the step along d beyond where d leaves the box (+inf for none). Directions with
+        `supports_bounds` provide it."""
         raise NotImplementedError(f"{type(self).__name__} does not support bounds.")
 
     @abc.abstractmethod
@@ -56,3 +58,8 @@ class AbstractDirection(eqx.Module):
         strong Wolfe with c2 = 0.9, whose curvature condition keeps s'y > 0 for the
         quasi-Newton updates and accepts their unit step whenever it is good enough."""
         return Zoom()
+
+    def default_bounded_linesearch(self) -> AbstractLineSearch:
+        """The line search `Solver` pairs with this direction when given none and the run
+        has bounds; by default the same as `default_linesearch`."""
+        return self.default_linesearch()

@@ -23,7 +23,8 @@ class Gradient(AbstractDirection):
         return jtu.tree_map(jnp.negative, grad), jnp.array(False), state
 
     def compute_bounded(self, state, x, grad, box, dtype):
-        return box.projected_gradient(x, grad), jnp.array(False), state
+        d = box.projected_gradient(x, grad)
+        return d, jnp.array(False), state, jnp.full((), jnp.inf, dtype)
 
     def update(self, state, s, y, dtype) -> None:
         return None

@@ -7,6 +7,7 @@ from jax import lax
 from jaxtyping import Array, Int, PyTree, Scalar
 
 from .._bounds import cauchy_point, compact_representation, subspace_minimisation
+from .._linesearch import AbstractLineSearch, MoreThuente
 from .._misc import (
     as_int,
     at_least_float32,
@@ -124,6 +125,11 @@ class LBFGS(AbstractDirection):
         d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
         return d, state.count > 0, state
 
+    def default_bounded_linesearch(self) -> AbstractLineSearch:
+        """With bounds: `MoreThuente()`, whose defaults (ftol 1e-3, gtol 0.9, xtol 0.1) are
+        those L-BFGS-B 3.0 passes to Moré-Thuente's dcsrch, which it uses."""
+        return MoreThuente()
+
     def compute_bounded(self, state, x, grad, box, dtype):
         """L-BFGS-B's direction (Byrd, Lu, Nocedal & Zhu 1995; Morales & Nocedal 2011): the
         generalized Cauchy point of the quadratic model with B = theta I - W M W' from this
@@ -131,7 +137,9 @@ class LBFGS(AbstractDirection):
         there, projected onto the box; d = x_bar - x. Worked on one flat vector of all the
         leaves in the widest of their dtypes (at least float32). `scaled` (the unit step as
         the first trial) holds once a pair is stored, or when every variable has two finite
-        bounds (L-BFGS-B's first iteration on a boxed problem)."""
+        bounds (L-BFGS-B's first iteration on a boxed problem). With no pair stored and any
+        finite bound, the step is capped at 1, as L-BFGS-B's first iteration does."""
+
         work = widest_float(*(at_least_float32(b.dtype) for b in jtu.tree_leaves(state.s)), dtype)
         flat = lambda tree: jnp.concatenate(  # noqa: E731
             [leaf.reshape(-1).astype(work) for leaf in jtu.tree_leaves(tree)]
@@ -156,7 +164,10 @@ class LBFGS(AbstractDirection):
         # The unit step is the first trial once there is curvature information, and, as in
         # L-BFGS-B's first iteration, also without it when every variable has both bounds.
         boxed = jnp.all(jnp.isfinite(lower) & jnp.isfinite(upper))
-        return d, (state.count > 0) | boxed, state
+        # L-BFGS-B's first iteration on a problem with any finite bound caps the step at 1.
+        bounded = jnp.any(jnp.isfinite(lower) | jnp.isfinite(upper))
+        limit = jnp.where((state.count == 0) & bounded, 1, jnp.inf).astype(dtype)
+        return d, (state.count > 0) | boxed, state, limit
 
     def update(self, state, s, y, dtype) -> LBFGSState:
         s = jtu.tree_map(lambda si, b: si.astype(b.dtype), s, state.s)
