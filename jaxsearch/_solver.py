@@ -266,7 +266,7 @@ class Solver(eqx.Module):
             return
         dtype = state.prev_decrease.dtype
         expected = jax.eval_shape(lambda: self._search(bounded).init(dtype))
-        if jtu.tree_structure(expected) != jtu.tree_structure(state.linesearch):
+        if not jtu.tree_structure(expected) == jtu.tree_structure(state.linesearch):
             given, other = ("with", "without") if bounded else ("without", "with")
             raise TypeError(
                 f"step was called {given} bounds on a state that init made {other} them; with "
@@ -564,7 +564,7 @@ class Solver(eqx.Module):
         when its first step would change nothing)."""
         st = c.state
         dtype = st.prev_decrease.dtype
-        limit = None
+        limit = jnp.full((), jnp.inf, dtype)
         if box is None:
             d, scaled, direction_state = self.direction.compute(st.direction, st.grad, dtype, hvp)
             steepest = jtu.tree_map(jnp.negative, st.grad)
