@@ -266,7 +266,7 @@ class Solver(eqx.Module):
             return
         dtype = state.prev_decrease.dtype
         expected = jax.eval_shape(lambda: self._search(bounded).init(dtype))
-        if not jtu.tree_structure(expected) == jtu.tree_structure(state.linesearch):
+        if str(jtu.tree_structure(expected)) != str(jtu.tree_structure(state.linesearch)):
             given, other = ("with", "without") if bounded else ("without", "with")
             raise TypeError(
                 f"step was called {given} bounds on a state that init made {other} them; with "
