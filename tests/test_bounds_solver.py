@@ -112,11 +112,16 @@ def mixed_loss(params):
     return rosenbrock(x)
 
 
-def test_mixed_pytree_bounds_per_leaf():
+def test_mixed_pytree_bounds_per_leaf(compiles):
+    """Per-leaf bounds on a bfloat16/float32 pytree; a second start compiles nothing."""
     params = {"a": jnp.asarray([-1.2, 1.0], jnp.bfloat16), "b": jnp.asarray([0.5, 0.5])}
     lower = {"a": -0.5, "b": jnp.asarray([0.0, 0.6])}
     upper = {"a": jnp.asarray([0.25, 0.5], jnp.float32), "b": 2.0}
-    result = js.Solver(gtol=1e-3).run(mixed_loss, params, bounds=(lower, upper))
+    solver = js.Solver(gtol=1e-3)
+    solver.run(mixed_loss, jax.tree.map(jnp.zeros_like, params), bounds=(lower, upper))
+    compiles.reset()
+    result = solver.run(mixed_loss, params, bounds=(lower, upper))
+    assert compiles.count == 0
     a, b = np.asarray(result.params["a"], np.float32), np.asarray(result.params["b"])
     assert result.params["a"].dtype == jnp.bfloat16 and result.params["b"].dtype == jnp.float32
     assert np.all(a >= -0.5) and np.all(a <= np.asarray([0.25, 0.5]))
