@@ -57,8 +57,15 @@ def _step(solver, x, state, a, b, lower, upper):
 STEP = jax.jit(_step, static_argnums=0)
 
 
-@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize(
+    ("case", "dtype_name"),
+    [
+        ("LBFGS-MoreThuente", "float32"),
+        ("LBFGS-MoreThuente", "float64"),
+        ("LBFGS-Zoom", "float64"),
+        ("Gradient-Backtracking", "float32"),
+    ],
+)
 def test_iterates_stay_in_random_boxes(case, dtype_name):
     solver = SOLVERS[case]
 

@@ -23,9 +23,6 @@ import scipy.optimize
 
 import jaxsearch as js
 
-if importlib.util.find_spec("sif2jax") is None:
-    pytest.skip("sif2jax is not installed", allow_module_level=True)
-
 
 def _sif2jax_problem(module: str, name: str):
     """An instance of sif2jax's problem `name` from `sif2jax.cutest._bounded_minimisation`.
