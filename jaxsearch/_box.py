@@ -7,7 +7,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import PyTree, Scalar
 
-from ._misc import at_least_float32, leaves, widest_float
+from ._misc import at_least_float32, leaves, tree_cast_like, widest_float
 
 
 def _rounded_inward(bound, dtype, direction: float):
@@ -67,7 +67,7 @@ class Box(eqx.Module):
         return jtu.tree_map(
             lambda xi, gi, lo, up: jnp.minimum(jnp.maximum(xi - gi, lo), up) - xi,
             x,
-            tree_cast(grad, x),
+            tree_cast_like(grad, x),
             *self,
         )
 
@@ -85,10 +85,6 @@ class Box(eqx.Module):
 
     def __iter__(self):
         return iter((self.lower, self.upper))
-
-
-def tree_cast(a: PyTree, like: PyTree) -> PyTree:
-    return jtu.tree_map(lambda x, y: x.astype(y.dtype), a, like)
 
 
 def _split(bounds):
