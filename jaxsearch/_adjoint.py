@@ -166,19 +166,11 @@ def _implicit_minimise(x0, args, *, adjoint, solver, fn, box, value_dtype, repor
 
 
 @_implicit_minimise.def_jvp
-def _implicit_minimise_jvp(primals, tangents, *, adjoint, solver, fn, box, value_dtype, report):
+def _implicit_minimise_jvp(primals, tangents, **settings):
     x0, args = primals
     _, args_dot = tangents  # the solution does not depend on x0
-    result = _implicit_minimise(
-        x0,
-        args,
-        adjoint=adjoint,
-        solver=solver,
-        fn=fn,
-        box=box,
-        value_dtype=value_dtype,
-        report=report,
-    )
+    result = _implicit_minimise(x0, args, **settings)
+    adjoint, solver, fn, box = (settings[k] for k in ("adjoint", "solver", "fn", "box"))
     # Split args into the leaves being differentiated and everything else.
     flat, treedef = jtu.tree_flatten(args)
     # args_dot is args with None where a leaf is not differentiated
@@ -210,18 +202,20 @@ def _implicit_minimise_jvp(primals, tangents, *, adjoint, solver, fn, box, value
 
     # With bounds, components at a bound stay there (their derivative is 0): the system is
     # solved over the free components only, with the identity on the others.
-    if box is None:
-        free = jtu.tree_map(lambda xi: jnp.ones(xi.shape, bool), x)
-    else:
+    free = None
+    if box is not None:
         free = jtu.tree_map(lambda xi, lo, up: (xi > lo) & (xi < up), x, *box)
 
     def only_free(v):
+        if free is None:
+            return v
         return jtu.tree_map(lambda vi, fi: jnp.where(fi, vi, 0).astype(vi.dtype), v, free)
 
     def hessian_times(v):
         v = only_free(v)
-        hv = jax.jvp(lambda x: grad_x(x, a), (x,), (tree_cast_like(v, x),))[1]
-        hv = tree_cast_like(hv, v)
+        hv = tree_cast_like(jax.jvp(lambda x: grad_x(x, a), (x,), (tree_cast_like(v, x),))[1], v)
+        if free is None:
+            return hv
         return jtu.tree_map(lambda h, vi, fi: jnp.where(fi, h, vi), hv, v, free)
 
     # d/da grad_x f(x*, a) . a_dot, then x_dot = -H^-1 of it (on the free components).

@@ -30,18 +30,18 @@ __all__ = [
 
 
 def project(
-    x: Float[Array, " n"], lower: Float[Array, " n"], upper: Float[Array, " n"]
-) -> Float[Array, " n"]:
+    x: Float[Array, "*shape"], lower: Float[Array, "*shape"], upper: Float[Array, "*shape"]
+) -> Float[Array, "*shape"]:
     """P(x): the nearest point of the box [lower, upper] to x, componentwise
     min(max(x_i, lower_i), upper_i) (the paper's projection P(x, l, u), §2)."""
     return jnp.minimum(jnp.maximum(x, lower), upper)
 
 
 def projected_gradient_inf_norm(
-    x: Float[Array, " n"],
-    g: Float[Array, " n"],
-    lower: Float[Array, " n"],
-    upper: Float[Array, " n"],
+    x: Float[Array, "*shape"],
+    g: Float[Array, "*shape"],
+    lower: Float[Array, "*shape"],
+    upper: Float[Array, "*shape"],
 ) -> Float[Array, ""]:
     """max_i |P(x - g)_i - x_i|: the infinity norm of the projected gradient, the measure
     scipy's L-BFGS-B compares with `pgtol` (`gtol` in `minimize`) to stop.
@@ -55,10 +55,10 @@ def projected_gradient_inf_norm(
 
 
 def max_feasible_step(
-    x: Float[Array, " n"],
-    d: Float[Array, " n"],
-    lower: Float[Array, " n"],
-    upper: Float[Array, " n"],
+    x: Float[Array, "*shape"],
+    d: Float[Array, "*shape"],
+    lower: Float[Array, "*shape"],
+    upper: Float[Array, "*shape"],
 ) -> Float[Array, ""]:
     """The largest t >= 0 with lower <= x + t d <= upper: the minimum over i of
     (upper_i - x_i) / d_i where d_i > 0 and (lower_i - x_i) / d_i where d_i < 0.

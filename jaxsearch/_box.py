@@ -7,6 +7,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import PyTree, Scalar
 
+from . import _bounds
 from ._misc import at_least_float32, leaves, tree_cast_like, widest_float
 
 
@@ -48,24 +49,21 @@ class Box(eqx.Module):
 
     def project(self, x: PyTree) -> PyTree:
         """The nearest point of the box: min(max(x, lower), upper) per component."""
-        return jtu.tree_map(lambda xi, lo, up: jnp.minimum(jnp.maximum(xi, lo), up), x, *self)
+        return jtu.tree_map(_bounds.project, x, *self)
 
     def projected_gradient_norm(self, x: PyTree, grad: PyTree, dtype) -> Scalar:
         """max |P(x - grad) - x| over all components: scipy L-BFGS-B's `pgtol` measure, the
         infinity norm of the gradient where no bound is active."""
         norm = jnp.zeros((), dtype)
-        for xi, gi, lo, up in zip(*map(leaves, (x, grad, self.lower, self.upper)), strict=True):
-            work = at_least_float32(xi.dtype)
-            xw, lo, up = xi.astype(work), lo.astype(work), up.astype(work)
-            step = jnp.minimum(jnp.maximum(xw - gi.astype(work), lo), up) - xw
-            norm = jnp.maximum(norm, jnp.max(jnp.abs(step), initial=0).astype(dtype))
+        for parts in self._widened(x, grad, at_least_float32):
+            norm = jnp.maximum(norm, _bounds.projected_gradient_inf_norm(*parts).astype(dtype))
         return norm
 
     def projected_gradient(self, x: PyTree, grad: PyTree) -> PyTree:
         """P(x - grad) - x: steepest descent cut at the box, a feasible descent direction
         (zero exactly where x is stationary for the bound-constrained problem)."""
         return jtu.tree_map(
-            lambda xi, gi, lo, up: jnp.minimum(jnp.maximum(xi - gi, lo), up) - xi,
+            lambda xi, gi, lo, up: _bounds.project(xi - gi, lo, up) - xi,
             x,
             tree_cast_like(grad, x),
             *self,
@@ -74,14 +72,15 @@ class Box(eqx.Module):
     def max_step(self, x: PyTree, d: PyTree, dtype) -> Scalar:
         """The largest t >= 0 with x + t d in the box (+inf where no bound limits it)."""
         cap = jnp.full((), jnp.inf, dtype)
-        for xi, di, lo, up in zip(*map(leaves, (x, d, self.lower, self.upper)), strict=True):
-            work = widest_float(at_least_float32(xi.dtype), dtype)
-            xw, dw = xi.astype(work), di.astype(work)
-            room = jnp.where(dw > 0, up.astype(work) - xw, lo.astype(work) - xw)
-            moving = dw != 0
-            ratio = jnp.where(moving, room / jnp.where(moving, dw, 1), jnp.inf)
-            cap = jnp.minimum(cap, jnp.maximum(jnp.min(ratio, initial=jnp.inf), 0).astype(dtype))
+        for parts in self._widened(x, d, lambda t: widest_float(at_least_float32(t), dtype)):
+            cap = jnp.minimum(cap, _bounds.max_feasible_step(*parts).astype(dtype))
         return cap
+
+    def _widened(self, x: PyTree, v: PyTree, work):
+        """Per leaf, (x, v, lower, upper) in the dtype `work(x's dtype)`."""
+        for parts in zip(*map(leaves, (x, v, self.lower, self.upper)), strict=True):
+            dtype = work(parts[0].dtype)
+            yield tuple(part.astype(dtype) for part in parts)
 
     def __iter__(self):
         return iter((self.lower, self.upper))

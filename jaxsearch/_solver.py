@@ -227,8 +227,12 @@ class Solver(eqx.Module):
         honour them), and with bounds the state is that of the bounded line search (for
         `LBFGS` with no line search given, `MoreThuente` as in L-BFGS-B).
         """
+        self._box(bounds, _partition(params)[0])
+        return self._init(params, value_dtype, fn, args, bounds is not None)
+
+    def _init(self, params, value_dtype, fn, args: tuple, bounded: bool) -> SolverState:
+        """`init`, once the bounds (if any, `bounded`) are checked."""
         diff, _ = _partition(params)
-        self._box(bounds, diff)  # checked here; the state does not depend on them
         out = None
         if fn is not None:
             _check_fn(fn)
@@ -254,7 +258,7 @@ class Solver(eqx.Module):
                 ),
                 out[1],
             )
-        return self._fresh_state(diff, value_dtype, aux_shapes, bounds is not None)
+        return self._fresh_state(diff, value_dtype, aux_shapes, bounded)
 
     def _search(self, bounded: bool) -> AbstractLineSearch:
         """The line search of a run with (or without) bounds."""
@@ -404,8 +408,7 @@ class Solver(eqx.Module):
         return self.adjoint.minimise(self, fn, x0, args, box, value_dtype, report)
 
     def _minimise(self, fn, x0, args, box, value_dtype, report: Report) -> Result:
-        bounds = None if box is None else tuple(box)
-        state = self.init(x0, value_dtype, fn=fn, args=args, bounds=bounds)
+        state = self._init(x0, value_dtype, fn, args, box is not None)
         diff, static = _partition(x0)
         if box is not None:  # as scipy's L-BFGS-B, start from x0 projected into the box
             diff = box.project(diff)
