@@ -26,7 +26,7 @@ from ._linesearch import (
 from ._result import Result as Result
 from ._retrace import RetraceWarning as RetraceWarning
 from ._solver import Solver as Solver
-from ._state import SolverState as SolverState
+from ._state import BestPoint as BestPoint, SolverState as SolverState
 from ._status import Status as Status
 
 __version__ = "0.1.0"

@@ -178,8 +178,10 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
     if args_dot is not None:
         flat_dot = treedef.flatten_up_to(args_dot)  # type: ignore[attr-defined]
     moving = [i for i, t in enumerate(flat_dot) if t is not None]
-    if not moving:
-        return result, None
+    # The tangent of the status, counters and history is zero (None) ...
+    nothing = jtu.tree_map(lambda _: None, result)
+    if not moving:  # ... and of everything else when no argument moves (x0 alone, say)
+        return result, nothing
     a = [flat[i] for i in moving]
     a_dot = [flat_dot[i] for i in moving]
 
@@ -211,9 +213,9 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
             return v
         return jtu.tree_map(lambda vi, fi: jnp.where(fi, vi, 0).astype(vi.dtype), v, free)
 
-    def hessian_times(v):
-        v = only_free(v)
-        hv = tree_cast_like(jax.jvp(lambda x: grad_x(x, a), (x,), (tree_cast_like(v, x),))[1], v)
+    def hessian_times(v):  # H on the free components, the identity on the others
+        v_free = tree_cast_like(only_free(v), x)
+        hv = tree_cast_like(jax.jvp(lambda x: grad_x(x, a), (x,), (v_free,))[1], v)
         if free is None:
             return hv
         return jtu.tree_map(lambda h, vi, fi: jnp.where(fi, h, vi), hv, v, free)
@@ -223,8 +225,6 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
     work = jtu.tree_map(lambda m: m.astype(at_least_float32(m.dtype)), mixed)
     x_dot = tree_cast_like(jtu.tree_map(jnp.negative, adjoint.solve(hessian_times, work)), x)
     value_dot, grad_dot, aux_dot = jax.jvp(at, (x, a), (x_dot, a_dot))[1]
-    # The tangent of the status, counters and history is zero (None).
-    nothing = jtu.tree_map(lambda _: None, result)
     result_dot = eqx.tree_at(
         lambda r: (r.params, r.value, r.grad, r.aux),
         nothing,

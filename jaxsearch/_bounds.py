@@ -14,6 +14,8 @@ point `x` is assumed feasible (call `project` first). n is the number of variabl
 memory size, and the 2m columns of W are [Y, theta S] with the pairs oldest first.
 """
 
+from collections.abc import Callable
+
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
@@ -152,6 +154,7 @@ def cauchy_point(
     theta: Float[ArrayLike, ""],
     w: Float[Array, "n two_m"],
     middle: Float[Array, "two_m two_m"],
+    while_loop: Callable = lambda cond, body, init, max_steps: lax.while_loop(cond, body, init),
 ) -> tuple[Float[Array, " n"], Float[Array, " two_m"], Bool[Array, " n"]]:
     """The generalized Cauchy point (§4, algorithm CP): the first local minimiser x^c of the
     quadratic model m(z) = g'(z - x) + (z - x)'B(z - x)/2, B = theta I - W M W', along the
@@ -174,7 +177,9 @@ def cauchy_point(
     reached set exactly to its bound; c = W'(x^c - x) (2m,), from the recurrence; and the
     mask of free variables at x^c, those strictly between their bounds (the complement of the
     active set A(x^c) of §5). With count = 0 (W = 0, B = theta I) the same walk applies.
-    x must be feasible and theta > 0.
+    x must be feasible and theta > 0. `while_loop(cond, body, init, max_steps)` runs the walk
+    (at most n segments): `lax.while_loop` by default, the solver's adjoint's loop when a run
+    is differentiated through its iterations (`UnrolledAdjoint`).
     """
     dtype = x.dtype
     n = x.shape[0]
@@ -221,7 +226,7 @@ def cauchy_point(
         p = p + g_b * w_b
         return k + 1, t_b, f1, f2, p, c
 
-    k, t_old, f1, f2, p, c = lax.while_loop(cond, body, init)
+    k, t_old, f1, f2, p, c = while_loop(cond, body, init, n)
     # Once every moving variable has reached its bound the path stops: f' and f'' are 0 up
     # to rounding, and their ratio is noise.
     num_moving = jnp.sum((t > 0) & (g != 0)).astype(jnp.int32)

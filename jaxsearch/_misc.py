@@ -5,16 +5,19 @@ and every helper casts explicitly, so the package runs under strict dtype promot
 """
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jax import lax
+from jax._src.lax import lax as lax_internal
 from jax.experimental.shard_alike import shard_alike
 from jax.sharding import NamedSharding, PartitionSpec
-from jaxtyping import Array, Bool, PyTree, Scalar
+from jaxtyping import Array, Bool, PyTree, Real, Scalar
 
 
 def widest_float(*dtypes) -> np.dtype:
@@ -165,6 +168,21 @@ def tree_cast_like(a: PyTree, like: PyTree) -> PyTree:
     return jtu.tree_map(lambda x, y: jnp.asarray(x).astype(y.dtype), a, like)
 
 
+def tree_cast_to_avals(a: PyTree, like: PyTree) -> PyTree:
+    """Every leaf of `a` with the dtype *and weak type* of the matching leaf of `like`.
+
+    What `step` and `run` return for params: a weakly typed leaf given (`jnp.full(n, 0.5)`,
+    Python-scalar arithmetic) comes back weakly typed, so a jitted loop that feeds the result
+    back does not retrace. JAX has no public cast that sets a weak type; this uses the one
+    behind `lax.convert_element_type`."""
+
+    def cast(x, y):
+        weak = bool(getattr(jax.typeof(y), "weak_type", False))
+        return lax_internal._convert_element_type(x, y.dtype, weak_type=weak)
+
+    return jtu.tree_map(cast, a, like)
+
+
 def scalar(value, dtype) -> Array:
     """A strongly typed 0-d array."""
     return jnp.asarray(value).astype(dtype)
@@ -186,7 +204,57 @@ def as_int(value: Any) -> Any:
     return int(value) if isinstance(value, np.integer) else value
 
 
+# A numeric setting: a Python number (static, hashed with the module) or a 0-d real array
+# (a dynamic leaf: a new value reuses the compiled program).
+Setting = float | Real[Array, ""]
+
+
+def setting_value(owner: str, name: str, value) -> float | None:
+    """The number a numeric setting holds, after checking that it is a real number or a 0-d
+    real array; None for a traced one (a setting built inside `jax.jit`), which cannot be
+    checked when it is built."""
+    if isinstance(value, jax.core.Tracer):
+        return None
+    if isinstance(value, jax.Array | np.ndarray | np.generic):
+        dtype = value.dtype
+        real = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+        if np.ndim(value) != 0 or not real:
+            raise TypeError(
+                f"{owner}: {name} must be a real number or a 0-d real array, got an array of "
+                f"shape {np.shape(value)} and dtype {dtype}."
+            )
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{owner}: {name} must be a real number, got {value!r}.")
+    return float(value)
+
+
+def check_setting(owner: str, name: str, value, valid: Callable[[float], bool], rule: str) -> None:
+    """Raise a ValueError "owner: name must <rule>, got value" unless `valid(value)` (see
+    `setting_value`; a traced setting is not checked)."""
+    number = setting_value(owner, name, value)
+    if number is not None and not valid(number):
+        raise ValueError(f"{owner}: {name} must {rule}, got {value}.")
+
+
+def weak_settings(module: PyTree) -> PyTree:
+    """`module` with its array leaves (numeric settings given as arrays) weakly typed, so that
+    they combine with scalars of any dtype as a Python number does, under strict promotion."""
+
+    def weak(x):
+        if not eqx.is_array(x):
+            return x
+        return lax_internal._convert_element_type(x, np.dtype(x.dtype), weak_type=True)
+
+    return jtu.tree_map(weak, module)
+
+
 def check_count(owner: str, name: str, value) -> None:
     """Raise unless `value` is an integer >= 1 (a bool is not one)."""
+    if isinstance(value, jax.Array | np.ndarray):
+        raise TypeError(
+            f"{owner}: {name} must be a Python int, got an array: it sets a loop bound or a "
+            "shape, which is fixed when the program is compiled."
+        )
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{owner}: {name} must be an integer >= 1, got {value!r}.")

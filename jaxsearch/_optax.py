@@ -7,21 +7,40 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
-from jaxtyping import PyTree, Scalar
+from jaxtyping import Array, Int, PyTree, Scalar
 
-from ._misc import tree_cast_like
-from ._state import SolverState
+from ._misc import select, tree_cast_like, tree_inf_norm
+from ._state import BestPoint, SolverState
 
 
 class OptaxState(NamedTuple):
-    """`value` and `grad` are f and its gradient at the params that the last update led to
-    (inf and zeros before the first), where `optax.value_and_grad_from_state` looks for them;
-    `solver` is the rest of the solver's state (its `grad` is kept only here, once)."""
+    """The state of `Solver.as_optax()`, laid out for optax's lookups by name.
+
+    - `value`, `grad`: f and its gradient at the params that the last update led to (inf and
+      zeros before the first), which `optax.value_and_grad_from_state` returns instead of
+      evaluating fn again.
+    - `solver`: the rest of the solver's state. Its `grad` is None: the gradient is kept once,
+      above.
+    - `count`: the number of updates made (int32, saturating), as optax's own states count
+      them. It grows on every update, also one that took no step (the solver stopped at a
+      minimiser, or its line search failed), so a loop that stops on `count` ends;
+      `solver.num_steps` counts only the steps that searched.
+
+    `optax.tree.get(state, key)` (`optax.tree_utils.tree_get`) looks through the whole state
+    but matches a key only among the fields of NamedTuples and the keys of dicts, and raises
+    if it finds it twice. `solver` and its parts are Equinox modules, whose fields it does not
+    match (L-BFGS has a `count` too), so `count`, `value` and `grad` are each found exactly
+    once, here, unless a dict or NamedTuple inside params has a key of that name: trees shaped
+    like params live in the state, as they do in `optax.lbfgs()`'s.
+    """
 
     value: Scalar
     grad: PyTree
     solver: SolverState
+    # The name optax's states and loops use; as a field it hides the method tuple.count.
+    count: Int[Array, ""]  # type: ignore[assignment]
 
 
 class _WithKeywords(eqx.Module):
@@ -33,15 +52,37 @@ class _WithKeywords(eqx.Module):
         return self.fn(params, **kwargs)
 
 
-def _split(state: SolverState) -> OptaxState:
-    return OptaxState(state.value, state.grad, dataclasses.replace(state, grad=None))
+def _split(state: SolverState, count: Int[Array, ""]) -> OptaxState:
+    return OptaxState(state.value, state.grad, dataclasses.replace(state, grad=None), count)
+
+
+@jax.jit
+def _increment(count: Int[Array, ""]) -> Int[Array, ""]:
+    """count + 1, saturating at the int32 maximum (one compiled program for eager updates)."""
+    return jnp.where(count < np.iinfo(np.int32).max, count + 1, count)
+
+
+def _restart_best(state: SolverState, x: PyTree, value, grad) -> SolverState:
+    """`state` with its record of progress (the best point, the least gradient norm, the
+    steps without progress) restarted at (x, value, grad) where `value` is not the value
+    cached in `state`: the objective changed, as after `Solver.reevaluate`."""
+    fresh = value != state.value
+    best = state.best
+    if best is not None:
+        x = tree_cast_like(x, best.params)
+        best = select(fresh, BestPoint(value, x, grad, best.aux, value), best)
+    since = jnp.where(fresh, 0, state.steps_since_best).astype(state.steps_since_best.dtype)
+    norm = tree_inf_norm(grad, state.lowest_grad_norm.dtype)
+    lowest = jnp.where(fresh, norm, state.lowest_grad_norm)
+    return dataclasses.replace(state, best=best, steps_since_best=since, lowest_grad_norm=lowest)
 
 
 def as_optax(solver) -> optax.GradientTransformationExtraArgs:
     """See `Solver.as_optax`."""
 
     def init(params) -> OptaxState:
-        return _split(solver.init(params))
+        # From NumPy, strongly typed int32, with nothing to compile when called eagerly.
+        return _split(solver.init(params), jnp.asarray(np.zeros((), np.int32)))
 
     def update(
         updates,
@@ -63,18 +104,18 @@ def as_optax(solver) -> optax.GradientTransformationExtraArgs:
         if (value is None) != (grad is None):
             raise ValueError("Pass both `value` and `grad` at params, or neither.")
         if value is not None:  # f and its gradient at params, e.g. from value_and_grad_from_state
-            st = dataclasses.replace(
-                st,
-                value=jnp.asarray(value).astype(st.value.dtype),
-                grad=tree_cast_like(eqx.filter(grad, eqx.is_inexact_array), st.grad),
-                has_eval=jnp.array(True),
-            )
+            value = jnp.asarray(value).astype(st.value.dtype)
+            grad = tree_cast_like(eqx.filter(grad, eqx.is_inexact_array), st.grad)
+            # A value other than the cached one: the objective changed (a new batch, say), so
+            # the record of the best point starts again here, as after `Solver.reevaluate`.
+            st = _restart_best(st, eqx.filter(params, eqx.is_inexact_array), value, grad)
+            st = dataclasses.replace(st, value=value, grad=grad, has_eval=jnp.array(True))
         new_params, st = solver.step(_WithKeywords(value_fn), params, st, extra_args)
         updates = jax.tree.map(
             lambda new, old: new - old if eqx.is_inexact_array(old) else None,
             new_params,
             params,
         )
-        return updates, _split(st)
+        return updates, _split(st, _increment(state.count))
 
     return optax.GradientTransformationExtraArgs(init, update)

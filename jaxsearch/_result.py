@@ -1,7 +1,9 @@
 """What `Solver.run` returns."""
 
 import equinox as eqx
-from jaxtyping import Array, Int, PyTree, Scalar
+import jax
+import numpy as np
+from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from ._status import Status
 
@@ -9,14 +11,17 @@ from ._status import Status
 class Result(eqx.Module):
     """Outcome of `Solver.run`.
 
-    `params` is the last accepted point. Every accepted point has a finite value, no higher
-    than the one before it except within the line searches' rounding allowance: where the
-    change of f is below epsilon C_k (C_k a running average of |f|; Hager & Zhang 2005, section
-    4) a search judges a step by its slope, and f may rise by at most that much. So `params`
-    is the best point found up to that allowance, and finite whenever x0 was. `value`, `grad`
-    and `aux` are evaluated there. `num_fun_evals` counts evaluations of fn (value and gradient
-    together count as one). `history` is a `js.History` with `run(..., history=True)`, else
-    None.
+    `params` is the best point the run has seen: the lowest f among x0 and the points it
+    accepted (the newer of equal ones), or the last iterate where that is as low within the
+    line search's rounding allowance, not above f(x0), and flatter (see `Solver`); always the
+    last iterate with `Solver(return_best=False)`. Accepted points have finite values; near
+    a minimiser a search may accept a step that raises f within its rounding allowance
+    (epsilon C_k, Hager & Zhang 2005, section 4), but f never ends above f(x0), nor more
+    than one allowance above any value the run accepted.
+    `value`, `grad` and `aux` come from the evaluation of fn at `params`, bit for bit.
+    `num_fun_evals` counts evaluations of fn (value and gradient together count as one).
+    `history` is a `js.History` with `run(..., history=True)`, else None. `success` and
+    `message` are read from `status`: `success` in traced code too, `message` on the host.
     """
 
     params: PyTree
@@ -29,9 +34,32 @@ class Result(eqx.Module):
     history: PyTree = None
 
     @property
-    def message(self) -> str:
-        return Status(int(self.status)).message
+    def success(self) -> Bool[Array, "*batch"]:
+        """Whether the run converged (`CONVERGED_GTOL` or `CONVERGED_FTOL`): a boolean array,
+        computed from `status`, so it works inside `jax.jit` and, under `jax.vmap`, has the
+        batch's shape (one entry per problem)."""
+        return (self.status == Status.CONVERGED_GTOL) | (self.status == Status.CONVERGED_FTOL)
 
     @property
-    def success(self) -> bool:
-        return Status(int(self.status)).converged
+    def message(self) -> str | list:
+        """Why the run stopped, in words: read on the host, from a concrete `status`. For a
+        batched result (from `jax.vmap`) a list of messages, one per problem (nested lists
+        for more than one batch axis). Inside `jax.jit` there is no text: use `status` or
+        `success` there, and `js.Status(int(status)).message` after the compiled call."""
+        if isinstance(self.status, jax.core.Tracer):
+            raise TypeError(
+                "Result.message is text, read on the host from a concrete status; inside "
+                "jax.jit (or vmap) use result.status or result.success, and return them to "
+                "read `js.Status(int(status)).message` outside."
+            )
+        codes = np.asarray(self.status)
+        if codes.ndim == 0:
+            return Status(int(codes)).message
+        return _messages(codes)
+
+
+def _messages(codes: np.ndarray) -> list:
+    """The message of each code of a batch, as (nested) lists."""
+    if codes.ndim == 1:
+        return [Status(int(c)).message for c in codes]
+    return [_messages(row) for row in codes]

@@ -18,14 +18,18 @@ from ._direction import LBFGS, AbstractDirection, NewtonCG
 from ._history import History, Report, step_record
 from ._linesearch import AbstractLineSearch, AbstractSearch, initial_step
 from ._misc import (
+    Setting,
     as_int,
     at_least_float32,
     check_count,
+    check_setting,
     leaves,
     scalar,
     select,
     tree_add_scaled,
     tree_all_finite,
+    tree_cast_like,
+    tree_cast_to_avals,
     tree_dot,
     tree_equal,
     tree_inf_norm,
@@ -33,10 +37,11 @@ from ._misc import (
     tree_norm,
     tree_sub,
     tree_zeros_like,
+    weak_settings,
     widest_float,
 )
 from ._result import Result
-from ._state import SolverState
+from ._state import BestPoint, SolverState
 from ._status import Status
 
 _SCIPY_FTOL = 2.220446049250313e-09  # scipy L-BFGS-B: factr = 1e7 times float64 epsilon
@@ -59,7 +64,9 @@ class _Carry(eqx.Module):
     at_base: Bool[Array, ""]  # the next evaluation is at x itself (no f, grad known yet)
     stop: Int[Array, ""]  # nonzero: the step ends at x with this Status, no search
     done: Bool[Array, ""]
-    value: Scalar  # last trial
+    trials: Int[Array, ""]  # evaluations of this step's search so far (its trial budget)
+    x: PyTree  # the last point evaluated, exactly as evaluated (never recomputed)
+    value: Scalar  # f, grad and aux there
     grad: PyTree
     aux: PyTree
 
@@ -69,7 +76,23 @@ def _hessian_vector_product(evaluate, x, static, args, v):
     return jax.jvp(lambda p: evaluate(p, static, args)[1], (x,), (v,))[1]
 
 
+def _check_no_numbers(params) -> None:
+    """Raise for a Python number among params' leaves outside Equinox modules: it is not an
+    array, so it would be held fixed, silently. An Equinox module's non-array fields are its
+    static configuration and stay so. (A NumPy scalar is an array, and is optimised.)"""
+    found = jtu.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, eqx.Module))[0]
+    for path, leaf in found:
+        if isinstance(leaf, int | float | complex) and not isinstance(leaf, bool):
+            where = f"params{jtu.keystr(path)}"
+            raise TypeError(
+                f"{where} is a Python {type(leaf).__name__} ({leaf!r}), which jaxsearch cannot "
+                f"optimise: only array leaves change. Pass jnp.asarray({leaf!r}) to optimise "
+                "it, or pass it through `args` to hold it fixed."
+            )
+
+
 def _partition(params):
+    _check_no_numbers(params)
     diff, static = eqx.partition(params, eqx.is_inexact_array)
     for leaf in leaves(static):
         if isinstance(leaf, jax.Array | np.ndarray) and not jnp.issubdtype(leaf.dtype, jnp.inexact):
@@ -78,12 +101,6 @@ def _partition(params):
                 "Pass integer or boolean data through `args` instead."
             )
     if not leaves(diff):
-        numbers = [x for x in leaves(static) if type(x) in (float, int)]
-        if numbers:
-            raise TypeError(
-                "params has no floating array leaves, only Python numbers, which are not "
-                f"optimised: pass arrays instead, e.g. jnp.asarray({numbers[0]!r})."
-            )
         raise TypeError("params has no floating array leaves: there is nothing to optimise.")
     for leaf in leaves(diff):
         if jnp.issubdtype(leaf.dtype, jnp.complexfloating):
@@ -118,6 +135,15 @@ def _plain_call(fn, arguments) -> bool:
     return all(isinstance(leaf, jax.Array) for leaf in leaves(arguments))
 
 
+def _hashable(solver) -> bool:
+    """False when a numeric setting is an array (a dynamic leaf, for `eqx.filter_jit`)."""
+    try:
+        hash(solver)
+    except TypeError:
+        return False
+    return True
+
+
 class Solver(eqx.Module):
     """Minimise f(params, *args) by a descent direction composed with a line search.
 
@@ -129,6 +155,23 @@ class Solver(eqx.Module):
     after which f did not change does not pass `ftol` when `ftol` is below the value dtype's
     resolution (the run goes on: near a minimiser the line searches judge steps by slopes).
 
+    **The best point.** Near a minimiser, where the decrease of f is lost in its rounding
+    error, the line searches judge a step by its slope and may accept one that raises f
+    within their rounding allowance epsilon C_k (see `Zoom`); `FixedStep` has no decrease
+    test at all. So a run keeps the best point it has seen, the lowest f among x0 and the
+    points it accepted (the newer of equal ones), and returns it, unless the last iterate is
+    as good within that allowance, not above f(x0), and flatter (a gradient norm no larger):
+    there values are rounding noise, and a run that meets `gtol` at its noise floor ends
+    there. So f never ends above f(x0), nor more than one allowance above any value the run
+    accepted: rises never add up. A `CONVERGED_GTOL` that the point returned does not meet
+    becomes `STALLED` (the precision of f is exhausted: scipy's "precision loss").
+    `return_best=False` returns the last iterate always (and keeps no copy of the best
+    point). Progress is a new lowest f or a new least gradient norm; `run` ends a run without
+    progress for `stall_steps` consecutive steps (cycling within the allowance, or climbing
+    on a wrong gradient) as `STALLED`, returning its lowest point. `step` counts such steps
+    in `state.steps_since_best` and leaves the decision to the loop (whose objective may
+    change from step to step, mini-batches say).
+
     With `throw=True`, a run that ends in `MAX_STEPS`, `LINESEARCH_FAILED`, `NONFINITE` or
     `STALLED`, and a step that ends in one of the last three, raise a runtime error naming the
     status (`eqx.branched_error_if`) instead of returning it.
@@ -137,21 +180,29 @@ class Solver(eqx.Module):
     memory is reset, so a further `step` starts again from steepest descent rather than
     repeating the direction that failed. A `step` from a converged state (by `gtol`, or by
     `ftol` in the step that reached it) changes nothing until `reevaluate`, so under `vmap`
-    finished problems stay put while others go on.
+    finished problems stay put while others go on. A line search that has not ended after
+    its trial budget (`AbstractLineSearch.max_trials` evaluations) is cut off there: the step
+    takes no step and ends `LINESEARCH_FAILED`.
 
     `adjoint` says how `run` is differentiated with respect to `args`:
     `js.ImplicitAdjoint()` (default, at the solution) or `js.UnrolledAdjoint()` (through the
     iterations).
 
-    All configuration is static, so two solvers with equal settings share compiled programs.
+    Structural settings (`max_steps`, `stall_steps`, `return_best`, `has_aux`, `throw`) are
+    static, so two solvers with equal settings share compiled programs. Numeric settings
+    (`gtol`, `ftol`, and those of the line search) may be Python numbers (hashed, as static
+    ones) or 0-d arrays: dynamic leaves, so that a schedule or a sweep (`jax.vmap` over a
+    setting) reuses one compiled program.
     """
 
     direction: AbstractDirection
     linesearch: AbstractLineSearch
     bounded_linesearch: AbstractLineSearch  # the line search of runs with bounds
-    gtol: float = eqx.field(static=True)
-    ftol: float = eqx.field(static=True)
+    gtol: Setting
+    ftol: Setting
     max_steps: int = eqx.field(static=True)
+    stall_steps: int = eqx.field(static=True)
+    return_best: bool = eqx.field(static=True)
     has_aux: bool = eqx.field(static=True)
     throw: bool = eqx.field(static=True)
     adjoint: AbstractAdjoint
@@ -161,9 +212,11 @@ class Solver(eqx.Module):
         direction: AbstractDirection | None = None,
         linesearch: AbstractLineSearch | None = None,
         *,
-        gtol: float = 1e-5,
-        ftol: float = _SCIPY_FTOL,
+        gtol: Setting = 1e-5,
+        ftol: Setting = _SCIPY_FTOL,
         max_steps: int | np.integer = 1000,
+        stall_steps: int | np.integer = 100,
+        return_best: bool = True,
         has_aux: bool = False,
         throw: bool = False,
         adjoint: AbstractAdjoint | None = None,
@@ -183,10 +236,7 @@ class Solver(eqx.Module):
                 f"linesearch must be an AbstractLineSearch, got {type(linesearch).__name__}."
             )
         for name, value in (("gtol", gtol), ("ftol", ftol)):
-            if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-                raise TypeError(f"{name} must be a real number, got {value!r}.")
-            if not value >= 0:
-                raise ValueError(f"{name} must be non-negative, got {value}.")
+            check_setting("Solver", name, value, lambda v: v >= 0, "be non-negative")
         adjoint = ImplicitAdjoint() if adjoint is None else adjoint
         if not isinstance(adjoint, AbstractAdjoint):
             raise TypeError(
@@ -199,14 +249,17 @@ class Solver(eqx.Module):
                 "NewtonCG cannot be used with UnrolledAdjoint: its inner CG loop has no bound "
                 "for reverse-mode differentiation. Use adjoint=js.ImplicitAdjoint()."
             )
-        steps = as_int(max_steps)
+        steps, stall = as_int(max_steps), as_int(stall_steps)
         check_count("Solver", "max_steps", steps)
+        check_count("Solver", "stall_steps", stall)
         self.direction = direction
         self.linesearch = linesearch
         self.bounded_linesearch = bounded_linesearch
-        self.gtol = float(gtol)
-        self.ftol = float(ftol)
+        self.gtol = gtol if eqx.is_array(gtol) else float(gtol)
+        self.ftol = ftol if eqx.is_array(ftol) else float(ftol)
         self.max_steps = steps
+        self.stall_steps = stall
+        self.return_best = bool(return_best)
         self.has_aux = bool(has_aux)
         self.throw = bool(throw)
         self.adjoint = adjoint
@@ -266,7 +319,7 @@ class Solver(eqx.Module):
 
     def _check_state_search(self, state: SolverState, bounded: bool) -> None:
         """Raise unless `state` holds the state of the line search for `bounded`."""
-        if self.linesearch == self.bounded_linesearch:
+        if self.linesearch is self.bounded_linesearch:
             return
         dtype = state.prev_decrease.dtype
         expected = jax.eval_shape(lambda: self._search(bounded).init(dtype))
@@ -286,6 +339,15 @@ class Solver(eqx.Module):
         aux = None
         if aux_shapes is not None:
             aux = jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), aux_shapes)
+        best = None
+        if self.return_best and not self._search(bounded).monotone:
+            best = BestPoint(
+                value=scalar(jnp.inf, value_dtype),
+                params=tree_zeros_like(diff),
+                grad=tree_zeros_like(diff),
+                aux=jtu.tree_map(jnp.zeros_like, aux),
+                start_value=scalar(jnp.inf, value_dtype),
+            )
         return SolverState(
             value=scalar(jnp.inf, value_dtype),
             grad=tree_zeros_like(diff),
@@ -298,6 +360,9 @@ class Solver(eqx.Module):
             num_steps=scalar(0, jnp.int32),
             num_fun_evals=scalar(0, jnp.int32),
             status=scalar(Status.RUNNING, jnp.int32),
+            best=best,
+            steps_since_best=scalar(0, jnp.int32),
+            lowest_grad_norm=scalar(jnp.inf, dtype),
         )
 
     @eqx.filter_jit
@@ -314,7 +379,8 @@ class Solver(eqx.Module):
         """
         _check_fn(fn)
         _retrace.note_trace("step", self, fn, (params, args))
-        diff, static = _partition(params)
+        given, static = _partition(params)
+        diff = tree_cast_like(given, given)  # strongly typed inside; given avals on the way out
         box = self._box(bounds, diff)
         self._check_state_search(state, box is not None)
         if box is not None:
@@ -322,9 +388,9 @@ class Solver(eqx.Module):
             moved = ~tree_equal(inside, diff)
             diff = inside
             state = _replace(state, has_eval=state.has_eval & ~moved)
-        diff, state = self._step(fn, args, static, diff, state, box)
+        diff, state = weak_settings(self)._step(fn, args, static, diff, state, box)
         diff = self._raise_on_failure(diff, state.status, _STEP_FAILURES)
-        return eqx.combine(diff, static), state
+        return eqx.combine(tree_cast_to_avals(diff, given), static), state
 
     def reevaluate(self, state: SolverState) -> SolverState:
         """`state` with its cached f and gradient marked stale: the next `step` first evaluates
@@ -393,7 +459,7 @@ class Solver(eqx.Module):
         report = Report(bool(history), callback, bool(verbose), bool(progress))
         box = None if bounds is None else self._box(bounds, _partition(x0)[0])
         # equinox turns a `throw=True` error into a clean exception under its own jit only
-        if not self.throw and _plain_call(fn, (x0, args)):
+        if not self.throw and _plain_call(fn, (x0, args)) and _hashable(self):
             return _run_jit(self, fn, x0, args, box, value_dtype, report)
         return self._run_filtered(fn, x0, args, box, value_dtype, report)
 
@@ -405,11 +471,13 @@ class Solver(eqx.Module):
         _retrace.note_trace("run", self, fn, (x0, args))
         # Trace fn once: its jaxpr serves both the dtype inference and every evaluation.
         fn = _evaluate.TracedOnce(fn, x0, *args)
-        return self.adjoint.minimise(self, fn, x0, args, box, value_dtype, report)
+        solver = weak_settings(self)  # numeric settings given as arrays, for any dtype
+        return solver.adjoint.minimise(solver, fn, x0, args, box, value_dtype, report)
 
     def _minimise(self, fn, x0, args, box, value_dtype, report: Report) -> Result:
         state = self._init(x0, value_dtype, fn, args, box is not None)
-        diff, static = _partition(x0)
+        given, static = _partition(x0)
+        diff = tree_cast_like(given, given)  # strongly typed inside; x0's avals on the way out
         if box is not None:  # as scipy's L-BFGS-B, start from x0 projected into the box
             diff = box.project(diff)
 
@@ -420,13 +488,14 @@ class Solver(eqx.Module):
 
         def keep_going(carry):
             _, st, _ = carry
-            return (st.status == Status.RUNNING) & (st.num_steps < self.max_steps)
+            progress = st.steps_since_best < self.stall_steps
+            return (st.status == Status.RUNNING) & (st.num_steps < self.max_steps) & progress
 
         def one_step(carry):
             diff, before, history = carry
             diff, after = self._step(fn, args, static, diff, before, box)
             if report.per_step:
-                record = step_record(before, after, dtype, self.max_steps)
+                record = step_record(before, after, dtype, self.max_steps, self.stall_steps)
                 taken = after.num_steps > before.num_steps
                 if report.history:
                     history = history.append(record, taken)
@@ -437,18 +506,53 @@ class Solver(eqx.Module):
         diff, state, history = self.adjoint.while_loop(
             keep_going, one_step, (diff, state, history), self.max_steps
         )
-        status = jnp.where(state.status == Status.RUNNING, Status.MAX_STEPS, state.status)
+        no_progress = (state.status == Status.RUNNING) & (
+            state.steps_since_best >= self.stall_steps
+        )
+        ended = jnp.where(no_progress, Status.STALLED, Status.MAX_STEPS)
+        status = jnp.where(state.status == Status.RUNNING, ended, state.status)
+        value, grad, aux = state.value, state.grad, state.aux
+        if state.best is not None:
+            diff, value, grad, aux, status = self._best_of_run(
+                diff, state, box, status, no_progress
+            )
         diff = self._raise_on_failure(diff, status, _RUN_FAILURES)
         return Result(
-            params=eqx.combine(diff, static),
-            value=state.value,
-            grad=state.grad,
-            aux=state.aux,
+            params=eqx.combine(tree_cast_to_avals(diff, given), static),
+            value=value,
+            grad=grad,
+            aux=aux,
             status=status.astype(jnp.int32),
             num_steps=state.num_steps,
             num_fun_evals=state.num_fun_evals,
             history=history,
         )
+
+    def _best_of_run(self, diff, state: SolverState, box, status, no_progress):
+        """What a run returns when its search may let f rise: the point with the lowest value
+        seen, unless the last iterate is as good within the search's rounding allowance,
+        not above f(x0), and flatter (a gradient norm no larger), and the run did not stop
+        for want of progress. Values that close are rounding noise, and near a minimiser the
+        last iterate is the flatter one: CUTEst runs that meet gtol end there with |g| 10 to
+        3700 times smaller than at their lowest value, equal to 12 digits. A status of
+        `CONVERGED_GTOL` that the point returned does not meet becomes `STALLED`."""
+        best, dtype = state.best, state.prev_decrease.dtype
+        assert best is not None
+        allowance = self._search(box is not None).allowance(state.linesearch)
+        last = state.value.astype(dtype)
+        within = last <= best.value.astype(dtype) + allowance
+        flatter = self._gradient_norm(diff, state.grad, box, dtype) <= self._gradient_norm(
+            best.params, best.grad, box, dtype
+        )
+        keep_last = within & flatter & (state.value <= best.start_value) & ~no_progress
+        diff, value, grad, aux = select(
+            keep_last,
+            (diff, state.value, state.grad, state.aux),
+            (best.params, best.value, best.grad, best.aux),
+        )
+        meets_gtol = self._gradient_norm(diff, grad, box, dtype) <= self.gtol
+        stalled = (status == Status.CONVERGED_GTOL) & ~meets_gtol
+        return diff, value, grad, aux, jnp.where(stalled, Status.STALLED, status)
 
     def as_optax(self):
         """This solver as an `optax.GradientTransformationExtraArgs` that honours optax's
@@ -457,11 +561,13 @@ class Solver(eqx.Module):
         `optax.lbfgs()`, with `optax.value_and_grad_from_state`.
 
         Each `update` is one `step`: a direction from `grad`, a line search on
-        `value_fn(params, **extra_args)`, and `updates` = new params - params (None for
-        non-floating leaves; use `eqx.apply_updates` for Equinox models). The state keeps f
-        and its gradient at the new params as `value` and `grad`, which
-        `value_and_grad_from_state` returns instead of evaluating again. Like `step`, it
-        compiles once, eagerly too.
+        `value_fn(params, **extra_args)`, and `updates` = new params - params, with the avals
+        of params (weak types included; None for non-floating leaves). The state keeps f and
+        its gradient at the new params as `value` and `grad`, which
+        `value_and_grad_from_state` returns instead of evaluating again, and the number of
+        updates as `count`: what optax's documented loop reads with `optax.tree.get`. Like
+        `step`, it compiles once, eagerly too. `value_and_grad_from_state` (optax's) takes
+        arrays only: for an Equinox model, partition it first (docs/optax.md).
         """
         from ._optax import as_optax
 
@@ -535,6 +641,8 @@ class Solver(eqx.Module):
             at_base=~state.has_eval,
             stop=stop,
             done=stop != Status.RUNNING,
+            trials=scalar(0, jnp.int32),
+            x=diff,
             value=state.value,
             grad=state.grad,
             aux=state.aux,
@@ -547,13 +655,22 @@ class Solver(eqx.Module):
 
         def body(c: _Carry) -> _Carry:
             t = jnp.where(c.at_base, jnp.zeros((), dtype), c.search.trial)
-            value, grad, aux = evaluate(self._trial(diff, t, c.d, box), static, args)
+            # Computed once and materialised: fn, the carry and the returned params all read
+            # this one copy, which no fusion can recompute (and round) differently.
+            point = lax.optimization_barrier(self._trial(diff, t, c.d, box))
+            value, grad, aux = evaluate(point, static, args)
             c = _replace(c, state=_replace(c.state, num_fun_evals=c.state.num_fun_evals + 1))
             take_base = functools.partial(self._take_base, prepare, diff, box)
             take_trial = functools.partial(self._take_trial, linesearch)
-            return lax.cond(c.at_base, take_base, take_trial, c, t, value, grad, aux)
+            return lax.cond(c.at_base, take_base, take_trial, c, t, point, value, grad, aux)
 
-        c = self.adjoint.while_loop(lambda c: ~c.done, body, carry, None)
+        # A search ends within its trial budget; one that has not by then is cut off there.
+        budget = linesearch.max_trials
+
+        def searching(c: _Carry):
+            return ~c.done & (c.trials < budget)
+
+        c = self.adjoint.while_loop(searching, body, carry, budget + 1)
         return self._finish(c, diff, box)
 
     @staticmethod
@@ -573,7 +690,7 @@ class Solver(eqx.Module):
             steepest = jtu.tree_map(jnp.negative, st.grad)
         else:
             d, scaled, direction_state, limit = self.direction.compute_bounded(
-                st.direction, x, st.grad, box, dtype
+                st.direction, x, st.grad, box, dtype, self.adjoint.while_loop
             )
             steepest = box.projected_gradient(x, st.grad)
         dphi0 = tree_dot(st.grad, d, dtype)
@@ -605,28 +722,53 @@ class Solver(eqx.Module):
         st = _replace(st, direction=direction_state)
         return _replace(c, state=st, d=d, dphi0=dphi0, search=search, done=search.done)
 
-    def _take_base(self, prepare, x, box, c: _Carry, t, value, grad, aux) -> _Carry:
+    def _take_base(self, prepare, x, box, c: _Carry, t, point, value, grad, aux) -> _Carry:
         """f and grad at x itself (first step after init): store them, then search or stop."""
         dtype = c.state.prev_decrease.dtype
         stop = self._check(value, grad, dtype, x, box)
         st = _replace(c.state, value=value, grad=grad, aux=aux, has_eval=jnp.array(True))
+        # A fresh evaluation at the start of a step (the first, or after `reevaluate`, when
+        # the objective may have changed) starts the record of the best point anew.
+        best = None if st.best is None else BestPoint(value, x, grad, aux, value)
+        st = _replace(
+            st,
+            best=best,
+            steps_since_best=jnp.zeros_like(st.steps_since_best),
+            lowest_grad_norm=self._gradient_norm(x, grad, box, dtype),
+        )
         c = _replace(c, state=st, at_base=jnp.array(False), stop=stop, done=jnp.array(True))
         return lax.cond(stop == Status.RUNNING, prepare, lambda c: c, c)
 
-    def _take_trial(self, linesearch, c: _Carry, t, value, grad, aux) -> _Carry:
-        """Hand phi(t), phi'(t) to the line search and keep the trial's f, grad, aux."""
+    def _take_trial(self, linesearch, c: _Carry, t, point, value, grad, aux) -> _Carry:
+        """Hand phi(t), phi'(t) to the line search and keep the trial point with its f, grad
+        and aux: a search that ends with a step ends at its last trial, so these are what the
+        step returns, bit for bit."""
         dtype = c.state.prev_decrease.dtype
         phi, dphi = lax.stop_gradient((value.astype(dtype), tree_dot(grad, c.d, dtype)))
         search = linesearch.update(c.search, lax.stop_gradient(t), phi, dphi)
-        return _replace(c, search=search, done=search.done, value=value, grad=grad, aux=aux)
+        return _replace(
+            c,
+            search=search,
+            done=search.done,
+            trials=c.trials + 1,
+            x=point,
+            value=value,
+            grad=grad,
+            aux=aux,
+        )
 
     def _finish(self, c: _Carry, x, box):
         """New point, direction memory, counters and status after the search."""
         st = c.state
         dtype = st.prev_decrease.dtype
         searched = c.stop == Status.RUNNING
-        moved = searched & (c.search.step > 0)
-        x_new = select(moved, self._trial(x, c.search.step, c.d, box), x)
+        # A search cut off at its trial budget takes no step (and is reported as failed).
+        cut_off = searched & ~c.search.done
+        moved = searched & c.search.done & (c.search.step > 0)
+        # The point that was evaluated, not x + t d again: computed twice, XLA may round the
+        # two copies differently (fusion, FMA contraction, native float16), and f and the
+        # gradient would then belong to another point.
+        x_new = select(moved, c.x, x)
         value = jnp.where(moved, c.value, st.value)
         grad = select(moved, c.grad, st.grad)
         aux = select(moved, c.aux, st.aux) if self.has_aux else None
@@ -655,13 +797,26 @@ class Solver(eqx.Module):
         # A search that gave up below the line's resolution is stalled, not failed. If x did
         # not change, grad did not either, and it was above gtol before the search.
         below_resolution = c.search.trial < c.search.min_step
+        # Progress is a new best value of f or a new least gradient norm; `run` ends a run
+        # without progress for `stall_steps` steps (cycling within the searches' rounding
+        # allowance, climbing on a wrong gradient) as stalled.
+        best_value = st.value if st.best is None else st.best.value
+        grad_norm = self._gradient_norm(x_new, grad, box, dtype)
+        improved = moved & ((value < best_value) | (grad_norm < st.lowest_grad_norm))
+        lowest_grad_norm = jnp.where(
+            moved, jnp.minimum(grad_norm, st.lowest_grad_norm), st.lowest_grad_norm
+        )
+        steps_since_best = jnp.where(
+            improved, 0, st.steps_since_best + searched.astype(jnp.int32)
+        ).astype(jnp.int32)
         status = jnp.select(
             [
                 ~searched,
+                cut_off,
                 ~moved & below_resolution,
                 ~moved,
                 unchanged,
-                self._gradient_norm(x_new, grad, box, dtype) <= self.gtol,
+                grad_norm <= self.gtol,
                 (self.ftol > 0)
                 & (decrease >= 0)
                 & (decrease <= self.ftol * scale)
@@ -669,6 +824,7 @@ class Solver(eqx.Module):
             ],
             [
                 c.stop,
+                Status.LINESEARCH_FAILED,
                 Status.STALLED,
                 Status.LINESEARCH_FAILED,
                 Status.STALLED,
@@ -677,6 +833,12 @@ class Solver(eqx.Module):
             ],
             Status.RUNNING,
         ).astype(jnp.int32)
+        best = st.best
+        if best is not None:  # ties go to the newer point
+            new_best = moved & (value <= best.value)
+            best = select(new_best, BestPoint(value, x_new, grad, aux, best.start_value), best)
+        # What a cut-off search leaves for the next one: no step.
+        search = _replace(c.search, step=jnp.where(c.search.done, c.search.step, 0))
         st = SolverState(
             value=value,
             grad=grad,
@@ -685,7 +847,7 @@ class Solver(eqx.Module):
             direction=direction_state,
             linesearch=lax.cond(
                 searched,
-                lambda ls: self._search(box is not None).finish(ls, c.search),
+                lambda ls: self._search(box is not None).finish(ls, search),
                 lambda ls: ls,
                 st.linesearch,
             ),
@@ -694,6 +856,9 @@ class Solver(eqx.Module):
             num_steps=st.num_steps + searched.astype(jnp.int32),
             num_fun_evals=st.num_fun_evals,
             status=status,
+            best=best,
+            steps_since_best=steps_since_best,
+            lowest_grad_norm=lowest_grad_norm,
         )
         return x_new, st
 

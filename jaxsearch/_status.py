@@ -40,7 +40,8 @@ _MESSAGES = {
     Status.NONFINITE: "Stopped: f or its gradient is not finite at the current point.",
     Status.STALLED: (
         "Stopped: no progress at this precision (the step rounded away, every step left to try "
-        "would, or f did not decrease while ftol is below the value dtype's resolution); "
-        "not converged."
+        "would, f did not decrease while ftol is below the value dtype's resolution, no new "
+        "lowest f nor least gradient norm for stall_steps steps, or gtol was met only at a "
+        "point above the best value seen); not converged."
     ),
 }

@@ -78,3 +78,61 @@ def logistic_data(n=200, d=10, seed=0, dtype=np.float64):
     w_true = rng.standard_normal(d)
     y = np.where(x @ w_true + 0.5 * rng.standard_normal(n) > 0, 1.0, -1.0)
     return x.astype(dtype), y.astype(dtype)
+
+
+class EvaluationLog:
+    """`fn(x, *args)`, with every evaluation inside a compiled program reported to the host:
+    the point, f and the gradient with respect to x, bit for bit as that program computed
+    them (a custom VJP computes the gradient in its forward pass and reports it with the point
+    and the value; args get no derivative). Under `jax.vmap` each record holds the batch.
+
+    With it a test checks that what a solver returns comes from one evaluation without
+    evaluating fn again in a second, separately compiled program, which may round otherwise
+    in float16 and bfloat16 (on a CPU with native half-precision arithmetic, say)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.records: list[tuple] = []
+
+        @jax.custom_vjp
+        def logged(x, *args):
+            return fn(x, *args)
+
+        def forward(x, *args):
+            value, grad = jax.value_and_grad(fn)(x, *args)
+            jax.debug.callback(self._record, x, value, grad)
+            return value, (grad, args)
+
+        def backward(saved, cotangent):
+            grad, args = saved
+            scaled = jax.tree.map(lambda g: cotangent.astype(g.dtype) * g, grad)
+            return (scaled, *jax.tree.map(jnp.zeros_like, args))
+
+        logged.defvjp(forward, backward)
+        self._logged = logged
+
+    def __call__(self, x, *args):
+        return self._logged(x, *args)
+
+    def _record(self, x, value, grad):
+        self.records.append(jax.tree.map(np.asarray, (x, value, grad)))
+
+    def assert_evaluated(self, params, value, grad):
+        """Fail unless (params, value, grad) is, bit for bit, one recorded evaluation."""
+        key = _bits(params)
+        at = [(v, g) for x, v, g in self.records if _bits(x) == key]
+        assert at, f"params {params} were never evaluated"
+        assert any(_bits(v) == _bits(value) and _bits(g) == _bits(grad) for v, g in at), (
+            f"value {value} / grad {grad} do not belong to params {params}: {at}"
+        )
+
+    @property
+    def first_value(self):
+        """f at the first point evaluated (x0 in a run)."""
+        return self.records[0][1]
+
+
+def _bits(tree) -> tuple:
+    """A pytree's leaves as (dtype, shape, bytes): equal exactly when bitwise equal."""
+    arrays = [np.asarray(x) for x in jax.tree.leaves(tree)]
+    return tuple((x.dtype.str, x.shape, x.tobytes()) for x in arrays)

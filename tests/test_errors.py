@@ -139,6 +139,16 @@ BAD_PARAMS = {
         {"w": X0, "z": jnp.zeros(2, jnp.complex64)},
         [r"params has a complex leaf", r"real floating"],
     ),
+    # A Python number beside arrays would be held fixed, silently: it is named instead.
+    "python-float-in-dict": (
+        {"a": 0.0, "w": X0},
+        [r"params\['a'\] is a Python float \(0\.0\)", r"jnp\.asarray\(0\.0\)", r"args"],
+    ),
+    "python-int-in-list": ([X0, 3], [r"params\[1\] is a Python int", r"jnp\.asarray\(3\)"]),
+    "python-float-in-tuple": (
+        (X0, 2.5),
+        [r"params\[1\] is a Python float \(2\.5\)", r"jnp\.asarray"],
+    ),
 }
 
 PYTHON_FLOAT = pytest.param(

@@ -350,9 +350,11 @@ def test_acceptance_conditions(phi, dphi, wolfe, approximate):
 GTOL = 1e-6
 
 
-def _solve(direction, linesearch, fn, x0, *args, max_steps):
-    solver = js.Solver(direction, linesearch, gtol=GTOL, ftol=0.0, max_steps=max_steps)
-    return solver.run(fn, x0, *args)
+def _solve(direction, linesearch, fn, x0, *args, max_steps, return_best=True):
+    solver = js.Solver(
+        direction, linesearch, gtol=GTOL, ftol=0.0, max_steps=max_steps, return_best=return_best
+    )
+    return solver.run(fn, x0, *args, history=True)
 
 
 @pytest.mark.parametrize("direction", ["cg", "lbfgs"])
@@ -374,7 +376,8 @@ def test_solver_ill_conditioned_quadratic_reaches_gtol(direction):
     changes of f fall below float64's resolution, so sufficient decrease can no longer be
     told apart from rounding (the textbook Zoom, epsilon = 0, stops there, LINESEARCH_FAILED
     or STALLED around |g| ~ 1e-5); the approximate Wolfe conditions use the slope instead
-    and reach gtol."""
+    and reach gtol, with f rising within the allowance epsilon C_k on the way. The run
+    returns that last iterate, whose f lies within the allowance of the lowest value seen."""
     with jax.enable_x64(True):
         a, b, solution = spd_quadratic_data(n=100, cond=1e4)
         d = js.NonlinearCG() if direction == "cg" else js.LBFGS()
@@ -382,6 +385,10 @@ def test_solver_ill_conditioned_quadratic_reaches_gtol(direction):
         result = _solve(d, HagerZhang(), quadratic, jnp.zeros(100), *args, max_steps=3000)
         assert result.status == js.Status.CONVERGED_GTOL, result.status
         assert np.max(np.abs(np.asarray(result.grad))) <= GTOL
+        values = result.history.to_numpy()["value"]
+        assert np.any(np.diff(values) > 0)  # f rose on the way (within the allowance)
+        allowance = 1e-6 * np.max(np.abs(values))  # epsilon C_k, C_k an average of |f|
+        assert values.min() <= float(result.value) <= values.min() + allowance
         print(
             f"quadratic {direction}: {int(result.num_steps)} steps, "
             f"{int(result.num_fun_evals)} evaluations"
@@ -390,3 +397,4 @@ def test_solver_ill_conditioned_quadratic_reaches_gtol(direction):
             textbook = js.Zoom(epsilon=0.0)
             zoom = _solve(d, textbook, quadratic, jnp.zeros(100), *args, max_steps=3000)
             assert zoom.status in (js.Status.LINESEARCH_FAILED, js.Status.STALLED), zoom.status
+            assert np.max(np.abs(np.asarray(zoom.grad))) > 4 * GTOL

@@ -190,3 +190,59 @@ def test_implicit_derivative_with_active_bounds():
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(data[0][:, free], data[1], penalty)
         assert np.all(np.asarray(jac)[~free] == 0)
         assert np.max(np.abs(np.asarray(jac)[free] - expected)) <= 1e-8 * np.max(np.abs(expected))
+
+
+def shifted_bowl(x, c):
+    return jnp.sum((x - c) ** 2)
+
+
+C = np.array([0.5, 2.0, -0.2])  # x* = clip(c, -1, 1): the middle component at its bound
+
+
+@pytest.mark.parametrize("solver", [IMPLICIT, UNROLLED], ids=["implicit", "unrolled"])
+def test_gradient_through_a_bounded_run(solver):
+    """d/dc sum(x*(c)) = [1, 0, 1] for x* = argmin sum((x - c)^2) over [-1, 1]^3: jax.grad
+    (one cotangent on every component, free and active together) through the box, with both
+    adjoints (the unrolled one runs L-BFGS-B's Cauchy-point loop as a checkpointed loop)."""
+    with jax.enable_x64(True):
+
+        def total(c):
+            return jnp.sum(solver.run(shifted_bowl, jnp.zeros(3), c, bounds=(-1.0, 1.0)).params)
+
+        np.testing.assert_allclose(jax.grad(total)(jnp.asarray(C)), [1.0, 0.0, 1.0], atol=1e-8)
+
+
+def test_bounded_vjp_is_linear_in_the_cotangent():
+    """The implicit derivative's reverse pass solves with H on the free components and the
+    identity on the active ones for every cotangent, not only for unit ones."""
+    with jax.enable_x64(True):
+
+        def solve(c):
+            return IMPLICIT.run(shifted_bowl, jnp.zeros(3), c, bounds=(-1.0, 1.0)).params
+
+        _, vjp = jax.vjp(solve, jnp.asarray(C))
+        for cotangent in ([1.0, 1.0, 0.0], [0.0, 3.0, 2.0], [1.0, 1.0, 1.0]):
+            (got,) = vjp(jnp.asarray(cotangent))
+            np.testing.assert_allclose(got, np.asarray(cotangent) * [1, 0, 1], atol=1e-10)
+
+
+def test_derivative_with_respect_to_x0_is_zero():
+    """The solution does not depend on x0: jax.grad and jax.jvp of run with respect to x0
+    alone give zero (documented), rather than a TypeError."""
+    with jax.enable_x64(True):
+        c = jnp.asarray(C)
+        x0 = jnp.zeros(3)
+        grad = jax.grad(lambda x0: IMPLICIT.run(shifted_bowl, x0, c).value)(x0)
+        np.testing.assert_array_equal(grad, np.zeros(3))
+        params, tangent = jax.jvp(
+            lambda x0: IMPLICIT.run(shifted_bowl, x0, c).params, (x0,), (jnp.ones(3),)
+        )
+        np.testing.assert_allclose(params, C, atol=1e-10)
+        np.testing.assert_array_equal(tangent, np.zeros(3))
+        # with respect to x0 and c together: only c's tangent moves the solution
+        _, tangent = jax.jvp(
+            lambda x0, c: IMPLICIT.run(shifted_bowl, x0, c).params,
+            (x0, c),
+            (jnp.ones(3), jnp.array([1.0, 0.0, 0.0])),
+        )
+        np.testing.assert_allclose(tangent, [1.0, 0.0, 0.0], atol=1e-10)

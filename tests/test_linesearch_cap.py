@@ -265,3 +265,24 @@ def test_cap_with_decrease_but_rising_is_not_taken(name):
         assert trials[0] == 1.0 and bool(search.success), trials
         step = float(search.step)
         assert 0 < step < 1.0 and rising_steeply(step)[0] < rising_steeply(1.0)[0], trials
+
+
+@pytest.mark.parametrize("make", [js.Zoom, js.MoreThuente, js.HagerZhang, js.Backtracking])
+def test_static_cap_is_honoured_as_a_dynamic_one(make):
+    """With no dynamic cap, `max_step_size` below the line's resolution `min_step` ends the
+    search at once, with no trial (none above the cap) and no step, as a dynamic cap does;
+    a usable `max_step_size` is never exceeded."""
+    ls = make(max_step_size=1e-3)
+    with jax.enable_x64(True):
+        trials, search = drive(ls, linear, 1.0, None, min_step=1e-2)
+        assert trials == [] and bool(search.done), trials
+        assert float(search.step) == 0 and not bool(search.success)
+        for f in [linear, quadratic, wave]:
+            trials, search = drive(ls, f, 1.0, None, min_step=1e-6)
+            assert trials and max(trials) <= 1e-3, trials
+
+
+def test_default_cap_is_none():
+    """No static cap by default, so that scaling f (and with it d) changes no iterate."""
+    for ls in [js.Zoom(), js.MoreThuente(), js.HagerZhang(), js.Backtracking()]:
+        assert ls.max_step_size == math.inf

@@ -74,6 +74,10 @@ class Recorded(js.AbstractLineSearch):
     def max_step_size(self) -> float:  # type: ignore[override]
         return self.inner.max_step_size
 
+    @property
+    def max_trials(self) -> int:
+        return self.inner.max_trials
+
     def init(self, dtype):
         zero = jnp.zeros((), dtype)
         false = jnp.array(False)

@@ -37,12 +37,20 @@ class AbstractDirection(eqx.Module):
     supports_bounds: ClassVar[bool] = False  # whether `compute_bounded` is provided
 
     def compute_bounded(
-        self, state: PyTree, x: PyTree, grad: PyTree, box: Any, dtype
+        self,
+        state: PyTree,
+        x: PyTree,
+        grad: PyTree,
+        box: Any,
+        dtype,
+        while_loop: Callable | None = None,
     ) -> tuple[PyTree, Bool[Array, ""], PyTree, Scalar]:
         """As `compute`, for the box `box` (a `Box`, x inside it): d must be a feasible
         direction, x + d inside the box. Returns (d, scaled, state, limit): `limit` bounds
         the step along d beyond where d leaves the box (+inf for none). Directions with
-        `supports_bounds` provide it."""
+        `supports_bounds` provide it. A loop inside it runs through `while_loop(cond, body,
+        init, max_steps)` when given (the solver passes its adjoint's, so that a run can be
+        differentiated through its iterations); None: `lax.while_loop`."""
         raise NotImplementedError(f"{type(self).__name__} does not support bounds.")
 
     @abc.abstractmethod

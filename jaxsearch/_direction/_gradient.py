@@ -22,7 +22,7 @@ class Gradient(AbstractDirection):
     def compute(self, state, grad, dtype, hvp=None):
         return jtu.tree_map(jnp.negative, grad), jnp.array(False), state
 
-    def compute_bounded(self, state, x, grad, box, dtype):
+    def compute_bounded(self, state, x, grad, box, dtype, while_loop=None):
         d = box.projected_gradient(x, grad)
         return d, jnp.array(False), state, jnp.full((), jnp.inf, dtype)
 

@@ -130,7 +130,7 @@ class LBFGS(AbstractDirection):
         those L-BFGS-B 3.0 passes to Moré-Thuente's dcsrch, which it uses."""
         return MoreThuente()
 
-    def compute_bounded(self, state, x, grad, box, dtype):
+    def compute_bounded(self, state, x, grad, box, dtype, while_loop=None):
         """L-BFGS-B's direction (Byrd, Lu, Nocedal & Zhu 1995; Morales & Nocedal 2011): the
         generalized Cauchy point of the quadratic model with B = theta I - W M W' from this
         memory (theta = 1 / gamma), then the subspace minimisation over the variables free
@@ -153,7 +153,8 @@ class LBFGS(AbstractDirection):
         w, middle = compact_representation(
             memory(state.s), memory(state.y), state.count, state.head, theta
         )
-        x_cauchy, c, free = cauchy_point(xf, gf, lower, upper, theta, w, middle)
+        loop = {} if while_loop is None else {"while_loop": while_loop}
+        x_cauchy, c, free = cauchy_point(xf, gf, lower, upper, theta, w, middle, **loop)
         x_bar, _ = subspace_minimisation(xf, gf, lower, upper, x_cauchy, c, free, theta, w, middle)
         step = x_bar - xf
         parts, start = [], 0

@@ -1,12 +1,14 @@
 """Backtracking line search with the Armijo sufficient-decrease condition."""
 
+from math import inf
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Scalar
 
-from .._misc import as_int, check_count, scalar
-from ._base import AbstractLineSearch, AbstractSearch, capped_search, effective_cap, fresh_search
-from ._conditions import ValueScale, sufficient_decrease
+from .._misc import Setting, as_int, check_count, check_setting, scalar
+from ._base import AbstractLineSearch, AbstractSearch, capped_search, effective_cap
+from ._conditions import ValueScale, no_allowance, sufficient_decrease
 
 
 class _BacktrackingState(eqx.Module):
@@ -43,27 +45,40 @@ class Backtracking(AbstractLineSearch):
     3.5e-4 in float32), the change is lost in the rounding error of f and
     the test is on the slope instead, phi'(t) <= (2 c1 - 1) phi'(0) (`lost_in_rounding`,
     Hager & Zhang 2005, section 4). `epsilon = 0` gives the textbook test.
+
+    A step accepted on its slope may raise f within the allowance above: the search is
+    `monotone` only with `epsilon = 0`. `max_step_size` (default +inf, no cap) and numeric
+    settings given as arrays: see `AbstractLineSearch`.
     """
 
-    c1: float = eqx.field(static=True, default=1e-4)
-    shrink: float = eqx.field(static=True, default=0.5)
+    c1: Setting = 1e-4
+    shrink: Setting = 0.5
     max_steps: int = eqx.field(static=True, default=30, converter=as_int)
-    growth: float | None = eqx.field(static=True, default=None)
-    max_step_size: float = eqx.field(static=True, default=1e10)
-    epsilon: float | None = eqx.field(static=True, default=None)
+    growth: Setting | None = None
+    max_step_size: Setting = float("inf")
+    epsilon: Setting | None = None
 
     def __check_init__(self):
-        if not 0 < self.c1 < 1:
-            raise ValueError(f"Backtracking: c1 must lie in (0, 1), got {self.c1}.")
-        if not 0 < self.shrink < 1:
-            raise ValueError(f"Backtracking: shrink must lie in (0, 1), got {self.shrink}.")
-        check_count("Backtracking", "max_steps", self.max_steps)
-        if self.growth is not None and not 1 <= self.growth < float("inf"):
-            raise ValueError(f"Backtracking: growth must be >= 1 or None, got {self.growth}.")
-        if not self.max_step_size > 0:
-            raise ValueError("Backtracking: max_step_size must be positive.")
-        if self.epsilon is not None and not self.epsilon >= 0:
-            raise ValueError(f"Backtracking: epsilon must be None or >= 0, got {self.epsilon}.")
+        name = "Backtracking"
+        check_setting(name, "c1", self.c1, lambda v: 0 < v < 1, "lie in (0, 1)")
+        check_setting(name, "shrink", self.shrink, lambda v: 0 < v < 1, "lie in (0, 1)")
+        check_count(name, "max_steps", self.max_steps)
+        if self.growth is not None:
+            check_setting(name, "growth", self.growth, lambda v: 1 <= v < inf, "be >= 1 or None")
+        check_setting(name, "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
+        if self.epsilon is not None:
+            check_setting(name, "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
+
+    @property
+    def monotone(self) -> bool:
+        return no_allowance(self.epsilon)  # Armijo's test alone: f never rises
+
+    def allowance(self, state):
+        return state.scale.allowance(self.epsilon)
+
+    @property
+    def max_trials(self) -> int:
+        return self.max_steps
 
     def init(self, dtype) -> _BacktrackingState:
         return _BacktrackingState(prev_step=scalar(0, dtype), scale=ValueScale.empty(dtype))
@@ -77,12 +92,8 @@ class Backtracking(AbstractLineSearch):
         if self.growth is not None:
             grown = jnp.minimum(state.prev_step * self.growth, cap).astype(dtype)
             t0 = jnp.where(state.prev_step > 0, grown, guess)
-        if max_step is None:
-            fields = fresh_search(jnp.maximum(t0, min_step), min_step, cap)
-        else:
-            fields = capped_search(t0, min_step, cap)
         return _BacktrackingSearch(
-            **fields,
+            **capped_search(t0, min_step, cap),
             phi0=phi0,
             dphi0=dphi0,
             scale=state.scale.add(phi0),

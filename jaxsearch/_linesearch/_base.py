@@ -1,10 +1,13 @@
 """What a line search must provide to the solver."""
 
 import abc
+from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
+
+from .._misc import Setting
 
 
 class Point(eqx.Module):
@@ -59,7 +62,7 @@ def fresh_search(trial: Scalar, min_step: Scalar, max_step: Scalar | None = None
     )
 
 
-def effective_cap(max_step_size: float, max_step: Scalar | None, dtype) -> Scalar:
+def effective_cap(max_step_size: Setting, max_step: Scalar | None, dtype) -> Scalar:
     """min(`max_step_size`, `max_step`) as a strongly typed 0-d array of `dtype` (a NaN
     `max_step` gives NaN); `max_step_size` alone for None."""
     static = jnp.asarray(max_step_size).astype(dtype)
@@ -80,7 +83,7 @@ def capped_search(guess: Scalar, min_step: Scalar, cap: Scalar) -> dict:
     return fields
 
 
-def at_capped_edge(search: AbstractSearch, max_step_size: float, t: Scalar) -> Array:
+def at_capped_edge(search: AbstractSearch, max_step_size: Setting, t: Scalar) -> Array:
     """Is `t` at a dynamic cap that binds (`search.max_step < max_step_size`)?"""
     return (search.max_step < max_step_size) & (t >= search.max_step)
 
@@ -88,11 +91,41 @@ def at_capped_edge(search: AbstractSearch, max_step_size: float, t: Scalar) -> A
 class AbstractLineSearch(eqx.Module):
     """A line search over phi(t) = f(x + t d) that sees value *and* slope at every trial.
 
-    Subclasses are immutable configuration: every field is static, so equal searches hash
-    equal and share compiled programs. All scalars are in `dtype`, at least float32.
+    Subclasses are immutable configuration. Integer and other structural settings are static
+    fields; numeric settings may be Python numbers (hashed: equal searches share compiled
+    programs) or 0-d arrays (dynamic leaves: a schedule or a sweep reuses one compiled
+    program; the solver hands them to the search weakly typed). All scalars are in `dtype`,
+    at least float32.
+
+    `max_step_size` caps every trial. The built-in searches default it to +inf (no cap):
+    their first trial is the solver's scale-free guess, so multiplying f by a constant
+    changes no iterate. A `max_step_size` below the line's resolution `min_step` ends a
+    search at once with no step, as a dynamic cap does (see `start`).
     """
 
-    max_step_size: eqx.AbstractVar[float]  # no trial step exceeds this
+    max_step_size: eqx.AbstractVar[Any]  # no trial step exceeds this (+inf: no static cap)
+
+    @property
+    @abc.abstractmethod
+    def max_trials(self) -> int:
+        """The trial budget: a search ends within this many evaluations of phi. The solver
+        stops a search that has not ended by then, with no step (`LINESEARCH_FAILED`)."""
+
+    def allowance(self, state: PyTree) -> Scalar | float:
+        """How far above phi(0) this search may accept a step for rounding's sake (epsilon
+        C_k for the searches that judge steps by slopes where values are lost in rounding),
+        from its `state` between searches; 0 for one that never does. The solver returns a
+        run's last iterate while its f lies within this of the lowest value seen (values
+        closer than that are rounding noise), else the point with that lowest value."""
+        return 0.0
+
+    @property
+    def monotone(self) -> bool:
+        """True when every step this search accepts has phi(step) <= phi(0): f never rises
+        from one iterate to the next, so the iterate is the best point seen and the solver
+        keeps no separate record of it. False (the safe default) for a search that may accept
+        a rise: a step judged on its slope within a rounding allowance, or a fixed step."""
+        return False
 
     @abc.abstractmethod
     def init(self, dtype) -> PyTree:
@@ -124,9 +157,10 @@ class AbstractLineSearch(eqx.Module):
           and `success` True, whatever the slope there (as L-BFGS-B accepts `stpmax`);
           a trial at cap that fails it leaves the search inside [0, cap].
 
-        With `max_step` None, or any cap >= `max_step_size`, the search is exactly as
-        without it, except that a `guess` above `max_step_size` (the solver never passes one)
-        is clipped to it whenever `max_step` is given."""
+        The static cap `max_step_size` is honoured in the same way: with `max_step` None the
+        cap is `max_step_size`, so no trial exceeds it (a `guess` above it is clipped) and a
+        `max_step_size` below `min_step` ends the search at once with no step. With any
+        `max_step` >= `max_step_size` the search is exactly as with `max_step` None."""
 
     @abc.abstractmethod
     def update(

@@ -4,15 +4,21 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Scalar
 
-from .._misc import scalar
+from .._misc import Setting, scalar
 
 
-def armijo(phi0: Scalar, dphi0: Scalar, t: Scalar, phi: Scalar, c1: float) -> Bool[Array, ""]:
+def no_allowance(epsilon) -> bool:
+    """Whether a search with this `epsilon` uses Armijo's test alone (epsilon = 0, a Python
+    number): then every step it accepts lowers f or leaves it equal (`monotone`)."""
+    return isinstance(epsilon, int | float) and epsilon == 0
+
+
+def armijo(phi0: Scalar, dphi0: Scalar, t: Scalar, phi: Scalar, c1: Setting) -> Bool[Array, ""]:
     """Sufficient decrease phi(t) <= phi(0) + c1 t phi'(0), False when phi(t) is not finite."""
     return jnp.isfinite(phi) & (phi <= phi0 + c1 * t * dphi0)
 
 
-def value_tolerance(epsilon: float | None, dtype) -> float:
+def value_tolerance(epsilon: Setting | None, dtype) -> Setting:
     """`epsilon`, or for None max(1e-6, sqrt(machine epsilon of dtype)): Hager & Zhang's 1e-6
     in float64, 3.5e-4 in float32, where the rounding error of a sum of many terms lies far
     above 1e-6 relative to f."""
@@ -37,12 +43,17 @@ class ValueScale(eqx.Module):
     def empty(cls, dtype) -> "ValueScale":
         return cls(C=scalar(0, dtype), Q=scalar(0, dtype))
 
-    def add(self, f: Scalar, Delta: float = 0.7) -> "ValueScale":
+    def add(self, f: Scalar, Delta: Setting = 0.7) -> "ValueScale":
         """C_k, Q_k once f_k = `f` is added."""
         first = self.Q <= 0
         Q = jnp.where(first, 1, 1 + Delta * self.Q).astype(self.Q.dtype)
         C = jnp.where(first, jnp.abs(f), self.C + (jnp.abs(f) - self.C) / Q).astype(self.C.dtype)
         return ValueScale(C=C, Q=Q)
+
+    def allowance(self, epsilon: Setting | None) -> Scalar:
+        """epsilon C_k: how far above phi(0) a search may accept a step whose change of f is
+        lost in rounding (see `lost_in_rounding`)."""
+        return value_tolerance(epsilon, self.C.dtype) * self.C
 
     def kept_if(self, keep: Bool[Array, ""], other: "ValueScale") -> "ValueScale":
         """This scale where `keep`, else `other` (a search that took no step adds no iterate)."""
@@ -55,7 +66,7 @@ def lost_in_rounding(
     t: Scalar,
     phi: Scalar,
     dphi: Scalar,
-    epsilon: float | None,
+    epsilon: Setting | None,
     scale: Scalar | None = None,
 ) -> Bool[Array, ""]:
     """Is the change phi(t) - phi(0) lost in the rounding error of f?
@@ -82,7 +93,7 @@ def lost_in_rounding(
     )
 
 
-def slope_armijo(dphi0: Scalar, dphi: Scalar, c1: float) -> Bool[Array, ""]:
+def slope_armijo(dphi0: Scalar, dphi: Scalar, c1: Setting) -> Bool[Array, ""]:
     """phi'(t) <= (2 c1 - 1) phi'(0): for a quadratic phi, the Armijo condition with constant
     c1 (Hager & Zhang 2005, the approximate Wolfe conditions)."""
     return dphi <= (2 * c1 - 1) * dphi0
@@ -94,11 +105,14 @@ def sufficient_decrease(
     t: Scalar,
     phi: Scalar,
     dphi: Scalar,
-    c1: float,
+    c1: Setting,
     epsilon,
     scale: Scalar | None = None,
 ) -> tuple[Bool[Array, ""], Bool[Array, ""]]:
-    """(Armijo's test, or `slope_armijo` where the change is `lost_in_rounding`; the loss)."""
+    """(Armijo's test, or `slope_armijo` where the change is `lost_in_rounding`; the loss).
+
+    A step accepted on its slope may raise f by up to epsilon C: such a search is not
+    `monotone`, and the solver keeps the best point apart from the iterate."""
     lost = lost_in_rounding(phi0, dphi0, t, phi, dphi, epsilon, scale)
     decrease = jnp.where(lost, slope_armijo(dphi0, dphi, c1), armijo(phi0, dphi0, t, phi, c1))
     return decrease & jnp.isfinite(dphi), lost

@@ -1,10 +1,9 @@
 """No search: a fixed step size."""
 
-import equinox as eqx
 import jax.numpy as jnp
 
-from .._misc import scalar
-from ._base import AbstractLineSearch, AbstractSearch, capped_search, effective_cap, fresh_search
+from .._misc import Setting, check_setting
+from ._base import AbstractLineSearch, AbstractSearch, capped_search, effective_cap
 
 
 class _FixedSearch(AbstractSearch):
@@ -22,19 +21,30 @@ class FixedStep(AbstractLineSearch):
 
     With a dynamic cap `max_step` passed to `start`, the step is t = min(learning_rate,
     max_step), under the same finiteness check, and nothing is taken when that is below
-    `min_step` (or <= 0, or NaN). Still no decrease test, at the cap or elsewhere.
+    `min_step` (or <= 0, or NaN). Still no decrease test, at the cap or elsewhere: the
+    search is not `monotone`, and a run keeps its best point.
+
+    `learning_rate` may be a 0-d array: a schedule (a new rate per step, say inside the
+    user's jitted step) then reuses one compiled program.
     """
 
-    learning_rate: float = eqx.field(static=True, default=1e-3)
+    learning_rate: Setting = 1e-3
 
     def __check_init__(self):
-        if not 0 < self.learning_rate < float("inf"):
-            raise ValueError(
-                f"FixedStep: learning_rate must be positive and finite, got {self.learning_rate}."
-            )
+        check_setting(
+            "FixedStep",
+            "learning_rate",
+            self.learning_rate,
+            lambda v: 0 < v < float("inf"),
+            "be positive and finite",
+        )
+
+    @property
+    def max_trials(self) -> int:
+        return 1
 
     @property  # type: ignore[misc]  # equinox lets a property implement an AbstractVar
-    def max_step_size(self) -> float:  # type: ignore[override]
+    def max_step_size(self) -> Setting:  # type: ignore[override]
         return self.learning_rate
 
     def init(self, dtype) -> None:
@@ -43,13 +53,8 @@ class FixedStep(AbstractLineSearch):
     def start(
         self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
     ) -> _FixedSearch:
-        dtype = phi0.dtype
-        if max_step is not None:
-            cap = effective_cap(self.learning_rate, max_step, dtype)
-            return _FixedSearch(**capped_search(cap, min_step, cap))
-        rate = scalar(self.learning_rate, dtype)
-        search = _FixedSearch(**fresh_search(rate, min_step, rate))
-        return eqx.tree_at(lambda s: s.done, search, rate < min_step)
+        cap = effective_cap(self.learning_rate, max_step, phi0.dtype)
+        return _FixedSearch(**capped_search(cap, min_step, cap))
 
     def update(self, search, t, phi, dphi) -> _FixedSearch:
         finite = jnp.isfinite(phi) & jnp.isfinite(dphi)

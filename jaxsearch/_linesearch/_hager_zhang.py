@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
-from .._misc import as_int, check_count, scalar, select
+from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
 from ._base import (
     AbstractLineSearch,
     AbstractSearch,
@@ -12,7 +12,6 @@ from ._base import (
     at_capped_edge,
     capped_search,
     effective_cap,
-    fresh_search,
 )
 from ._conditions import ValueScale, armijo, value_tolerance
 from ._interpolate import quadratic_minimiser, secant_minimiser
@@ -135,49 +134,51 @@ class HagerZhang(AbstractLineSearch):
     at cap that fails it is treated as U3 (as above phi(0) + epsilon_k) unless phi'(cap) >= 0
     (then it is an upper end, as usual), so the search goes on inside [0, cap]. A cap below
     `min_step` (or <= 0, or NaN) ends the search at once with no step.
+
+    The approximate Wolfe conditions accept a rise of f up to epsilon_k: the search is not
+    `monotone`, and the solver keeps the best point. `max_step_size` (default +inf, no cap)
+    and numeric settings given as arrays: see `AbstractLineSearch`.
     """
 
-    delta: float = eqx.field(static=True, default=0.1)
-    sigma: float = eqx.field(static=True, default=0.9)
-    epsilon: float | None = eqx.field(static=True, default=None)
-    theta: float = eqx.field(static=True, default=0.5)
-    gamma: float = eqx.field(static=True, default=0.66)
-    omega: float = eqx.field(static=True, default=1e-3)
-    Delta: float = eqx.field(static=True, default=0.7)
-    psi1: float = eqx.field(static=True, default=0.1)
-    psi2: float = eqx.field(static=True, default=2.0)
-    rho: float = eqx.field(static=True, default=5.0)
+    delta: Setting = 0.1
+    sigma: Setting = 0.9
+    epsilon: Setting | None = None
+    theta: Setting = 0.5
+    gamma: Setting = 0.66
+    omega: Setting = 1e-3
+    Delta: Setting = 0.7
+    psi1: Setting = 0.1
+    psi2: Setting = 2.0
+    rho: Setting = 5.0
     quad_step: bool = eqx.field(static=True, default=True)
     max_steps: int = eqx.field(static=True, default=50, converter=as_int)
-    max_step_size: float = eqx.field(static=True, default=1e10)
+    max_step_size: Setting = float("inf")
 
     def __check_init__(self):
         name = "HagerZhang"
-        if not 0 < self.delta < 0.5:
-            raise ValueError(f"{name}: delta must lie in (0, 0.5), got {self.delta}.")
-        if not self.delta <= self.sigma < 1:
-            raise ValueError(
-                f"{name}: sigma must lie in [delta, 1) = [{self.delta}, 1), got {self.sigma}."
-            )
-        if self.epsilon is not None and not self.epsilon >= 0:
-            raise ValueError(f"{name}: epsilon must be None or >= 0, got {self.epsilon}.")
-        if not 0 < self.theta < 1:
-            raise ValueError(f"{name}: theta must lie in (0, 1), got {self.theta}.")
-        if not 0 < self.gamma < 1:
-            raise ValueError(f"{name}: gamma must lie in (0, 1), got {self.gamma}.")
-        if not self.omega >= 0:
-            raise ValueError(f"{name}: omega must be non-negative, got {self.omega}.")
-        if not 0 <= self.Delta <= 1:
-            raise ValueError(f"{name}: Delta must lie in [0, 1], got {self.Delta}.")
-        if not 0 < self.psi1 < 1:
-            raise ValueError(f"{name}: psi1 must lie in (0, 1), got {self.psi1}.")
-        if not self.psi2 > 0:
-            raise ValueError(f"{name}: psi2 must be positive, got {self.psi2}.")
-        if not self.rho > 1:
-            raise ValueError(f"{name}: rho must be > 1, got {self.rho}.")
+        check_setting(name, "delta", self.delta, lambda v: 0 < v < 0.5, "lie in (0, 0.5)")
+        delta = setting_value(name, "delta", self.delta)
+        sigma = setting_value(name, "sigma", self.sigma)
+        if delta is not None and sigma is not None and not delta <= sigma < 1:
+            raise ValueError(f"{name}: sigma must lie in [delta, 1) = [{delta}, 1), got {sigma}.")
+        if self.epsilon is not None:
+            check_setting(name, "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
+        check_setting(name, "theta", self.theta, lambda v: 0 < v < 1, "lie in (0, 1)")
+        check_setting(name, "gamma", self.gamma, lambda v: 0 < v < 1, "lie in (0, 1)")
+        check_setting(name, "omega", self.omega, lambda v: v >= 0, "be non-negative")
+        check_setting(name, "Delta", self.Delta, lambda v: 0 <= v <= 1, "lie in [0, 1]")
+        check_setting(name, "psi1", self.psi1, lambda v: 0 < v < 1, "lie in (0, 1)")
+        check_setting(name, "psi2", self.psi2, lambda v: v > 0, "be positive")
+        check_setting(name, "rho", self.rho, lambda v: v > 1, "be > 1")
         check_count(name, "max_steps", self.max_steps)
-        if not self.max_step_size > 0:
-            raise ValueError(f"{name}: max_step_size must be positive, got {self.max_step_size}.")
+        check_setting(name, "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
+
+    def allowance(self, state):
+        return state.scale.allowance(self.epsilon)
+
+    @property
+    def max_trials(self) -> int:
+        return self.max_steps + 1  # and the fallback's re-evaluation
 
     def init(self, dtype) -> HagerZhangState:
         zero = scalar(0, dtype)
@@ -201,14 +202,10 @@ class HagerZhang(AbstractLineSearch):
             phase = jnp.full((), _BRACKET)
         t0 = jnp.where(use_guess, guess, other)
         cap = effective_cap(self.max_step_size, max_step, dtype)
-        if max_step is None:
-            t0 = jnp.maximum(jnp.minimum(t0, self.max_step_size), min_step).astype(dtype)
-            fields = fresh_search(t0, min_step, cap)
-        else:
-            fields = capped_search(t0, min_step, cap)
-            # A QuadStep trial at a binding cap is B1's c_0 instead: it may end the search.
-            edge = (fields["trial"] >= cap) & (cap < self.max_step_size)
-            phase = jnp.where(edge, _BRACKET, phase)
+        fields = capped_search(t0, min_step, cap)
+        # A QuadStep trial at a binding cap is B1's c_0 instead: it may end the search.
+        edge = (fields["trial"] >= cap) & (cap < self.max_step_size)
+        phase = jnp.where(edge, _BRACKET, phase)
         origin = Point(scalar(0, dtype), phi0, dphi0)
         return _HagerZhangSearch(
             **fields,

@@ -3,13 +3,15 @@
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Scalar
 
+from .._misc import Setting
+
 
 def initial_step(
     scaled: Bool[Array, ""],
     dphi0: Scalar,
     d_norm: Scalar,
     prev_decrease: Scalar,
-    max_step_size: float,
+    max_step_size: Setting,
 ) -> Scalar:
     """Initial trial step for a search along d.
 

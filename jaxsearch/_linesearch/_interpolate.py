@@ -3,6 +3,8 @@
 import jax.numpy as jnp
 from jaxtyping import Scalar
 
+from .._misc import Setting
+
 
 def cubic_minimiser(a, fa, da, b, fb, db) -> Scalar:
     """Minimiser of the cubic matching f and f' at a and b (N&W eq. 3.59); NaN if none."""
@@ -18,7 +20,7 @@ def quadratic_minimiser(a, fa, da, b, fb) -> Scalar:
     return jnp.where(curvature > 0, a - da * (b - a) ** 2 / (2 * curvature), jnp.nan)
 
 
-def zoom_trial(lo, hi, safeguard: float) -> Scalar:
+def zoom_trial(lo, hi, safeguard: Setting) -> Scalar:
     """Next trial strictly inside the bracket [lo, hi] (points are (t, phi, dphi) triples).
 
     Cubic interpolation if its minimiser lies at least `safeguard` times the bracket width from
@@ -38,7 +40,7 @@ def zoom_trial(lo, hi, safeguard: float) -> Scalar:
     return jnp.where(inside(cubic), cubic, jnp.where(inside(quadratic), quadratic, middle))
 
 
-def expansion_trial(prev, current, max_step_size: float | Scalar) -> Scalar:
+def expansion_trial(prev, current, max_step_size: Setting | Scalar) -> Scalar:
     """Next trial beyond `current` while bracketing (the slope there is still negative).
 
     The cubic minimiser through `prev` and `current`, kept in [t + 1.1 w, t + 4 w] with

@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
-from .._misc import as_int, check_count, scalar, select
+from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
 from ._base import (
     AbstractLineSearch,
     AbstractSearch,
@@ -12,9 +12,8 @@ from ._base import (
     at_capped_edge,
     capped_search,
     effective_cap,
-    fresh_search,
 )
-from ._conditions import ValueScale, sufficient_decrease
+from ._conditions import ValueScale, no_allowance, sufficient_decrease
 from ._interpolate import quadratic_minimiser, scaled_cubic, secant_minimiser
 
 _SEARCH, _FALLBACK = 0, 1
@@ -155,31 +154,41 @@ class MoreThuente(AbstractLineSearch):
     step `dcsrch` returns with its `stpmax` warning, which L-BFGS-B accepts. Any other trial
     at cap is judged as usual, and the search goes on inside [0, cap]. A cap below `min_step`
     (or <= 0, or NaN) ends the search at once with no step.
+
+    A step accepted on its slope may raise f within the allowance above: the search is
+    `monotone` only with `epsilon = 0`. `max_step_size` (default +inf, no cap) and numeric
+    settings given as arrays: see `AbstractLineSearch`.
     """
 
-    ftol: float = eqx.field(static=True, default=1e-3)
-    gtol: float = eqx.field(static=True, default=0.9)
-    xtol: float = eqx.field(static=True, default=0.1)
+    ftol: Setting = 1e-3
+    gtol: Setting = 0.9
+    xtol: Setting = 0.1
     max_steps: int = eqx.field(static=True, default=20, converter=as_int)
-    max_step_size: float = eqx.field(static=True, default=1e10)
-    epsilon: float | None = eqx.field(static=True, default=None)
+    max_step_size: Setting = float("inf")
+    epsilon: Setting | None = None
 
     def __check_init__(self):
-        if not 0 < self.ftol < 1:
-            raise ValueError(f"MoreThuente: ftol must lie in (0, 1), got {self.ftol}.")
-        if not self.ftol <= self.gtol < 1:
-            raise ValueError(
-                f"MoreThuente: gtol must lie in [ftol, 1) = [{self.ftol}, 1), got {self.gtol}."
-            )
-        if not self.xtol >= 0:
-            raise ValueError(f"MoreThuente: xtol must be non-negative, got {self.xtol}.")
-        check_count("MoreThuente", "max_steps", self.max_steps)
-        if self.epsilon is not None and not self.epsilon >= 0:
-            raise ValueError(f"MoreThuente: epsilon must be None or >= 0, got {self.epsilon}.")
-        if not self.max_step_size > 0:
-            raise ValueError(
-                f"MoreThuente: max_step_size must be positive, got {self.max_step_size}."
-            )
+        name = "MoreThuente"
+        check_setting(name, "ftol", self.ftol, lambda v: 0 < v < 1, "lie in (0, 1)")
+        ftol, gtol = setting_value(name, "ftol", self.ftol), setting_value(name, "gtol", self.gtol)
+        if ftol is not None and gtol is not None and not ftol <= gtol < 1:
+            raise ValueError(f"{name}: gtol must lie in [ftol, 1) = [{ftol}, 1), got {gtol}.")
+        check_setting(name, "xtol", self.xtol, lambda v: v >= 0, "be non-negative")
+        check_count(name, "max_steps", self.max_steps)
+        if self.epsilon is not None:
+            check_setting(name, "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
+        check_setting(name, "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
+
+    @property
+    def monotone(self) -> bool:
+        return no_allowance(self.epsilon)  # Armijo's test alone: f never rises
+
+    def allowance(self, state):
+        return state.allowance(self.epsilon)
+
+    @property
+    def max_trials(self) -> int:
+        return self.max_steps + 1  # and the fallback's re-evaluation
 
     def init(self, dtype) -> ValueScale:
         return ValueScale.empty(dtype)
@@ -189,12 +198,8 @@ class MoreThuente(AbstractLineSearch):
     ) -> _MoreThuenteSearch:
         dtype = phi0.dtype
         cap = effective_cap(self.max_step_size, max_step, dtype)
-        if max_step is None:
-            t0 = jnp.maximum(jnp.minimum(guess, self.max_step_size), min_step).astype(dtype)
-            fields = fresh_search(t0, min_step, cap)
-        else:
-            fields = capped_search(guess, min_step, cap)
-            t0 = fields["trial"]
+        fields = capped_search(guess, min_step, cap)
+        t0 = fields["trial"]
         origin = Point(scalar(0, dtype), phi0, dphi0)
         width = (cap - min_step).astype(dtype)
         false = jnp.array(False)

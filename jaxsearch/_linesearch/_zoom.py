@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Int, Scalar
 
-from .._misc import as_int, check_count, scalar, select
+from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
 from ._base import (
     AbstractLineSearch,
     AbstractSearch,
@@ -12,9 +12,8 @@ from ._base import (
     at_capped_edge,
     capped_search,
     effective_cap,
-    fresh_search,
 )
-from ._conditions import ValueScale, sufficient_decrease
+from ._conditions import ValueScale, no_allowance, sufficient_decrease
 from ._interpolate import expansion_trial, zoom_trial
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
@@ -62,30 +61,42 @@ class Zoom(AbstractLineSearch):
     its stpmax) ends the search with step = cap and `success` True; otherwise the trial is
     judged as any other, so the zoom goes on inside [0, cap]. A cap below `min_step` (or
     <= 0, or NaN) ends the search at once with no step.
+
+    A step accepted on its slope may raise f within the allowance above: the search is
+    `monotone` only with `epsilon = 0`. `max_step_size` (default +inf, no cap) and numeric
+    settings given as arrays: see `AbstractLineSearch`.
     """
 
-    c1: float = eqx.field(static=True, default=1e-4)
-    c2: float = eqx.field(static=True, default=0.9)
+    c1: Setting = 1e-4
+    c2: Setting = 0.9
     max_steps: int = eqx.field(static=True, default=25, converter=as_int)
-    safeguard: float = eqx.field(static=True, default=0.1)
-    xtol: float = eqx.field(static=True, default=1e-7)
-    max_step_size: float = eqx.field(static=True, default=1e10)
-    epsilon: float | None = eqx.field(static=True, default=None)
+    safeguard: Setting = 0.1
+    xtol: Setting = 1e-7
+    max_step_size: Setting = float("inf")
+    epsilon: Setting | None = None
 
     def __check_init__(self):
-        if not 0 < self.c1 < 1:
-            raise ValueError(f"Zoom: c1 must lie in (0, 1), got {self.c1}.")
-        if not self.c1 < self.c2 < 1:
-            raise ValueError(f"Zoom: c2 must lie in (c1, 1) = ({self.c1}, 1), got {self.c2}.")
+        check_setting("Zoom", "c1", self.c1, lambda v: 0 < v < 1, "lie in (0, 1)")
+        c1, c2 = setting_value("Zoom", "c1", self.c1), setting_value("Zoom", "c2", self.c2)
+        if c1 is not None and c2 is not None and not c1 < c2 < 1:
+            raise ValueError(f"Zoom: c2 must lie in (c1, 1) = ({c1}, 1), got {c2}.")
         check_count("Zoom", "max_steps", self.max_steps)
-        if not 0 < self.safeguard < 0.5:
-            raise ValueError(f"Zoom: safeguard must lie in (0, 0.5), got {self.safeguard}.")
-        if not self.xtol >= 0:
-            raise ValueError(f"Zoom: xtol must be non-negative, got {self.xtol}.")
-        if not self.max_step_size > 0:
-            raise ValueError("Zoom: max_step_size must be positive.")
-        if self.epsilon is not None and not self.epsilon >= 0:
-            raise ValueError(f"Zoom: epsilon must be None or >= 0, got {self.epsilon}.")
+        check_setting("Zoom", "safeguard", self.safeguard, lambda v: 0 < v < 0.5, "lie in (0, 0.5)")
+        check_setting("Zoom", "xtol", self.xtol, lambda v: v >= 0, "be non-negative")
+        check_setting("Zoom", "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
+        if self.epsilon is not None:
+            check_setting("Zoom", "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
+
+    @property
+    def monotone(self) -> bool:
+        return no_allowance(self.epsilon)  # Armijo's test alone: f never rises
+
+    def allowance(self, state):
+        return state.allowance(self.epsilon)
+
+    @property
+    def max_trials(self) -> int:
+        return self.max_steps + 1  # and the fallback's re-evaluation
 
     def init(self, dtype) -> ValueScale:
         return ValueScale.empty(dtype)
@@ -94,12 +105,8 @@ class Zoom(AbstractLineSearch):
         dtype = phi0.dtype
         origin = Point(scalar(0, dtype), phi0, dphi0)
         cap = effective_cap(self.max_step_size, max_step, dtype)
-        if max_step is None:
-            fields = fresh_search(jnp.maximum(guess, min_step), min_step, cap)
-        else:
-            fields = capped_search(guess, min_step, cap)
         return _ZoomSearch(
-            **fields,
+            **capped_search(guess, min_step, cap),
             phase=scalar(_BRACKET, jnp.int32),
             phi0=phi0,
             dphi0=dphi0,

@@ -1,0 +1,67 @@
+"""`Result.success` is a boolean array that works under `jit` and `vmap`; `message` is text
+read on the host (a list of messages for a batch)."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxsearch as js
+
+
+def bowl(x, c):
+    return jnp.sum((x - c) ** 2)
+
+
+SOLVER = js.Solver(max_steps=50)
+CONVERGED = js.Status.CONVERGED_GTOL.message
+OUT_OF_STEPS = js.Status.MAX_STEPS.message
+
+
+def test_success_under_jit():
+    success = jax.jit(lambda x: SOLVER.run(bowl, x, jnp.ones(3)).success)(jnp.zeros(3))
+    assert success.dtype == jnp.bool_ and success.shape == ()
+    assert bool(success)
+
+
+def test_success_in_traced_code():
+    """success steers traced code: where(success, params, x0)."""
+
+    @jax.jit
+    def params_if_converged(x0, c):
+        result = js.Solver(max_steps=1, gtol=1e-12).run(bowl, x0, c)
+        return jnp.where(result.success, result.params, x0), result.success
+
+    params, success = params_if_converged(jnp.zeros(3), jnp.array([1.0, 2.0, 3.0]))
+    assert not bool(success)
+    assert jnp.array_equal(params, jnp.zeros(3))
+
+
+def test_success_and_messages_under_vmap():
+    """One problem of the batch runs out of steps (start far away, one step allowed)."""
+    solver = js.Solver(js.Gradient(), js.FixedStep(0.1), max_steps=3, gtol=1e-3)
+    starts = jnp.array([[1.0, 1.0], [30.0, -30.0]])
+    result = jax.vmap(lambda x: solver.run(bowl, x, jnp.ones(2)))(starts)
+    assert result.success.shape == (2,)
+    statuses = [js.Status(int(s)) for s in result.status]
+    assert statuses == [js.Status.CONVERGED_GTOL, js.Status.MAX_STEPS]
+    assert result.success.tolist() == [True, False]
+    assert result.message == [CONVERGED, OUT_OF_STEPS]
+
+
+def test_messages_of_two_batch_axes():
+    inner = jax.vmap(lambda x: SOLVER.run(bowl, x, jnp.ones(3)))
+    result = jax.vmap(inner)(jnp.zeros((2, 2, 3)))
+    assert result.success.shape == (2, 2)
+    assert result.message == [[CONVERGED, CONVERGED], [CONVERGED, CONVERGED]]
+
+
+def test_message_inside_jit_says_what_to_use():
+    with pytest.raises(TypeError, match=r"status.*success"):
+        jax.jit(lambda x: SOLVER.run(bowl, x, jnp.ones(3)).message)(jnp.zeros(3))
+
+
+def test_unbatched_result_is_unchanged():
+    result = SOLVER.run(bowl, jnp.zeros(3), jnp.ones(3))
+    assert result.message == CONVERGED
+    assert bool(result.success) is True
+    assert result.success  # usable as a Python condition when concrete
