@@ -132,7 +132,8 @@ class UnrolledAdjoint(AbstractAdjoint):
     (`equinox.internal.while_loop(kind="checkpointed")`), which recompute their iterations
     from a few saved states on the way back (Griewank & Walther, *Algorithm 699*, 2000,
     binomial checkpointing, as implemented there) instead of storing all of them. `checkpoints`
-    sets how many states the loop over steps saves (default: chosen from `max_steps`).
+    sets how many states the solver's loop saves (default: chosen from its bound, the
+    solver's `max_steps` times the line search's trial budget).
     Forward mode (`jax.jvp`) is not supported. `NewtonCG` cannot be unrolled: its inner CG
     loop has no bound for the reverse pass.
     """

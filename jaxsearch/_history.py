@@ -17,19 +17,19 @@ from ._status import Status
 FIELDS = ("step", "value", "grad_norm", "step_size", "num_fun_evals", "step_evals")
 
 
-def step_record(before, after, dtype, max_steps: int, stall_steps: int) -> dict:
-    """The record of the step that took the state `before` to `after`: the step number, f and
-    the infinity norm of the gradient at the new point, the step size, the cumulative number of
-    evaluations of fn and those of this step (its line-search trials, plus f at x0 in the
-    first step); `final` is True when the run stops after it (a status, `max_steps`, or
-    `stall_steps` steps without progress)."""
+def step_record(evals_at_start, after, dtype, max_steps: int, stall_steps: int) -> dict:
+    """The record of the step that began after `evals_at_start` evaluations of fn and ended in
+    the state `after`: the step number, f and the infinity norm of the gradient at the new
+    point, the step size, the cumulative number of evaluations of fn and those of this step
+    (its line-search trials, plus f at x0 in the first step); `final` is True when the run
+    stops after it (a status, `max_steps`, or `stall_steps` steps without progress)."""
     return dict(
         step=after.num_steps,
         value=after.value,
         grad_norm=tree_inf_norm(after.grad, dtype),
         step_size=after.step_size,
         num_fun_evals=after.num_fun_evals,
-        step_evals=after.num_fun_evals - before.num_fun_evals,
+        step_evals=after.num_fun_evals - evals_at_start,
         final=(after.status != Status.RUNNING)
         | (after.num_steps >= max_steps)
         | (after.steps_since_best >= stall_steps),

@@ -4,7 +4,6 @@ All inner products and norms accumulate in at least float32, whatever the leaf d
 and every helper casts explicitly, so the package runs under strict dtype promotion.
 """
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -189,8 +188,10 @@ def scalar(value, dtype) -> Array:
 
 
 def select(pred, on_true: PyTree, on_false: PyTree) -> PyTree:
-    """Leafwise `jnp.where(pred, on_true, on_false)` over two pytrees of equal structure."""
-    return jtu.tree_map(functools.partial(jnp.where, pred), on_true, on_false)
+    """Leafwise `jnp.where(pred, on_true, on_false)` over two pytrees of equal structure; a
+    leaf that is the same array on both sides is kept as it is (no select over, say, an
+    unchanged memory buffer)."""
+    return jtu.tree_map(lambda a, b: a if a is b else jnp.where(pred, a, b), on_true, on_false)
 
 
 def dtype_eps(tree: PyTree) -> float:

@@ -8,15 +8,15 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
-from jax import lax
-from jaxtyping import Array, Bool, Int, PyTree, Scalar
+from jaxtyping import PyTree
 
 from . import _evaluate, _retrace
 from ._adjoint import AbstractAdjoint, ImplicitAdjoint, UnrolledAdjoint
 from ._box import Box, check_order
 from ._direction import LBFGS, AbstractDirection, NewtonCG
-from ._history import History, Report, step_record
-from ._linesearch import AbstractLineSearch, AbstractSearch, initial_step
+from ._engine import Engine, gradient_norm
+from ._history import History, Report
+from ._linesearch import AbstractLineSearch
 from ._misc import (
     Setting,
     as_int,
@@ -26,16 +26,9 @@ from ._misc import (
     leaves,
     scalar,
     select,
-    tree_add_scaled,
-    tree_all_finite,
     tree_cast_like,
     tree_cast_to_avals,
-    tree_dot,
     tree_equal,
-    tree_inf_norm,
-    tree_min_step,
-    tree_norm,
-    tree_sub,
     tree_zeros_like,
     weak_settings,
     widest_float,
@@ -52,28 +45,6 @@ _replace = dataclasses.replace
 # What `throw=True` raises on: a run that did not converge; a step that could not go on.
 _STEP_FAILURES = (Status.LINESEARCH_FAILED, Status.NONFINITE, Status.STALLED)
 _RUN_FAILURES = (Status.MAX_STEPS, *_STEP_FAILURES)
-
-
-class _Carry(eqx.Module):
-    """Loop carry of one step: one iteration evaluates fn once."""
-
-    state: SolverState
-    d: PyTree
-    dphi0: Scalar  # slope of f along d at x
-    search: AbstractSearch
-    at_base: Bool[Array, ""]  # the next evaluation is at x itself (no f, grad known yet)
-    stop: Int[Array, ""]  # nonzero: the step ends at x with this Status, no search
-    done: Bool[Array, ""]
-    trials: Int[Array, ""]  # evaluations of this step's search so far (its trial budget)
-    x: PyTree  # the last point evaluated, exactly as evaluated (never recomputed)
-    value: Scalar  # f, grad and aux there
-    grad: PyTree
-    aux: PyTree
-
-
-def _hessian_vector_product(evaluate, x, static, args, v):
-    """H(x) v by forward-mode differentiation of the gradient (forward-over-reverse)."""
-    return jax.jvp(lambda p: evaluate(p, static, args)[1], (x,), (v,))[1]
 
 
 def _check_no_numbers(params) -> None:
@@ -388,7 +359,9 @@ class Solver(eqx.Module):
             moved = ~tree_equal(inside, diff)
             diff = inside
             state = _replace(state, has_eval=state.has_eval & ~moved)
-        diff, state = weak_settings(self)._step(fn, args, static, diff, state, box)
+        engine = Engine(weak_settings(self), fn, static, args, box, until_step=True)
+        machine = engine.loop(engine.start(diff, state))
+        diff, state = machine.x, machine.state
         diff = self._raise_on_failure(diff, state.status, _STEP_FAILURES)
         return eqx.combine(tree_cast_to_avals(diff, given), static), state
 
@@ -412,7 +385,8 @@ class Solver(eqx.Module):
         progress: bool = False,
         bounds=None,
     ) -> Result:
-        """Minimise fn from x0: one compiled `lax.while_loop` over steps.
+        """Minimise fn from x0: one compiled `lax.while_loop` of which each iteration evaluates
+        fn once (see `jaxsearch._engine`).
 
         New `x0` or `args` values of the same shapes and dtypes reuse the compiled program;
         the identity of `fn` is part of the compile key, so pass data through `args` rather
@@ -486,26 +460,9 @@ class Solver(eqx.Module):
             History.empty(self.max_steps, state.value.dtype, dtype) if report.history else None
         )
 
-        def keep_going(carry):
-            _, st, _ = carry
-            progress = st.steps_since_best < self.stall_steps
-            return (st.status == Status.RUNNING) & (st.num_steps < self.max_steps) & progress
-
-        def one_step(carry):
-            diff, before, history = carry
-            diff, after = self._step(fn, args, static, diff, before, box)
-            if report.per_step:
-                record = step_record(before, after, dtype, self.max_steps, self.stall_steps)
-                taken = after.num_steps > before.num_steps
-                if report.history:
-                    history = history.append(record, taken)
-                if report.host:
-                    report.send(record, taken, self.max_steps)
-            return diff, after, history
-
-        diff, state, history = self.adjoint.while_loop(
-            keep_going, one_step, (diff, state, history), self.max_steps
-        )
+        engine = Engine(self, fn, static, args, box, until_step=False, report=report)
+        machine = engine.loop(engine.start(diff, state, history))
+        diff, state, history = machine.x, machine.state, machine.history
         no_progress = (state.status == Status.RUNNING) & (
             state.steps_since_best >= self.stall_steps
         )
@@ -541,7 +498,7 @@ class Solver(eqx.Module):
         allowance = self._search(box is not None).allowance(state.linesearch)
         last = state.value.astype(dtype)
         within = last <= best.value.astype(dtype) + allowance
-        flatter = self._gradient_norm(diff, state.grad, box, dtype) <= self._gradient_norm(
+        flatter = gradient_norm(diff, state.grad, box, dtype) <= gradient_norm(
             best.params, best.grad, box, dtype
         )
         keep_last = within & flatter & (state.value <= best.start_value) & ~no_progress
@@ -550,7 +507,7 @@ class Solver(eqx.Module):
             (diff, state.value, state.grad, state.aux),
             (best.params, best.value, best.grad, best.aux),
         )
-        meets_gtol = self._gradient_norm(diff, grad, box, dtype) <= self.gtol
+        meets_gtol = gradient_norm(diff, grad, box, dtype) <= self.gtol
         stalled = (status == Status.CONVERGED_GTOL) & ~meets_gtol
         return diff, value, grad, aux, jnp.where(stalled, Status.STALLED, status)
 
@@ -598,269 +555,6 @@ class Solver(eqx.Module):
         messages = tuple(f"jaxsearch: {s.name}. {s.message}" for s in failures)
         index = jnp.argmax(status == codes)
         return eqx.branched_error_if(diff, jnp.any(status == codes), index, messages)
-
-    def _gradient_norm(self, x, grad, box, dtype):
-        """The infinity norm of the gradient, projected onto the box when there is one."""
-        if box is None:
-            return tree_inf_norm(grad, dtype)
-        return box.projected_gradient_norm(x, grad, dtype)
-
-    def _check(self, value, grad, dtype, x=None, box=None) -> Int[Array, ""]:
-        """Status that forbids a search from this point: non-finite, or converged by gtol."""
-        finite = jnp.isfinite(value) & tree_all_finite(grad)
-        converged = self._gradient_norm(x, grad, box, dtype) <= self.gtol
-        code = jnp.where(
-            finite, jnp.where(converged, Status.CONVERGED_GTOL, Status.RUNNING), Status.NONFINITE
-        )
-        return code.astype(jnp.int32)
-
-    def _step(self, fn, args, static, diff, state, box=None):
-        dtype = state.prev_decrease.dtype
-        evaluate = functools.partial(
-            _evaluate.value_and_grad, fn, self.has_aux, state.value.dtype, state.aux
-        )
-        # A point already converged (by gtol, or by ftol in the step that reached it) is not
-        # searched from again until `reevaluate`: under vmap, finished problems stay put.
-        stop = jnp.where(
-            state.has_eval,
-            jnp.where(
-                state.status == Status.CONVERGED_FTOL,
-                state.status,
-                self._check(state.value, state.grad, dtype, diff, box),
-            ),
-            Status.RUNNING,
-        ).astype(jnp.int32)
-        zero, one = scalar(0, dtype), scalar(1, dtype)
-        linesearch = self._search(box is not None)
-        placeholder = linesearch.start(state.linesearch, zero, -one, one, zero)
-        carry = _Carry(
-            state=state,
-            d=tree_zeros_like(diff),
-            dphi0=scalar(0, dtype),
-            search=placeholder,
-            at_base=~state.has_eval,
-            stop=stop,
-            done=stop != Status.RUNNING,
-            trials=scalar(0, jnp.int32),
-            x=diff,
-            value=state.value,
-            grad=state.grad,
-            aux=state.aux,
-        )
-
-        hvp = functools.partial(_hessian_vector_product, evaluate, diff, static, args)
-        prepare = functools.partial(self._prepare, diff, hvp, box)
-        # With f and grad cached in the state, the search starts before the first evaluation.
-        carry = lax.cond(state.has_eval & (stop == Status.RUNNING), prepare, lambda c: c, carry)
-
-        def body(c: _Carry) -> _Carry:
-            t = jnp.where(c.at_base, jnp.zeros((), dtype), c.search.trial)
-            # Computed once and materialised: fn, the carry and the returned params all read
-            # this one copy, which no fusion can recompute (and round) differently.
-            point = lax.optimization_barrier(self._trial(diff, t, c.d, box))
-            value, grad, aux = evaluate(point, static, args)
-            c = _replace(c, state=_replace(c.state, num_fun_evals=c.state.num_fun_evals + 1))
-            take_base = functools.partial(self._take_base, prepare, diff, box)
-            take_trial = functools.partial(self._take_trial, linesearch)
-            return lax.cond(c.at_base, take_base, take_trial, c, t, point, value, grad, aux)
-
-        # A search ends within its trial budget; one that has not by then is cut off there.
-        budget = linesearch.max_trials
-
-        def searching(c: _Carry):
-            return ~c.done & (c.trials < budget)
-
-        c = self.adjoint.while_loop(searching, body, carry, budget + 1)
-        return self._finish(c, diff, box)
-
-    @staticmethod
-    def _trial(x, t, d, box):
-        """x + t d, projected into the box when there is one (rounding never leaves it)."""
-        trial = tree_add_scaled(x, t, d)
-        return trial if box is None else box.project(trial)
-
-    def _prepare(self, x, hvp, box, c: _Carry) -> _Carry:
-        """Direction at x and the start of a line search along it (which may end at once, e.g.
-        when its first step would change nothing)."""
-        st = c.state
-        dtype = st.prev_decrease.dtype
-        limit = jnp.full((), jnp.inf, dtype)
-        if box is None:
-            d, scaled, direction_state = self.direction.compute(st.direction, st.grad, dtype, hvp)
-            steepest = jtu.tree_map(jnp.negative, st.grad)
-        else:
-            d, scaled, direction_state, limit = self.direction.compute_bounded(
-                st.direction, x, st.grad, box, dtype, self.adjoint.while_loop
-            )
-            steepest = box.projected_gradient(x, st.grad)
-        dphi0 = tree_dot(st.grad, d, dtype)
-        descent = jnp.isfinite(dphi0) & (dphi0 < 0)
-        # Not a descent direction (e.g. rounding in low precision): restart from steepest
-        # descent (projected onto the box when there is one).
-        d = select(descent, d, steepest)
-        dphi0 = jnp.where(descent, dphi0, tree_dot(st.grad, steepest, dtype))
-        direction_state = lax.cond(descent, lambda s: s, self.direction.reset, direction_state)
-        scaled = scaled & descent
-        guess = initial_step(
-            scaled,
-            dphi0,
-            tree_norm(d, dtype),
-            st.prev_decrease,
-            self._search(box is not None).max_step_size,
-        )
-        phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
-        # Step sizes carry no derivative (see `UnrolledAdjoint`): the searches branch on them.
-        phi0, dphi0_search, guess = lax.stop_gradient((phi0, dphi0, guess))
-        # With a box, no step goes beyond its edge along d, nor the direction's own limit.
-        max_step = None
-        if box is not None:
-            limit = jnp.where(descent, limit, jnp.inf).astype(dtype)
-            max_step = lax.stop_gradient(jnp.minimum(box.max_step(x, d, dtype), limit))
-        search = self._search(box is not None).start(
-            st.linesearch, phi0, dphi0_search, guess, min_step, scaled, max_step=max_step
-        )
-        st = _replace(st, direction=direction_state)
-        return _replace(c, state=st, d=d, dphi0=dphi0, search=search, done=search.done)
-
-    def _take_base(self, prepare, x, box, c: _Carry, t, point, value, grad, aux) -> _Carry:
-        """f and grad at x itself (first step after init): store them, then search or stop."""
-        dtype = c.state.prev_decrease.dtype
-        stop = self._check(value, grad, dtype, x, box)
-        st = _replace(c.state, value=value, grad=grad, aux=aux, has_eval=jnp.array(True))
-        # A fresh evaluation at the start of a step (the first, or after `reevaluate`, when
-        # the objective may have changed) starts the record of the best point anew.
-        best = None if st.best is None else BestPoint(value, x, grad, aux, value)
-        st = _replace(
-            st,
-            best=best,
-            steps_since_best=jnp.zeros_like(st.steps_since_best),
-            lowest_grad_norm=self._gradient_norm(x, grad, box, dtype),
-        )
-        c = _replace(c, state=st, at_base=jnp.array(False), stop=stop, done=jnp.array(True))
-        return lax.cond(stop == Status.RUNNING, prepare, lambda c: c, c)
-
-    def _take_trial(self, linesearch, c: _Carry, t, point, value, grad, aux) -> _Carry:
-        """Hand phi(t), phi'(t) to the line search and keep the trial point with its f, grad
-        and aux: a search that ends with a step ends at its last trial, so these are what the
-        step returns, bit for bit."""
-        dtype = c.state.prev_decrease.dtype
-        phi, dphi = lax.stop_gradient((value.astype(dtype), tree_dot(grad, c.d, dtype)))
-        search = linesearch.update(c.search, lax.stop_gradient(t), phi, dphi)
-        return _replace(
-            c,
-            search=search,
-            done=search.done,
-            trials=c.trials + 1,
-            x=point,
-            value=value,
-            grad=grad,
-            aux=aux,
-        )
-
-    def _finish(self, c: _Carry, x, box):
-        """New point, direction memory, counters and status after the search."""
-        st = c.state
-        dtype = st.prev_decrease.dtype
-        searched = c.stop == Status.RUNNING
-        # A search cut off at its trial budget takes no step (and is reported as failed).
-        cut_off = searched & ~c.search.done
-        moved = searched & c.search.done & (c.search.step > 0)
-        # The point that was evaluated, not x + t d again: computed twice, XLA may round the
-        # two copies differently (fusion, FMA contraction, native float16), and f and the
-        # gradient would then belong to another point.
-        x_new = select(moved, c.x, x)
-        value = jnp.where(moved, c.value, st.value)
-        grad = select(moved, c.grad, st.grad)
-        aux = select(moved, c.aux, st.aux) if self.has_aux else None
-
-        # st.grad is the gradient at x, including one evaluated at the start of this step.
-        s, y = tree_sub(x_new, x), tree_sub(grad, st.grad)
-        unchanged = tree_equal(x_new, x)
-        direction_state = lax.cond(
-            moved & ~unchanged,
-            lambda ds: self.direction.update(ds, s, y, dtype),
-            lambda ds: lax.cond(searched, self.direction.reset, lambda d: d, ds),
-            st.direction,
-        )
-        decrease = st.value.astype(dtype) - value.astype(dtype)
-        scale = jnp.maximum(jnp.maximum(jnp.abs(st.value), jnp.abs(value)).astype(dtype), 1)
-        # An ftol the value dtype cannot resolve: a zero decrease must not pass it (near a
-        # minimiser the searches accept steps on slopes where f no longer changes).
-        ftol_unresolved = self.ftol < float(jnp.finfo(st.value.dtype).eps)
-        # For the next initial step (N&W eq. 3.60): the decrease, but at most the first-order
-        # decrease -t phi'(0), which it cannot exceed for convex phi; half of that where f did
-        # not decrease (rounding noise near a minimiser), which makes eq. 3.60 N&W's eq. 3.59.
-        first_order = -c.search.step * c.dphi0
-        guess_decrease = jnp.where(
-            decrease > 0, jnp.minimum(decrease, first_order), first_order / 2
-        )
-        # A search that gave up below the line's resolution is stalled, not failed. If x did
-        # not change, grad did not either, and it was above gtol before the search.
-        below_resolution = c.search.trial < c.search.min_step
-        # Progress is a new best value of f or a new least gradient norm; `run` ends a run
-        # without progress for `stall_steps` steps (cycling within the searches' rounding
-        # allowance, climbing on a wrong gradient) as stalled.
-        best_value = st.value if st.best is None else st.best.value
-        grad_norm = self._gradient_norm(x_new, grad, box, dtype)
-        improved = moved & ((value < best_value) | (grad_norm < st.lowest_grad_norm))
-        lowest_grad_norm = jnp.where(
-            moved, jnp.minimum(grad_norm, st.lowest_grad_norm), st.lowest_grad_norm
-        )
-        steps_since_best = jnp.where(
-            improved, 0, st.steps_since_best + searched.astype(jnp.int32)
-        ).astype(jnp.int32)
-        status = jnp.select(
-            [
-                ~searched,
-                cut_off,
-                ~moved & below_resolution,
-                ~moved,
-                unchanged,
-                grad_norm <= self.gtol,
-                (self.ftol > 0)
-                & (decrease >= 0)
-                & (decrease <= self.ftol * scale)
-                & ~((decrease == 0) & ftol_unresolved),
-            ],
-            [
-                c.stop,
-                Status.LINESEARCH_FAILED,
-                Status.STALLED,
-                Status.LINESEARCH_FAILED,
-                Status.STALLED,
-                Status.CONVERGED_GTOL,
-                Status.CONVERGED_FTOL,
-            ],
-            Status.RUNNING,
-        ).astype(jnp.int32)
-        best = st.best
-        if best is not None:  # ties go to the newer point
-            new_best = moved & (value <= best.value)
-            best = select(new_best, BestPoint(value, x_new, grad, aux, best.start_value), best)
-        # What a cut-off search leaves for the next one: no step.
-        search = _replace(c.search, step=jnp.where(c.search.done, c.search.step, 0))
-        st = SolverState(
-            value=value,
-            grad=grad,
-            aux=aux,
-            has_eval=st.has_eval,
-            direction=direction_state,
-            linesearch=lax.cond(
-                searched,
-                lambda ls: self._search(box is not None).finish(ls, search),
-                lambda ls: ls,
-                st.linesearch,
-            ),
-            prev_decrease=jnp.where(moved, guess_decrease, st.prev_decrease),
-            step_size=jnp.where(moved, c.search.step, 0).astype(dtype),
-            num_steps=st.num_steps + searched.astype(jnp.int32),
-            num_fun_evals=st.num_fun_evals,
-            status=status,
-            best=best,
-            steps_since_best=steps_since_best,
-            lowest_grad_norm=lowest_grad_norm,
-        )
-        return x_new, st
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 5, 6))

@@ -1,0 +1,367 @@
+"""The compiled engine: a state machine of which every loop iteration evaluates fn once.
+
+An iteration computes the next point (x itself while f is unknown there, else the line
+search's trial x + t d), evaluates fn there through the single evaluation site, and hands
+phi(t), phi'(t) to the search (scalar work, always). Only at a step boundary (the evaluation
+at x, or a search that ended) does a `lax.cond` run the vector work: the step's end (the new
+iterate, the direction's memory, counters, status, the best point, the step's record) and the
+start of the next (direction, initial step, search). `run` is the machine until a stopping
+criterion; `step` is it until the next step boundary.
+"""
+
+import dataclasses
+import functools
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+from jaxtyping import Array, Bool, Int, PyTree, Scalar
+
+from . import _evaluate
+from ._box import Box
+from ._history import History, Report, step_record
+from ._linesearch import AbstractLineSearch, AbstractSearch, initial_step
+from ._misc import (
+    scalar,
+    select,
+    tree_add_scaled,
+    tree_all_finite,
+    tree_dot,
+    tree_equal,
+    tree_inf_norm,
+    tree_min_step,
+    tree_norm,
+    tree_sub,
+    tree_zeros_like,
+)
+from ._state import BestPoint, SolverState
+from ._status import Status
+from ._stopping import step_status
+
+_replace = dataclasses.replace
+
+
+class Machine(eqx.Module):
+    """The loop's carry."""
+
+    x: PyTree  # the iterate: where the current step started
+    state: SolverState  # f, grad and aux at x (once `has_eval`), memories, counters, status
+    d: PyTree  # the current step's direction
+    dphi0: Scalar  # the slope of f along d at x
+    search: AbstractSearch
+    trials: Int[Array, ""]  # evaluations of the current search (its trial budget)
+    evals_at_start: Int[Array, ""]  # num_fun_evals when the current step began
+    open: Bool[Array, ""]  # the loop goes on
+    history: History | None
+
+
+def gradient_norm(x, grad, box: Box | None, dtype) -> Scalar:
+    """The infinity norm of the gradient, projected onto the box when there is one."""
+    if box is None:
+        return tree_inf_norm(grad, dtype)
+    return box.projected_gradient_norm(x, grad, dtype)
+
+
+def trial_point(x, t, d, box: Box | None):
+    """x + t d, projected into the box when there is one (rounding never leaves it)."""
+    trial = tree_add_scaled(x, t, d)
+    return trial if box is None else box.project(trial)
+
+
+def _hessian_vector_product(evaluate, x, v):
+    """H(x) v by forward-mode differentiation of the gradient (forward-over-reverse)."""
+    return jax.jvp(lambda p: evaluate(p)[1], (x,), (v,))[1]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Engine:
+    """The machine for one solver, objective, args and box, while they are traced. `until_step`:
+    stop at the next step boundary (`Solver.step`) rather than at a stopping criterion
+    (`Solver.run`). Not a pytree, and hashed by identity: its fields may be tracers, and the
+    loop's transitions are its methods."""
+
+    solver: Any  # the Solver, its numeric settings weakly typed
+    fn: Any
+    static: PyTree
+    args: tuple
+    box: Box | None
+    until_step: bool
+    report: Report = Report(False, None, False, False)
+
+    @property
+    def linesearch(self) -> AbstractLineSearch:
+        return self.solver._search(self.box is not None)
+
+    def max_iterations(self) -> int:
+        """A bound on the iterations (for a checkpointed loop): per step, its trial budget, one
+        evaluation that a search that ends as it starts does not use, and f at x."""
+        per_step = self.linesearch.max_trials + 1
+        steps = 1 if self.until_step else self.solver.max_steps
+        return steps * per_step + 1
+
+    def evaluate(self, state: SolverState, point):
+        return _evaluate.value_and_grad(
+            self.fn,
+            self.solver.has_aux,
+            state.value.dtype,
+            state.aux,
+            point,
+            self.static,
+            self.args,
+        )
+
+    def check(self, value, grad, dtype, x) -> Int[Array, ""]:
+        """The status that forbids a search from x: non-finite, or converged by gtol."""
+        finite = jnp.isfinite(value) & tree_all_finite(grad)
+        converged = gradient_norm(x, grad, self.box, dtype) <= self.solver.gtol
+        code = jnp.where(
+            finite, jnp.where(converged, Status.CONVERGED_GTOL, Status.RUNNING), Status.NONFINITE
+        )
+        return code.astype(jnp.int32)
+
+    # ------------------------------------------------------------------ start and loop
+
+    def start(self, x, state: SolverState, history: History | None = None) -> Machine:
+        """The machine before its first iteration. For `step` from a state that has f and its
+        gradient at x, the search starts at once, or not at all from a point already
+        converged (by gtol, or by ftol in the step that reached it): under vmap, finished
+        problems stay put until `reevaluate`."""
+        dtype = state.prev_decrease.dtype
+        zero, one = scalar(0, dtype), scalar(1, dtype)
+        m = Machine(
+            x=x,
+            state=state,
+            d=tree_zeros_like(x),
+            dphi0=zero,
+            search=self.linesearch.start(state.linesearch, zero, -one, one, zero),
+            trials=scalar(0, jnp.int32),
+            evals_at_start=state.num_fun_evals,
+            open=jnp.array(True),
+            history=history,
+        )
+        if not self.until_step:
+            return m
+        converged_ftol = state.status == Status.CONVERGED_FTOL
+        stop = jnp.where(
+            converged_ftol, state.status, self.check(state.value, state.grad, dtype, x)
+        )
+        stop = jnp.where(state.has_eval, stop, Status.RUNNING).astype(jnp.int32)
+        halted = stop != Status.RUNNING
+        state = _replace(
+            state,
+            status=jnp.where(halted, stop, state.status).astype(jnp.int32),
+            step_size=jnp.where(halted, 0, state.step_size).astype(dtype),
+        )
+        m = _replace(m, state=state, open=~halted)
+        return lax.cond(state.has_eval & ~halted, self.prepare, lambda m: m, m)
+
+    def loop(self, m: Machine) -> Machine:
+        return self.solver.adjoint.while_loop(
+            lambda m: m.open, self.iterate, m, self.max_iterations()
+        )
+
+    def iterate(self, m: Machine) -> Machine:
+        """Evaluate fn once, update the search, and at a step boundary end the step."""
+        st, linesearch = m.state, self.linesearch
+        dtype = st.prev_decrease.dtype
+        at_base = ~st.has_eval
+        # A search that ended as it started (its first trial would change nothing) has no
+        # trial: this iteration's evaluation is not counted and the step ends.
+        idle = m.search.done & ~at_base
+        t = jnp.where(at_base | idle, 0, m.search.trial).astype(dtype)
+        # Computed once and materialised: fn and the next iterate both read this one copy,
+        # which no fusion can recompute (and round) differently.
+        point = lax.optimization_barrier(trial_point(m.x, t, m.d, self.box))
+        value, grad, aux = self.evaluate(st, point)
+        st = _replace(st, num_fun_evals=st.num_fun_evals + (~idle).astype(jnp.int32))
+        phi, dphi = lax.stop_gradient((value.astype(dtype), tree_dot(grad, m.d, dtype)))
+        updated = linesearch.update(m.search, lax.stop_gradient(t), phi, dphi)
+        search = select(at_base | idle, m.search, updated)
+        trials = m.trials + (~at_base & ~idle).astype(jnp.int32)
+        m = _replace(m, state=st, search=search, trials=trials)
+        # A search ends within its trial budget; one that has not by then is cut off there.
+        ends = at_base | search.done | (trials >= linesearch.max_trials)
+        # A step ends here (for the step's record, which under vmap is sent for all runs).
+        taken = ends & ~at_base
+        operands = (m, point, value, grad, aux, taken)
+        return lax.cond(ends, self.boundary, lambda m, *_: m, *operands)
+
+    def boundary(self, m: Machine, point, value, grad, aux, taken) -> Machine:
+        """The end of a step (or the evaluation at x), then the start of the next step when
+        the machine goes on."""
+        at_base = ~m.state.has_eval
+        operands = (m, point, value, grad, aux, taken)
+        m = lax.cond(at_base, self.take_base, self.end_step, *operands)
+        st = m.state
+        running = st.status == Status.RUNNING
+        if self.until_step:  # `step` ends here, unless this was f at x
+            go_on = at_base & running
+        else:
+            go_on = (
+                running
+                & (st.num_steps < self.solver.max_steps)
+                & (st.steps_since_best < self.solver.stall_steps)
+            )
+        m = _replace(m, open=go_on)
+        return lax.cond(go_on, self.prepare, lambda m: m, m)
+
+    # ------------------------------------------------------------------ transitions
+
+    def take_base(self, m: Machine, point, value, grad, aux, taken) -> Machine:
+        """f and grad at x itself (the first step, or after `reevaluate`): keep them. A fresh
+        evaluation at the start of a step, when the objective may have changed, starts the
+        record of the best point anew."""
+        st, x = m.state, m.x
+        dtype = st.prev_decrease.dtype
+        best = None if st.best is None else BestPoint(value, x, grad, aux, value)
+        st = _replace(
+            st,
+            value=value,
+            grad=grad,
+            aux=aux,
+            has_eval=jnp.array(True),
+            status=self.check(value, grad, dtype, x),
+            best=best,
+            steps_since_best=jnp.zeros_like(st.steps_since_best),
+            lowest_grad_norm=gradient_norm(x, grad, self.box, dtype),
+        )
+        return _replace(m, state=st)
+
+    def prepare(self, m: Machine) -> Machine:
+        """The direction at x and the start of a line search along it (which may end at once,
+        e.g. when its first step would change nothing)."""
+        st, x, box, solver = m.state, m.x, self.box, self.solver
+        dtype = st.prev_decrease.dtype
+        direction = solver.direction
+        limit = jnp.full((), jnp.inf, dtype)
+        if box is None:
+            hvp = functools.partial(
+                _hessian_vector_product, functools.partial(self.evaluate, st), x
+            )
+            d, scaled, direction_state = direction.compute(st.direction, st.grad, dtype, hvp)
+            steepest = jtu.tree_map(jnp.negative, st.grad)
+        else:
+            d, scaled, direction_state, limit = direction.compute_bounded(
+                st.direction, x, st.grad, box, dtype, solver.adjoint.while_loop
+            )
+            steepest = box.projected_gradient(x, st.grad)
+        dphi0 = tree_dot(st.grad, d, dtype)
+        descent = jnp.isfinite(dphi0) & (dphi0 < 0)
+        # Not a descent direction (e.g. rounding in low precision): restart from steepest
+        # descent (projected onto the box when there is one).
+        d = select(descent, d, steepest)
+        dphi0 = jnp.where(descent, dphi0, tree_dot(st.grad, steepest, dtype))
+        direction_state = select(descent, direction_state, direction.reset(direction_state))
+        scaled = scaled & descent
+        linesearch = self.linesearch
+        guess = initial_step(
+            scaled, dphi0, tree_norm(d, dtype), st.prev_decrease, linesearch.max_step_size
+        )
+        phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
+        # Step sizes carry no derivative (see `UnrolledAdjoint`): the searches branch on them.
+        phi0, dphi0_search, guess = lax.stop_gradient((phi0, dphi0, guess))
+        # With a box, no step goes beyond its edge along d, nor the direction's own limit.
+        max_step = None
+        if box is not None:
+            limit = jnp.where(descent, limit, jnp.inf).astype(dtype)
+            max_step = lax.stop_gradient(jnp.minimum(box.max_step(x, d, dtype), limit))
+        search = linesearch.start(
+            st.linesearch, phi0, dphi0_search, guess, min_step, scaled, max_step=max_step
+        )
+        st = _replace(st, direction=direction_state)
+        return _replace(
+            m, state=st, d=d, dphi0=dphi0, search=search, trials=jnp.zeros_like(m.trials)
+        )
+
+    def end_step(self, m: Machine, point, value, grad, aux, taken) -> Machine:
+        """The new iterate, direction memory, counters and status after a search: a search
+        that ends with a step ends at its last trial, so `point` and its f, grad and aux (not
+        x + t d computed again, which XLA may round differently) are the new iterate's."""
+        st, x, search, box, solver = m.state, m.x, m.search, self.box, self.solver
+        dtype = st.prev_decrease.dtype
+        # A search cut off at its trial budget takes no step (and is reported as failed).
+        cut_off = ~search.done
+        moved = search.done & (search.step > 0)
+        x_new = select(moved, point, x)
+        value = jnp.where(moved, value, st.value)
+        grad = select(moved, grad, st.grad)
+        aux = select(moved, aux, st.aux) if solver.has_aux else None
+
+        # st.grad is the gradient at x, including one evaluated at the start of this step.
+        s, y = tree_sub(x_new, x), tree_sub(grad, st.grad)
+        unchanged = tree_equal(x_new, x)
+        direction_state = lax.cond(
+            moved & ~unchanged,
+            lambda ds: solver.direction.update(ds, s, y, dtype),
+            solver.direction.reset,
+            st.direction,
+        )
+        decrease = st.value.astype(dtype) - value.astype(dtype)
+        # For the next initial step (N&W eq. 3.60): the decrease, but at most the first-order
+        # decrease -t phi'(0), which it cannot exceed for convex phi; half of that where f did
+        # not decrease (rounding noise near a minimiser), which makes eq. 3.60 N&W's eq. 3.59.
+        first_order = -search.step * m.dphi0
+        guess_decrease = jnp.where(
+            decrease > 0, jnp.minimum(decrease, first_order), first_order / 2
+        )
+        # Progress is a new best value of f or a new least gradient norm; `run` ends a run
+        # without progress for `stall_steps` steps (cycling within the searches' rounding
+        # allowance, climbing on a wrong gradient) as stalled.
+        best_value = st.value if st.best is None else st.best.value
+        grad_norm = gradient_norm(x_new, grad, box, dtype)
+        improved = moved & ((value < best_value) | (grad_norm < st.lowest_grad_norm))
+        lowest_grad_norm = jnp.where(
+            moved, jnp.minimum(grad_norm, st.lowest_grad_norm), st.lowest_grad_norm
+        )
+        status = step_status(
+            cut_off=cut_off,
+            moved=moved,
+            below_resolution=search.trial < search.min_step,
+            unchanged=unchanged,
+            grad_norm=grad_norm,
+            gtol=solver.gtol,
+            before=st.value,
+            after=value,
+            ftol=solver.ftol,
+        )
+        best = st.best
+        if best is not None:  # ties go to the newer point
+            new_best = moved & (value <= best.value)
+            best = select(new_best, BestPoint(value, x_new, grad, aux, best.start_value), best)
+        # What a cut-off search leaves for the next one: no step.
+        search = _replace(search, step=jnp.where(search.done, search.step, 0))
+        after = SolverState(
+            value=value,
+            grad=grad,
+            aux=aux,
+            has_eval=st.has_eval,
+            direction=direction_state,
+            linesearch=self.linesearch.finish(st.linesearch, search),
+            prev_decrease=jnp.where(moved, guess_decrease, st.prev_decrease),
+            step_size=jnp.where(moved, search.step, 0).astype(dtype),
+            num_steps=st.num_steps + 1,
+            num_fun_evals=st.num_fun_evals,
+            status=status,
+            best=best,
+            steps_since_best=jnp.where(improved, 0, st.steps_since_best + 1).astype(jnp.int32),
+            lowest_grad_norm=lowest_grad_norm,
+        )
+        history = m.history
+        if self.report.per_step:
+            record = step_record(
+                m.evals_at_start, after, dtype, solver.max_steps, solver.stall_steps
+            )
+            if history is not None:
+                history = history.append(record, taken)
+            if self.report.host:
+                self.report.send(record, taken, solver.max_steps)
+        return _replace(
+            m,
+            x=x_new,
+            state=after,
+            evals_at_start=after.num_fun_evals,
+            history=history,
+        )

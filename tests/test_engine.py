@@ -1,0 +1,193 @@
+"""The compiled engine: one loop iteration per evaluation of fn, control flow only at step
+boundaries, and the stopping rules as a pure function."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.extend import core as jcore
+
+import jaxsearch as js
+from jaxsearch._stopping import step_status
+
+from .problems import rosenbrock
+
+
+def control_flow(jaxpr) -> list[tuple[str, int]]:
+    """(primitive, depth) of every while, cond and scan in `jaxpr`, nested ones included; the
+    depth counts the control flow around it (not calls such as jit or custom_jvp)."""
+    found = []
+
+    def visit(jaxpr, depth):
+        for eqn in jaxpr.eqns:
+            inner = depth
+            if eqn.primitive.name in ("while", "cond", "scan"):
+                found.append((eqn.primitive.name, depth))
+                inner = depth + 1
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, list | tuple) else (value,):
+                    if isinstance(sub, jcore.ClosedJaxpr):
+                        visit(sub.jaxpr, inner)
+                    elif isinstance(sub, jcore.Jaxpr):
+                        visit(sub, inner)
+
+    visit(jaxpr, 0)
+    return found
+
+
+def run_jaxpr(solver, **options):
+    return jax.make_jaxpr(lambda x: solver.run(rosenbrock, x, **options).params)(
+        jnp.zeros(2, jnp.float32)
+    ).jaxpr
+
+
+DIRECTIONS = {
+    "lbfgs": js.LBFGS(),
+    "bfgs": js.BFGS(),
+    "cg": js.NonlinearCG(),
+    "gradient": js.Gradient(),
+}
+SEARCHES = {
+    "zoom": js.Zoom(),
+    "more-thuente": js.MoreThuente(),
+    "hager-zhang": js.HagerZhang(),
+    "backtracking": js.Backtracking(),
+}
+
+
+@pytest.mark.parametrize("search", list(SEARCHES))
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_run_is_one_loop_with_one_cond_per_evaluation(direction, search):
+    """`run` compiles to one while loop; its body evaluates fn and has one cond at its top (the
+    step boundary), so an evaluation inside a line search costs two host round trips (the
+    loop's predicate and that cond). All other control flow is nested in the boundary."""
+    solver = js.Solver(DIRECTIONS[direction], SEARCHES[search])
+    found = control_flow(run_jaxpr(solver))
+    assert [name for name, depth in found if depth == 0] == ["while"]
+    assert [name for name, depth in found if depth == 1] == ["cond"]
+    assert len(found) <= 7, found
+
+
+def test_default_run_structure_is_exact():
+    """The default solver's whole program: one while loop, four conds (the boundary; in it, the
+    choice between f at x0 and a step's end, and the start of the next step; in the step's
+    end, the direction memory's update or reset) and the two passes of L-BFGS's two-loop
+    recursion (`fori_loop`s of m trips, in the next step's start)."""
+    found = control_flow(run_jaxpr(js.Solver()))
+    assert sorted(found) == [
+        ("cond", 1),
+        ("cond", 2),
+        ("cond", 2),
+        ("cond", 3),
+        ("scan", 3),
+        ("scan", 3),
+        ("while", 0),
+    ]
+
+
+def test_bounded_run_nests_the_cauchy_loop_in_the_boundary():
+    """With bounds, L-BFGS-B's Cauchy-point walk is a loop, run only at a step's start."""
+    found = control_flow(run_jaxpr(js.Solver(), bounds=(-1.0, 1.0)))
+    assert [name for name, depth in found if depth <= 1] == ["while", "cond"]
+    assert ("while", 3) in found
+
+
+def test_history_adds_no_control_flow():
+    solver = js.Solver()
+    assert control_flow(run_jaxpr(solver, history=True)) == control_flow(run_jaxpr(solver))
+
+
+def test_search_that_ends_as_it_starts_costs_no_counted_evaluation():
+    """A static cap below the line's resolution ends every search at its start: the run takes
+    no step and counts only f at x0, as before the engine evaluated once per iteration."""
+    solver = js.Solver(js.Gradient(), js.Backtracking(max_step_size=1e-30))
+    result = solver.run(rosenbrock, jnp.array([-1.2, 1.0], jnp.float32))
+    assert int(result.num_fun_evals) == 1
+    assert int(result.num_steps) == 1
+    assert int(result.status) == js.Status.STALLED
+
+
+# ------------------------------------------------------------------ the stopping rules
+
+F32 = jnp.float32
+
+
+def status(**changes):
+    """step_status of a step that moved and changed x, with |g| = 1 > gtol and f 10 -> 5."""
+    settings = dict(
+        cut_off=jnp.array(False),
+        moved=jnp.array(True),
+        below_resolution=jnp.array(False),
+        unchanged=jnp.array(False),
+        grad_norm=jnp.array(1.0, F32),
+        gtol=1e-5,
+        before=jnp.array(10.0, F32),
+        after=jnp.array(5.0, F32),
+        ftol=1e-9,
+    )
+    settings.update(changes)
+    return js.Status(int(step_status(**settings)))
+
+
+def test_a_step_that_makes_progress_runs_on():
+    assert status() == js.Status.RUNNING
+
+
+def test_cut_off_search_failed_whatever_else_holds():
+    assert status(cut_off=jnp.array(True), grad_norm=jnp.array(0.0, F32)) == (
+        js.Status.LINESEARCH_FAILED
+    )
+
+
+def test_no_step_is_stalled_below_the_resolution_and_failed_above():
+    no_step = dict(moved=jnp.array(False), after=jnp.array(10.0, F32))
+    assert status(**no_step, below_resolution=jnp.array(True)) == js.Status.STALLED
+    assert status(**no_step) == js.Status.LINESEARCH_FAILED
+
+
+def test_a_step_that_changes_nothing_is_stalled_never_converged():
+    assert status(unchanged=jnp.array(True), grad_norm=jnp.array(0.0, F32)) == js.Status.STALLED
+
+
+def test_gtol_comes_before_ftol():
+    tiny = dict(after=jnp.array(10.0 - 1e-6, F32), ftol=1e-3)
+    assert status(**tiny) == js.Status.CONVERGED_FTOL
+    assert status(**tiny, grad_norm=jnp.array(1e-6, F32)) == js.Status.CONVERGED_GTOL
+
+
+def test_ftol_is_relative_to_at_least_one():
+    # f 0.5 -> 0.4: a decrease of 0.1, judged against max(|f|, 1) = 1
+    small = dict(before=jnp.array(0.5, F32), after=jnp.array(0.4, F32))
+    assert status(**small, ftol=0.2) == js.Status.CONVERGED_FTOL
+    assert status(**small, ftol=0.05) == js.Status.RUNNING
+    assert status(**small, ftol=0.0) == js.Status.RUNNING  # ftol = 0 switches it off
+
+
+def test_a_rise_never_passes_ftol():
+    assert status(after=jnp.array(10.5, F32), ftol=0.5) == js.Status.RUNNING
+
+
+def test_zero_decrease_passes_only_a_resolvable_ftol():
+    same = dict(after=jnp.array(10.0, F32))
+    assert status(**same, ftol=1e-9) == js.Status.RUNNING  # below float32's resolution
+    assert status(**same, ftol=1e-3) == js.Status.CONVERGED_FTOL
+
+
+def test_status_with_array_settings_under_jit():
+    """gtol and ftol may be traced (array settings)."""
+
+    @jax.jit
+    def decide(gtol, ftol):
+        return step_status(
+            cut_off=jnp.array(False),
+            moved=jnp.array(True),
+            below_resolution=jnp.array(False),
+            unchanged=jnp.array(False),
+            grad_norm=jnp.array(1e-3, F32),
+            gtol=gtol,
+            before=jnp.array(10.0, F32),
+            after=jnp.array(5.0, F32),
+            ftol=ftol,
+        )
+
+    assert int(decide(jnp.array(1e-2, F32), jnp.array(1e-9, F32))) == js.Status.CONVERGED_GTOL
+    assert int(decide(jnp.array(1e-4, F32), jnp.array(1e-9, F32))) == js.Status.RUNNING
