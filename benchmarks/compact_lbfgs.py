@@ -178,7 +178,7 @@ class CompactLBFGS(AbstractDirection):
         d = jtu.tree_map(leaf, grad, state.s, state.y)
         return d, state.count > 0, state
 
-    def update(self, state, s, y, dtype) -> CompactLBFGSState:
+    def update(self, state, s, y, dtype, accept=True) -> CompactLBFGSState:
         s = jtu.tree_map(lambda si, b: si.astype(b.dtype), s, state.s)
         y = jtu.tree_map(lambda yi, b: yi.astype(b.dtype), y, state.y)
         sy = tree_dot(s, y, dtype)
@@ -186,7 +186,7 @@ class CompactLBFGS(AbstractDirection):
         ss = tree_dot(s, s, dtype)
         eps = dtype_eps(state.s) if self.curvature_eps is None else self.curvature_eps
         guard = sy > eps * jnp.sqrt(ss) * jnp.sqrt(yy)
-        keep = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & jnp.isfinite(ss) & (yy > 0)
+        keep = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & jnp.isfinite(ss) & (yy > 0) & accept
 
         def write(buffer, new):
             return buffer.at[state.head].set(jnp.where(keep, new, buffer[state.head]))

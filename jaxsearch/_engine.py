@@ -186,6 +186,17 @@ class Engine:
         ends = at_base | search.done | (trials >= linesearch.max_trials)
         # A step ends here (for the step's record, which under vmap is sent for all runs).
         taken = ends & ~at_base
+        # A step that ends having changed x gives the direction's memory its pair (s, y); one
+        # that did not resets it. Done at every iteration without a branch, so the memory is
+        # written in place: written inside the boundary's cond, next to the next direction's
+        # reads of it, XLA copies the whole memory (measured: 54 n-vectors instead of 33).
+        direction = self.solver.direction
+        moved = taken & search.done & (search.step > 0)
+        pair = moved & ~tree_equal(point, m.x)
+        s, y = tree_sub(point, m.x), tree_sub(grad, st.grad)
+        memory = direction.update(st.direction, s, y, dtype, accept=pair)
+        memory = select(taken & ~pair, direction.reset(memory), memory)
+        m = _replace(m, state=_replace(m.state, direction=memory))
         operands = (m, point, value, grad, aux, taken)
         return lax.cond(ends, self.boundary, lambda m, *_: m, *operands)
 
@@ -277,9 +288,10 @@ class Engine:
         )
 
     def end_step(self, m: Machine, point, value, grad, aux, taken) -> Machine:
-        """The new iterate, direction memory, counters and status after a search: a search
-        that ends with a step ends at its last trial, so `point` and its f, grad and aux (not
-        x + t d computed again, which XLA may round differently) are the new iterate's."""
+        """The new iterate, counters and status after a search (the direction's memory is
+        updated in `iterate`): a search that ends with a step ends at its last trial, so
+        `point` and its f, grad and aux (not x + t d computed again, which XLA may round
+        differently) are the new iterate's."""
         st, x, search, box, solver = m.state, m.x, m.search, self.box, self.solver
         dtype = st.prev_decrease.dtype
         # A search cut off at its trial budget takes no step (and is reported as failed).
@@ -290,15 +302,7 @@ class Engine:
         grad = select(moved, grad, st.grad)
         aux = select(moved, aux, st.aux) if solver.has_aux else None
 
-        # st.grad is the gradient at x, including one evaluated at the start of this step.
-        s, y = tree_sub(x_new, x), tree_sub(grad, st.grad)
         unchanged = tree_equal(x_new, x)
-        direction_state = lax.cond(
-            moved & ~unchanged,
-            lambda ds: solver.direction.update(ds, s, y, dtype),
-            solver.direction.reset,
-            st.direction,
-        )
         decrease = st.value.astype(dtype) - value.astype(dtype)
         # For the next initial step (N&W eq. 3.60): the decrease, but at most the first-order
         # decrease -t phi'(0), which it cannot exceed for convex phi; half of that where f did
@@ -338,7 +342,7 @@ class Engine:
             grad=grad,
             aux=aux,
             has_eval=st.has_eval,
-            direction=direction_state,
+            direction=st.direction,
             linesearch=self.linesearch.finish(st.linesearch, search),
             prev_decrease=jnp.where(moved, guess_decrease, st.prev_decrease),
             step_size=jnp.where(moved, search.step, 0).astype(dtype),
@@ -359,9 +363,5 @@ class Engine:
             if self.report.host:
                 self.report.send(record, taken, solver.max_steps)
         return _replace(
-            m,
-            x=x_new,
-            state=after,
-            evals_at_start=after.num_fun_evals,
-            history=history,
+            m, x=x_new, state=after, evals_at_start=after.num_fun_evals, history=history
         )

@@ -68,16 +68,15 @@ def test_run_is_one_loop_with_one_cond_per_evaluation(direction, search):
 
 
 def test_default_run_structure_is_exact():
-    """The default solver's whole program: one while loop, four conds (the boundary; in it, the
-    choice between f at x0 and a step's end, and the start of the next step; in the step's
-    end, the direction memory's update or reset) and the two passes of L-BFGS's two-loop
-    recursion (`fori_loop`s of m trips, in the next step's start)."""
+    """The default solver's whole program: one while loop, three conds (the boundary; in it, the
+    choice between f at x0 and a step's end, and the start of the next step) and the two
+    passes of L-BFGS's two-loop recursion (`fori_loop`s of m trips, in the next step's
+    start). The direction memory's update is no branch: it is masked, written in place."""
     found = control_flow(run_jaxpr(js.Solver()))
     assert sorted(found) == [
         ("cond", 1),
         ("cond", 2),
         ("cond", 2),
-        ("cond", 3),
         ("scan", 3),
         ("scan", 3),
         ("while", 0),
@@ -89,6 +88,26 @@ def test_bounded_run_nests_the_cauchy_loop_in_the_boundary():
     found = control_flow(run_jaxpr(js.Solver(), bounds=(-1.0, 1.0)))
     assert [name for name, depth in found if depth <= 1] == ["while", "cond"]
     assert ("while", 3) in found
+
+
+def lbfgs_memory_copies(n: int) -> list[str]:
+    """The copies of an L-BFGS memory buffer ((m, n) float32) in the optimised program of a
+    compiled `run` (the one that initialises it, outside the loop, aside)."""
+    solver = js.Solver(js.LBFGS(memory_size=3))
+    x0 = jnp.zeros(n, jnp.float32)
+    text = jax.jit(lambda x: solver.run(rosenbrock, x).params).lower(x0).compile().as_text()
+    return [
+        line
+        for line in text.splitlines()
+        if f"f32[3,{n}]" in line and " copy(" in line and "broadcast" not in line
+    ]
+
+
+def test_memory_is_written_in_place():
+    """The memory update is masked at the top of the loop's body, not inside the boundary's
+    cond: there, next to the next direction's reads of it, XLA copied the whole memory at
+    every step boundary (twice the memory, 54 n-vectors against 33 for n = 1e5, m = 10)."""
+    assert lbfgs_memory_copies(1000) == []
 
 
 def test_history_adds_no_control_flow():

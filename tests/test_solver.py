@@ -368,7 +368,7 @@ class _Ascent(js.AbstractDirection):
     def compute(self, state, grad, dtype, hvp=None):
         return grad, jnp.array(False), state + 1
 
-    def update(self, state, s, y, dtype):
+    def update(self, state, s, y, dtype, accept=True):
         return state
 
     def reset(self, state):

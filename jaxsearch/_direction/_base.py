@@ -54,8 +54,11 @@ class AbstractDirection(eqx.Module):
         raise NotImplementedError(f"{type(self).__name__} does not support bounds.")
 
     @abc.abstractmethod
-    def update(self, state: PyTree, s: PyTree, y: PyTree, dtype) -> PyTree:
-        """Record an accepted step: s = x_new - x, y = grad_new - grad (in at least float32)."""
+    def update(self, state: PyTree, s: PyTree, y: PyTree, dtype, accept=True) -> PyTree:
+        """Record an accepted step: s = x_new - x, y = grad_new - grad (in at least float32).
+        Where `accept` (a traced boolean) is False the state is returned unchanged: the
+        solver calls `update` at every step boundary without branching, so that memory
+        buffers are written in place (inside a branch XLA would copy them)."""
 
     @abc.abstractmethod
     def reset(self, state: PyTree) -> PyTree:

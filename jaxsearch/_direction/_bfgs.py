@@ -83,7 +83,7 @@ class BFGS(AbstractDirection):
         d = -jnp.matmul(h, g, precision=_HIGHEST)
         return _unflatten(d, grad), state.count > 0, state
 
-    def update(self, state, s, y, dtype) -> BFGSState:
+    def update(self, state, s, y, dtype, accept=True) -> BFGSState:
         h = state.inv_hessian
         matrix_dtype = h.dtype
         s, y = _flatten(s, matrix_dtype), _flatten(y, matrix_dtype)
@@ -108,6 +108,7 @@ class BFGS(AbstractDirection):
             & (yy > 0)
             & jnp.isfinite(yhy)
             & jnp.all(jnp.isfinite(new))
+            & accept
         )
         return BFGSState(
             inv_hessian=jnp.where(keep, new, h),

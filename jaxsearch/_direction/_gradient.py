@@ -26,7 +26,7 @@ class Gradient(AbstractDirection):
         d = box.projected_gradient(x, grad)
         return d, jnp.array(False), state, jnp.full((), jnp.inf, dtype)
 
-    def update(self, state, s, y, dtype) -> None:
+    def update(self, state, s, y, dtype, accept=True) -> None:
         return None
 
     def reset(self, state) -> None:

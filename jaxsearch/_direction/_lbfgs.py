@@ -170,14 +170,14 @@ class LBFGS(AbstractDirection):
         limit = jnp.where((state.count == 0) & bounded, 1, jnp.inf).astype(dtype)
         return d, (state.count > 0) | boxed, state, limit
 
-    def update(self, state, s, y, dtype) -> LBFGSState:
+    def update(self, state, s, y, dtype, accept=True) -> LBFGSState:
         s = jtu.tree_map(lambda si, b: si.astype(b.dtype), s, state.s)
         y = jtu.tree_map(lambda yi, b: yi.astype(b.dtype), y, state.y)
         sy = tree_dot(s, y, dtype)
         yy = tree_dot(y, y, dtype)
         eps = dtype_eps(state.s) if self.curvature_eps is None else self.curvature_eps
         guard = sy > eps * tree_norm(s, dtype) * jnp.sqrt(yy)
-        keep = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & (yy > 0)
+        keep = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & (yy > 0) & accept
 
         def write(buffer, new):
             return buffer.at[state.head].set(jnp.where(keep, new, buffer[state.head]))

@@ -225,7 +225,7 @@ class NewtonCG(AbstractDirection):
         )
         return d, ~steepest, new_state
 
-    def update(self, state, s, y, dtype) -> NewtonCGState:
+    def update(self, state, s, y, dtype, accept=True) -> NewtonCGState:
         return state
 
     def reset(self, state) -> NewtonCGState:

@@ -130,7 +130,7 @@ class NonlinearCG(AbstractDirection):
         )
         return d, scalar(False, jnp.bool_), new_state
 
-    def update(self, state, s, y, dtype) -> NonlinearCGState:
+    def update(self, state, s, y, dtype, accept=True) -> NonlinearCGState:
         return state  # compute keeps g_{k-1} and d_{k-1}; y is recomputed from them
 
     def reset(self, state) -> NonlinearCGState:
