@@ -56,10 +56,12 @@ def examples(session):
 def bench(session):
     """Benchmarks against scipy, optax, jaxopt, optimistix: problems solved and evaluations
     (`benchmarks/run.py`, given the session's arguments, e.g. `nox -s bench -- --quick`), then
-    compile, run and memory costs (`benchmarks/speed.py`)."""
+    compile, run and memory costs (`benchmarks/speed.py`), then the compiled engine against
+    optax.lbfgs (`benchmarks/engine.py`)."""
     session.install(".[bench]")
     session.run("python", "benchmarks/run.py", *session.posargs)
     session.run("python", "benchmarks/speed.py")
+    session.run("python", "benchmarks/engine.py")
 
 
 @nox.session

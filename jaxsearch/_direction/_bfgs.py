@@ -91,6 +91,10 @@ class BFGS(AbstractDirection):
         ss = jnp.dot(s, s, precision=_HIGHEST)
         yy = jnp.dot(y, y, precision=_HIGHEST)
         guard = sy > state.eps * jnp.sqrt(ss) * jnp.sqrt(yy)
+        usable = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & (yy > 0) & accept
+        # Divisors of 1 where the pair is not used: the update also runs for pairs it does
+        # not take (s = 0, say), and a derivative through the unused quotients would be NaN.
+        sy, yy = jnp.where(usable, sy, 1), jnp.where(usable, yy, 1)
 
         eye = jnp.eye(h.shape[0], dtype=matrix_dtype)
         base = jnp.where(state.count == 0, (sy / yy) * eye, h)  # N&W eq. 6.20 before the first
@@ -101,15 +105,7 @@ class BFGS(AbstractDirection):
         new = base - jnp.outer(rs, hy) - jnp.outer(hy, rs) + (1 + rho * yhy) * jnp.outer(rs, s)
         new = (new + new.T) / 2
 
-        keep = (
-            guard
-            & jnp.isfinite(sy)
-            & jnp.isfinite(yy)
-            & (yy > 0)
-            & jnp.isfinite(yhy)
-            & jnp.all(jnp.isfinite(new))
-            & accept
-        )
+        keep = usable & jnp.isfinite(yhy) & jnp.all(jnp.isfinite(new))
         return BFGSState(
             inv_hessian=jnp.where(keep, new, h),
             count=(state.count + keep.astype(jnp.int32)).astype(jnp.int32),

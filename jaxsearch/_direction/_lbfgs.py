@@ -179,6 +179,10 @@ class LBFGS(AbstractDirection):
         guard = sy > eps * tree_norm(s, dtype) * jnp.sqrt(yy)
         keep = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & (yy > 0) & accept
 
+        # Divisors of 1 where the pair is not kept: the update also runs for pairs it does
+        # not take (s = 0, say), and a derivative through the unused quotient would be NaN.
+        sy_, yy_ = jnp.where(keep, sy, 1), jnp.where(keep, yy, 1)
+
         def write(buffer, new):
             return buffer.at[state.head].set(jnp.where(keep, new, buffer[state.head]))
 
@@ -186,8 +190,8 @@ class LBFGS(AbstractDirection):
         return LBFGSState(
             s=jtu.tree_map(write, state.s, s),
             y=jtu.tree_map(write, state.y, y),
-            rho=jnp.where(keep, state.rho.at[state.head].set(1 / sy), state.rho),
-            gamma=jnp.where(keep, sy / yy, state.gamma).astype(dtype),
+            rho=jnp.where(keep, state.rho.at[state.head].set(1 / sy_), state.rho),
+            gamma=jnp.where(keep, sy_ / yy_, state.gamma).astype(dtype),
             count=jnp.where(keep, jnp.minimum(state.count + 1, m), state.count).astype(jnp.int32),
             head=jnp.where(keep, (state.head + 1) % m, state.head).astype(jnp.int32),
         )

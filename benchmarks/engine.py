@@ -1,0 +1,431 @@
+"""The compiled engine around the algorithms, side by side with optax.lbfgs, in one run.
+
+    python benchmarks/engine.py              # CPU: n = 1e5 / 1e6 rows; GPU: 1e6 and 1e7 too
+    python benchmarks/engine.py --quick      # smaller sizes (a couple of minutes on 2 CPUs)
+    python benchmarks/engine.py --out /tmp/engine
+
+Rows (issue 17's table), each a ratio measured in this process:
+
+  control flow   while / cond / scan primitives in the jaxpr of `Solver(LBFGS(), Zoom()).run`
+                 (a scan counted once per trip), and the round trips to the host that one
+                 evaluation costs where the step goes on (the while's predicate and every
+                 `lax.cond` at the top of its body) and at a step boundary (every cond);
+  bytes          XLA's bytes accessed by one jitted L-BFGS `step` (one trial), n = 1e5
+                 float32, over the floor (4m + 8) 4n; optax's update alongside;
+  compile        compile of `run` on sum(x^2), n = 1000 float32, over optax.lbfgs's compile in
+                 its documented `lax.while_loop`;
+  small          2-D Rosenbrock `run` under `jax.jit`, wall (min over repeats), over optax's
+                 jitted loop to the same gtol;
+  large          extended Rosenbrock n = 1e6 float32 to |g|_inf <= 1e-3, wall, over optax;
+  pinn           the L-BFGS phase of a PINN (Equinox MLP 1-32-32-1, loss with second
+                 derivatives), 200 steps each, wall, over optax;
+  heavy          speed.py's deep network: compile of `run`, and of init + a jitted step to its
+                 2nd call, over the objective's own value-and-grad compile;
+  memory         the L-BFGS run's peak (XLA memory analysis) in n-vectors, m = 10, against
+                 2m + 6;
+  variants       the two-loop recursion (unrolled, the library's) against the compact form
+                 (benchmarks/compact_lbfgs.py) inside the engine: control flow, bytes and the
+                 extended-Rosenbrock wall.
+
+Writes engine_<backend>.json and engine_<backend>.md to --out and prints the markdown.
+"""
+
+import argparse
+import json
+import pathlib
+import platform
+import sys
+import time
+
+import equinox as eqx
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jcore
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import peers as peers_mod  # noqa: E402
+import problems as problems_mod  # noqa: E402
+import speed  # noqa: E402  (its measuring helpers; it also switches the compile cache off)
+from compact_lbfgs import CompactLBFGS  # noqa: E402
+
+import jaxsearch as js  # noqa: E402
+
+CONTROL_FLOW = ("while", "cond", "scan")
+TARGETS = {
+    "control_flow": 12,
+    "bytes": 1.3,
+    "compile": 0.5,
+    "small": 0.5,
+    "large": 0.6,
+    "pinn": 0.8,
+    "heavy": 1.15,
+    "memory": 2 * speed.MEMORY_SIZE + 6,
+}
+
+
+# ------------------------------------------------------------------------------ structure
+
+
+def _subjaxprs(eqn):
+    for value in eqn.params.values():
+        for item in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(item, jcore.ClosedJaxpr):
+                yield item.jaxpr
+            elif isinstance(item, jcore.Jaxpr):
+                yield item
+
+
+def count_control_flow(jaxpr, trips: int = 1) -> dict[str, int]:
+    """while / cond / scan equations in `jaxpr` and all it nests; a scan's body is counted once
+    per trip of the scan (its length), as is the scan itself."""
+    counts = dict.fromkeys(CONTROL_FLOW, 0)
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        inner = trips * (eqn.params.get("length", 1) if name == "scan" else 1)
+        if name in counts:
+            counts[name] += inner
+        for sub in _subjaxprs(eqn):
+            for key, value in count_control_flow(sub, inner).items():
+                counts[key] += value
+    return counts
+
+
+def _top_level_conds(jaxpr) -> int:
+    return sum(eqn.primitive.name == "cond" for eqn in jaxpr.eqns)
+
+
+def _outermost_while(jaxpr):
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "while":
+            return eqn
+        for sub in _subjaxprs(eqn):
+            found = _outermost_while(sub)
+            if found is not None:
+                return found
+    return None
+
+
+def round_trips(jaxpr) -> dict:
+    """The host round trips of one iteration of the outermost while loop in `jaxpr` (inside
+    jit and custom_jvp calls): on the way (its predicate and the conds at the top of its
+    body) and at most (every control-flow primitive its body nests, a scan once per trip)."""
+    loop = _outermost_while(jaxpr)
+    if loop is None:
+        return {"per_evaluation": None, "at_boundary": None}
+    body = loop.params["body_jaxpr"].jaxpr
+    nested = count_control_flow(body)
+    return {"per_evaluation": 1 + _top_level_conds(body), "at_boundary": 1 + sum(nested.values())}
+
+
+def structure(solver: js.Solver) -> dict:
+    jaxpr = jax.make_jaxpr(lambda x: solver.run(problems_mod._ext_rosenbrock, x, None).params)(
+        jnp.zeros(2, jnp.float32)
+    ).jaxpr
+    counts = count_control_flow(jaxpr)
+    return {**counts, "total": sum(counts.values()), **round_trips(jaxpr)}
+
+
+# ------------------------------------------------------------------------------ timing
+
+
+def min_wall(call, reps: int) -> float:
+    return min(speed.wall_times(call, reps))
+
+
+def ext_rosenbrock_x0(n: int):
+    return jnp.asarray(np.tile(np.float32([-1.2, 1.0]), n // 2))
+
+
+def small(reps: int) -> dict:
+    """2-D Rosenbrock in float32 under jax.jit, min wall: jaxsearch against optax's loop."""
+    fn, x0 = problems_mod._ext_rosenbrock, ext_rosenbrock_x0(2)
+    cfg = peers_mod.Config(gtol=1e-5, ftol=0.0, max_steps=1000)
+    solver = js.Solver(js.LBFGS(), js.Zoom(), gtol=cfg.gtol, ftol=0.0, max_steps=cfg.max_steps)
+    ours = jax.jit(lambda x: solver.run(fn, x, None))
+    optax_call = peers_mod.optax_lbfgs(fn, x0, None, cfg)
+    result = ours(x0)
+    row = {
+        "jaxsearch_s": min_wall(lambda: ours(x0), reps),
+        "optax_s": min_wall(optax_call, reps),
+        "evals": int(result.num_fun_evals),
+        "steps": int(result.num_steps),
+    }
+    row["ratio"] = row["jaxsearch_s"] / row["optax_s"]
+    row["per_evaluation_us"] = 1e6 * row["jaxsearch_s"] / row["evals"]
+    return row
+
+
+def large(n: int, reps: int, direction=None) -> dict:
+    """Extended Rosenbrock to |g|_inf <= 1e-3 in float32, wall: jaxsearch against optax."""
+    fn, x0 = problems_mod._ext_rosenbrock, ext_rosenbrock_x0(n)
+    cfg = peers_mod.Config(gtol=1e-3, ftol=0.0, max_steps=300)
+    solver = js.Solver(direction, gtol=cfg.gtol, ftol=0.0, max_steps=cfg.max_steps)
+    ours = jax.jit(lambda x: solver.run(fn, x, None))
+    result = jax.block_until_ready(ours(x0))
+    row = {
+        "n": n,
+        "jaxsearch_s": min_wall(lambda: ours(x0), reps),
+        "evals": int(result.num_fun_evals),
+        "steps": int(result.num_steps),
+        "status": js.Status(int(result.status)).name,
+    }
+    if direction is None:
+        optax_call = peers_mod.optax_lbfgs(fn, x0, None, cfg)
+        row["optax_s"] = min_wall(optax_call, reps)
+        row["optax_steps"] = optax_call().iterations
+        row["ratio"] = row["jaxsearch_s"] / row["optax_s"]
+    row["per_step_us"] = 1e6 * row["jaxsearch_s"] / max(row["steps"], 1)
+    return row
+
+
+def compile_small() -> dict:
+    """Compile of `run` on sum(x^2), n = 1000 float32, against optax's documented loop."""
+    x0 = jnp.ones(1000, jnp.float32)
+    cfg = peers_mod.Config(gtol=1e-6, ftol=0.0, max_steps=100)
+    solver = js.Solver(gtol=cfg.gtol, ftol=0.0, max_steps=cfg.max_steps)
+    fn = speed.sum_of_squares
+    ours = speed.compile_whole_run(peers_mod._jaxsearch(solver, fn, x0, None, cfg))
+    theirs = speed.compile_whole_run(peers_mod.optax_lbfgs(fn, x0, None, cfg))
+    return {
+        "jaxsearch_s": ours["compile_s"],
+        "optax_s": theirs["compile_s"],
+        "ratio": ours["compile_s"] / theirs["compile_s"],
+    }
+
+
+class MLP(eqx.Module):
+    layers: list
+
+    def __init__(self, key):
+        keys = jax.random.split(key, 3)
+        self.layers = [
+            eqx.nn.Linear(1, 32, key=keys[0]),
+            eqx.nn.Linear(32, 32, key=keys[1]),
+            eqx.nn.Linear(32, 1, key=keys[2]),
+        ]
+
+    def __call__(self, x):
+        h = x[None]
+        for layer in self.layers[:-1]:
+            h = jnp.tanh(layer(h))
+        return self.layers[-1](h)[0]
+
+
+def pinn_loss(params, static, xs):
+    """-u'' = pi^2 sin(pi x) on (0, 1), u(0) = u(1) = 0, by collocation at xs."""
+    model = eqx.combine(params, static)
+    u_xx = jax.vmap(jax.grad(jax.grad(model)))(xs)
+    residual = -u_xx - jnp.pi**2 * jnp.sin(jnp.pi * xs)
+    boundary = model(jnp.zeros(())) ** 2 + model(jnp.ones(())) ** 2
+    return jnp.mean(residual**2) + boundary
+
+
+def pinn(steps: int, reps: int) -> dict:
+    """The L-BFGS phase of a PINN, `steps` steps each (gtol 0), wall: jaxsearch against optax,
+    on the network's parameters as one flat vector (peers.py's optax loop takes an array)."""
+    params, static = eqx.partition(MLP(jax.random.key(0)), eqx.is_inexact_array)
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+    xs = jnp.linspace(0.0, 1.0, 64, dtype=jnp.float32)
+
+    def objective(p, xs):
+        return pinn_loss(unravel(p), static, xs)
+
+    params = flat
+
+    cfg = peers_mod.Config(gtol=0.0, ftol=0.0, max_steps=steps)
+    solver = js.Solver(gtol=0.0, ftol=0.0, max_steps=steps, stall_steps=steps)
+    ours = jax.jit(lambda p, xs: solver.run(objective, p, xs))
+    result = ours(params, xs)
+    optax_call = peers_mod.optax_lbfgs(objective, params, xs, cfg)
+    row = {
+        "parameters": sum(x.size for x in jax.tree.leaves(params)),
+        "steps": int(result.num_steps),
+        "jaxsearch_s": min_wall(lambda: ours(params, xs), reps),
+        "optax_s": min_wall(optax_call, reps),
+        "optax_steps": optax_call().iterations,
+        "jaxsearch_value": float(result.value),
+    }
+    row["ratio"] = row["jaxsearch_s"] / row["optax_s"]
+    return row
+
+
+def variant(direction, n: int) -> dict:
+    solver = js.Solver(direction, gtol=1e-3, max_steps=300)
+    fn, x0 = problems_mod._ext_rosenbrock, ext_rosenbrock_x0(n)
+    start, step = speed.jaxsearch_step_fns(solver, fn)
+    state = start(x0, None)
+    cost = jax.jit(lambda p, s: step(p, s, None)).lower(x0, state).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    return {
+        **structure(solver),
+        "bytes_vs_floor": float(cost["bytes accessed"]) / speed.bytes_floor(n),
+        **{f"large_{k}": v for k, v in large(n, 3, direction).items()},
+    }
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def measure(quick: bool) -> dict:
+    gpu = jax.default_backend() == "gpu"
+    n_bytes = 100_000
+    n_large = 100_000 if quick else 1_000_000
+    reps = 5 if quick else 20
+    out: dict = {}
+    steps = [
+        ("control_flow", lambda: structure(js.Solver(js.LBFGS(), js.Zoom()))),
+        ("bytes", lambda: speed.step_bytes(n_bytes)),
+        ("compile", compile_small),
+        ("small", lambda: small(reps * 10)),
+        ("large", lambda: large(n_large, 3)),
+        ("pinn", lambda: pinn(50 if quick else 200, 3)),
+        ("heavy", lambda: speed.section_compile(speed.QUICK if quick else speed.FULL)),
+        ("memory", lambda: speed.section_memory(n_bytes)),
+        (
+            "variants",
+            lambda: {
+                "unrolled": variant(js.LBFGS(), n_bytes),
+                "compact": variant(CompactLBFGS(), n_bytes),
+            },
+        ),
+    ]
+    if gpu:
+        steps.append(("large_1e7", lambda: large(10_000_000, 3)))
+    for name, run in steps:
+        print(f"  {name} ...", flush=True)
+        t0 = time.perf_counter()
+        out[name] = speed.guarded(name, run)
+        speed.fresh()
+        print(f"  {name}: {time.perf_counter() - t0:.1f} s", flush=True)
+    return out
+
+
+def _get(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def markdown(data: dict, meta: dict) -> str:
+    def verdict(value, target):
+        return "—" if value is None else ("PASS" if value <= target else "MISS")
+
+    def fmt(x):
+        return "—" if x is None else f"{x:.3g}"
+
+    heavy = data.get("heavy", {}).get("rows", {})
+    base = _get(heavy, "value_and_grad (baseline)", "compile_s")
+    heavy_run = _get(heavy, "jaxsearch run", "compile_s")
+    heavy_step = _get(heavy, "jaxsearch init + 2 steps", "compile_s")
+    bytes_row = data.get("bytes", {})
+    floor = bytes_row.get("floor_bytes")
+    js_bytes = _get(bytes_row, "jaxsearch", "bytes_accessed")
+    ox_bytes = _get(bytes_row, "optax", "bytes_accessed")
+    rows = [
+        ("control flow in run's jaxpr", None, _get(data, "control_flow", "total"), "control_flow"),
+        (
+            "bytes per L-BFGS step / floor, n = 1e5",
+            ox_bytes / floor if ox_bytes and floor else None,
+            js_bytes / floor if js_bytes and floor else None,
+            "bytes",
+        ),
+        ("compile of run, sum(x^2) n = 1000 / optax", 1, _get(data, "compile", "ratio"), "compile"),
+        ("2-D Rosenbrock run in jit, wall / optax", 1, _get(data, "small", "ratio"), "small"),
+        (
+            f"ext. Rosenbrock n = {_get(data, 'large', 'n')}, wall / optax",
+            1,
+            _get(data, "large", "ratio"),
+            "large",
+        ),
+        ("PINN L-BFGS phase, equal steps, wall / optax", 1, _get(data, "pinn", "ratio"), "pinn"),
+        (
+            "heavy objective: compile of run / value-and-grad",
+            None,
+            heavy_run / base if heavy_run and base else None,
+            "heavy",
+        ),
+        (
+            "heavy objective: init + 2 steps / value-and-grad",
+            None,
+            heavy_step / base if heavy_step and base else None,
+            "heavy",
+        ),
+        ("L-BFGS peak memory, n-vectors", None, _get(data, "memory", "vectors"), "memory"),
+    ]
+    lines = [
+        f"# Engine benchmark ({meta['backend']}, {meta['device']})",
+        "",
+        f"jax {meta['jax']}, optax {meta['optax']}, {meta['cpu']}; `{meta['command']}`",
+        "",
+        "| measure | optax | jaxsearch | target | |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for label, theirs, ours, key in rows:
+        target = TARGETS[key]
+        lines.append(
+            f"| {label} | {fmt(theirs)} | {fmt(ours)} | ≤ {target} | {verdict(ours, target)} |"
+        )
+    cf = data.get("control_flow", {})
+    lines += [
+        "",
+        f"Control flow: {cf.get('while')} while, {cf.get('cond')} cond, {cf.get('scan')} scan "
+        f"trips; round trips per evaluation {cf.get('per_evaluation')}, at a step boundary "
+        f"at most {cf.get('at_boundary')}.",
+        "",
+        f"2-D Rosenbrock: {fmt(_get(data, 'small', 'jaxsearch_s'))} s, "
+        f"{fmt(_get(data, 'small', 'per_evaluation_us'))} µs per evaluation "
+        f"({_get(data, 'small', 'evals')} evaluations).",
+        "",
+        "| variant | control flow | round trips / evaluation | bytes / floor | "
+        "ext. Rosenbrock wall (s) | steps |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, row in (data.get("variants") or {}).items():
+        if not isinstance(row, dict) or "total" not in row:
+            lines.append(f"| {name} | error | | | | |")
+            continue
+        lines.append(
+            f"| {name} | {row['total']} | {row['per_evaluation']} | "
+            f"{fmt(row['bytes_vs_floor'])} | {fmt(row.get('large_jaxsearch_s'))} | "
+            f"{row.get('large_steps')} |"
+        )
+    if "large_1e7" in data:
+        lines += ["", f"n = 1e7: {json.dumps(data['large_1e7'])}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args(argv)
+    import optax
+
+    meta = {
+        "backend": jax.default_backend(),
+        "device": str(jax.devices()[0]),
+        "jax": jax.__version__,
+        "optax": optax.__version__,
+        "cpu": platform.processor() or platform.machine(),
+        "command": " ".join(["python", "benchmarks/engine.py", *(argv or sys.argv[1:])]),
+    }
+    data = measure(args.quick)
+    text = markdown(data, meta)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"engine_{meta['backend']}.json").write_text(
+        json.dumps({"meta": meta, "data": data}, indent=1, default=str)
+    )
+    (out / f"engine_{meta['backend']}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
