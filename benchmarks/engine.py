@@ -232,8 +232,8 @@ def pinn(steps: int, reps: int) -> dict:
     flat, unravel = jax.flatten_util.ravel_pytree(params)
     xs = jnp.linspace(0.0, 1.0, 64, dtype=jnp.float32)
 
-    def objective(p, xs):
-        return pinn_loss(unravel(p), static, xs)
+    def objective(p, args):  # peers.py's optax loop passes the data as `args=`
+        return pinn_loss(unravel(p), static, args)
 
     params = flat
 
