@@ -6,15 +6,15 @@ from jaxtyping import Array, Bool, Int, Scalar
 
 from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
 from ._base import (
-    AbstractLineSearch,
     AbstractSearch,
     Point,
     at_capped_edge,
     capped_search,
     effective_cap,
 )
-from ._conditions import ValueScale, no_allowance, sufficient_decrease
+from ._conditions import ValueScale, sufficient_decrease
 from ._interpolate import quadratic_minimiser, scaled_cubic, secant_minimiser
+from ._wolfe import AbstractWolfeSearch
 
 _SEARCH, _FALLBACK = 0, 1
 _EXTRAPOLATE_MIN, _EXTRAPOLATE_MAX = 1.1, 4.0  # next step in t + [1.1, 4] (t - t_x)
@@ -95,7 +95,7 @@ def _shift(point: Point, slope) -> Point:
     return Point(point.t, point.phi - point.t * slope, point.dphi - slope)
 
 
-class MoreThuente(AbstractLineSearch):
+class MoreThuente(AbstractWolfeSearch):
     """Line search for the strong Wolfe conditions
 
         phi(t) <= phi(0) + ftol t phi'(0)   and   |phi'(t)| <= gtol |phi'(0)|,
@@ -178,20 +178,6 @@ class MoreThuente(AbstractLineSearch):
         if self.epsilon is not None:
             check_setting(name, "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
         check_setting(name, "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
-
-    @property
-    def monotone(self) -> bool:
-        return no_allowance(self.epsilon)  # Armijo's test alone: f never rises
-
-    def allowance(self, state):
-        return state.allowance(self.epsilon)
-
-    @property
-    def max_trials(self) -> int:
-        return self.max_steps + 1  # and the fallback's re-evaluation
-
-    def init(self, dtype) -> ValueScale:
-        return ValueScale.empty(dtype)
 
     def start(
         self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None

@@ -6,15 +6,15 @@ from jaxtyping import Array, Int, Scalar
 
 from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
 from ._base import (
-    AbstractLineSearch,
     AbstractSearch,
     Point,
     at_capped_edge,
     capped_search,
     effective_cap,
 )
-from ._conditions import ValueScale, no_allowance, sufficient_decrease
+from ._conditions import ValueScale, sufficient_decrease
 from ._interpolate import expansion_trial, zoom_trial
+from ._wolfe import AbstractWolfeSearch
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
 
@@ -29,7 +29,7 @@ class _ZoomSearch(AbstractSearch):
     scale: ValueScale  # C_k, the scale of f's rounding error
 
 
-class Zoom(AbstractLineSearch):
+class Zoom(AbstractWolfeSearch):
     """Line search for the strong Wolfe conditions
 
         phi(t) <= phi(0) + c1 t phi'(0)   and   |phi'(t)| <= c2 |phi'(0)|,
@@ -86,20 +86,6 @@ class Zoom(AbstractLineSearch):
         check_setting("Zoom", "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
         if self.epsilon is not None:
             check_setting("Zoom", "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
-
-    @property
-    def monotone(self) -> bool:
-        return no_allowance(self.epsilon)  # Armijo's test alone: f never rises
-
-    def allowance(self, state):
-        return state.allowance(self.epsilon)
-
-    @property
-    def max_trials(self) -> int:
-        return self.max_steps + 1  # and the fallback's re-evaluation
-
-    def init(self, dtype) -> ValueScale:
-        return ValueScale.empty(dtype)
 
     def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None) -> _ZoomSearch:
         dtype = phi0.dtype
