@@ -2,11 +2,12 @@
 
 An iteration computes the next point (x itself while f is unknown there, else the line
 search's trial x + t d), evaluates fn there through the single evaluation site, and hands
-phi(t), phi'(t) to the search (scalar work, always). Only at a step boundary (the evaluation
-at x, or a search that ended) does a `lax.cond` run the vector work: the step's end (the new
-iterate, the direction's memory, counters, status, the best point, the step's record) and the
-start of the next (direction, initial step, search). `run` is the machine until a stopping
-criterion; `step` is it until the next step boundary.
+phi(t), phi'(t) to the search (scalar work, always). The direction's memory takes the step's
+pair by a masked, branch-free update at every iteration (so it is written in place). Only at
+a step boundary (the evaluation at x, or a search that ended) does a `lax.cond` run the rest
+of the vector work: the step's end (the new iterate, counters, status, the best point, the
+step's record) and the start of the next (direction, initial step, search). `run` is the
+machine until a stopping criterion; `step` is it until the next step boundary.
 """
 
 import dataclasses
