@@ -7,9 +7,10 @@
 Rows (issue 17's table), each a ratio measured in this process:
 
   control flow   while / cond / scan primitives in the jaxpr of `Solver(LBFGS(), Zoom()).run`
-                 (a scan counted once per trip), and the round trips to the host that one
-                 evaluation costs where the step goes on (the while's predicate and every
-                 `lax.cond` at the top of its body) and at a step boundary (every cond);
+                 (a scan counted once per trip; L-BFGS in the form "auto" picks here), and
+                 the round trips to the host that one evaluation costs where the step goes
+                 on (the while's predicate and every `lax.cond` at the top of its body) and
+                 at a step boundary (every cond);
   bytes          XLA's bytes accessed by one jitted L-BFGS `step` (one trial), n = 1e5
                  float32, over the floor (4m + 8) 4n; optax's update alongside;
   compile        compile of `run` on sum(x^2), n = 1000 float32, over optax.lbfgs's compile in
@@ -23,9 +24,10 @@ Rows (issue 17's table), each a ratio measured in this process:
                  2nd call, over the objective's own value-and-grad compile;
   memory         the L-BFGS run's peak (XLA memory analysis) in n-vectors, m = 10, against
                  2m + 6;
-  variants       the two-loop recursion (unrolled, the library's) against the compact form
-                 (benchmarks/compact_lbfgs.py) inside the engine: control flow, bytes and the
-                 extended-Rosenbrock wall.
+  variants       L-BFGS's forms inside the engine: the two-loop recursion (`fori_loop`s, the
+                 CPU's default), the compact form (`LBFGS(form="compact")`, the default
+                 elsewhere) and the two-loop recursion unrolled (benchmarks/unrolled_lbfgs.py):
+                 control flow, bytes, compile, and the 2-D and extended Rosenbrock walls.
 
 Writes engine_<backend>.json and engine_<backend>.md to --out and prints the markdown.
 """
@@ -51,7 +53,7 @@ sys.path.insert(0, str(HERE))
 import peers as peers_mod  # noqa: E402
 import problems as problems_mod  # noqa: E402
 import speed  # noqa: E402  (its measuring helpers; it also switches the compile cache off)
-from compact_lbfgs import CompactLBFGS  # noqa: E402
+from unrolled_lbfgs import UnrolledLBFGS  # noqa: E402
 
 import jaxsearch as js  # noqa: E402
 
@@ -141,11 +143,12 @@ def ext_rosenbrock_x0(n: int):
     return jnp.asarray(np.tile(np.float32([-1.2, 1.0]), n // 2))
 
 
-def small(reps: int) -> dict:
+def small(reps: int, direction=None) -> dict:
     """2-D Rosenbrock in float32 under jax.jit, min wall: jaxsearch against optax's loop."""
     fn, x0 = problems_mod._ext_rosenbrock, ext_rosenbrock_x0(2)
     cfg = peers_mod.Config(gtol=1e-5, ftol=0.0, max_steps=1000)
-    solver = js.Solver(js.LBFGS(), js.Zoom(), gtol=cfg.gtol, ftol=0.0, max_steps=cfg.max_steps)
+    direction = js.LBFGS() if direction is None else direction
+    solver = js.Solver(direction, js.Zoom(), gtol=cfg.gtol, ftol=0.0, max_steps=cfg.max_steps)
     ours = jax.jit(lambda x: solver.run(fn, x, None))
     optax_call = peers_mod.optax_lbfgs(fn, x0, None, cfg)
     result = ours(x0)
@@ -183,11 +186,11 @@ def large(n: int, reps: int, direction=None) -> dict:
     return row
 
 
-def compile_small() -> dict:
+def compile_small(direction=None) -> dict:
     """Compile of `run` on sum(x^2), n = 1000 float32, against optax's documented loop."""
     x0 = jnp.ones(1000, jnp.float32)
     cfg = peers_mod.Config(gtol=1e-6, ftol=0.0, max_steps=100)
-    solver = js.Solver(gtol=cfg.gtol, ftol=0.0, max_steps=cfg.max_steps)
+    solver = js.Solver(direction, gtol=cfg.gtol, ftol=0.0, max_steps=cfg.max_steps)
     fn = speed.sum_of_squares
     ours = speed.compile_whole_run(peers_mod._jaxsearch(solver, fn, x0, None, cfg))
     theirs = speed.compile_whole_run(peers_mod.optax_lbfgs(fn, x0, None, cfg))
@@ -254,7 +257,7 @@ def pinn(steps: int, reps: int) -> dict:
     return row
 
 
-def variant(direction, n: int) -> dict:
+def variant(direction, n: int, n_large: int, reps: int) -> dict:
     solver = js.Solver(direction, gtol=1e-3, max_steps=300)
     fn, x0 = problems_mod._ext_rosenbrock, ext_rosenbrock_x0(n)
     start, step = speed.jaxsearch_step_fns(solver, fn)
@@ -262,9 +265,11 @@ def variant(direction, n: int) -> dict:
     cost = jax.jit(lambda p, s: step(p, s, None)).lower(x0, state).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
     return {
-        **structure(solver),
+        **structure(js.Solver(direction, js.Zoom())),
         "bytes_vs_floor": float(cost["bytes accessed"]) / speed.bytes_floor(n),
-        **{f"large_{k}": v for k, v in large(n, 3, direction).items()},
+        "compile_vs_optax": compile_small(direction)["ratio"],
+        "small_vs_optax": small(reps, direction)["ratio"],
+        **{f"large_{k}": v for k, v in large(n_large, 3, direction).items()},
     }
 
 
@@ -289,8 +294,9 @@ def measure(quick: bool) -> dict:
         (
             "variants",
             lambda: {
-                "unrolled": variant(js.LBFGS(), n_bytes),
-                "compact": variant(CompactLBFGS(), n_bytes),
+                "two-loop": variant(js.LBFGS(form="two_loop"), n_bytes, n_large, reps * 10),
+                "compact": variant(js.LBFGS(form="compact"), n_bytes, n_large, reps * 10),
+                "two-loop unrolled": variant(UnrolledLBFGS(), n_bytes, n_large, reps * 10),
             },
         ),
     ]
@@ -383,17 +389,18 @@ def markdown(data: dict, meta: dict) -> str:
         f"{fmt(_get(data, 'small', 'per_evaluation_us'))} µs per evaluation "
         f"({_get(data, 'small', 'evals')} evaluations).",
         "",
-        "| variant | control flow | round trips / evaluation | bytes / floor | "
-        "ext. Rosenbrock wall (s) | steps |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| L-BFGS form | control flow | round trips / evaluation | bytes / floor | "
+        "compile / optax | 2-D Rosenbrock / optax | ext. Rosenbrock wall (s) | steps |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, row in (data.get("variants") or {}).items():
         if not isinstance(row, dict) or "total" not in row:
-            lines.append(f"| {name} | error | | | | |")
+            lines.append(f"| {name} | error | | | | | | |")
             continue
         lines.append(
             f"| {name} | {row['total']} | {row['per_evaluation']} | "
-            f"{fmt(row['bytes_vs_floor'])} | {fmt(row.get('large_jaxsearch_s'))} | "
+            f"{fmt(row['bytes_vs_floor'])} | {fmt(row.get('compile_vs_optax'))} | "
+            f"{fmt(row.get('small_vs_optax'))} | {fmt(row.get('large_jaxsearch_s'))} | "
             f"{row.get('large_steps')} |"
         )
     if "large_1e7" in data:

@@ -5,7 +5,7 @@
     python benchmarks/lbfgs_forms.py --in-solver      # whole L-BFGS runs, n = 1e5, 1e6
 
 `--in-solver` runs `Solver(direction, Zoom(), gtol=1e-3)` on extended Rosenbrock in float32
-with `js.LBFGS` and with `CompactLBFGS` (benchmarks/compact_lbfgs.py), where S'Y and Y'Y are
+with `js.LBFGS(form="two_loop")` and `js.LBFGS(form="compact")`, where S'Y and Y'Y are
 kept up to date inside the run, and reports compile time, wall time per step after compile,
 and the compiled program's temporary memory in n-vectors.
 
@@ -118,7 +118,7 @@ def in_solver(n: int, direction, reps: int) -> dict:
     steps = int(result.num_steps)
     return dict(
         n=n,
-        form=type(direction).__name__,
+        form=direction.form,
         compile_s=compile_s,
         steps=steps,
         evals=int(result.num_fun_evals),
@@ -137,13 +137,11 @@ def main(argv=None):
     device = jax.devices()[0]
     print(f"{jax.default_backend()} ({device.device_kind}), jax {jax.__version__}, float32\n")
     if options.in_solver:
-        from compact_lbfgs import CompactLBFGS
-
         n_values = "100000,1000000" if options.n == parser.get_default("n") else options.n
         print("| n | form | compile s | steps | evals | ms per step | temp n-vectors |")
         print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
         for n in map(int, n_values.split(",")):
-            for direction in (js.LBFGS(), CompactLBFGS()):
+            for direction in (js.LBFGS(form="two_loop"), js.LBFGS(form="compact")):
                 r = in_solver(n, direction, max(3, options.reps // 4))
                 print(
                     f"| {n} | {r['form']} | {r['compile_s']:.2f} | {r['steps']} | {r['evals']} "

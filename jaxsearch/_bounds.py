@@ -20,6 +20,8 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from ._misc import diagonal
+
 __all__ = [
     "project",
     "projected_gradient_inf_norm",
@@ -116,7 +118,7 @@ def compact_representation(
     ss = s_ord @ s_ord.T
     both = valid[:, None] & valid[None, :]
     eye = jnp.eye(m, dtype=dtype)
-    minus_d = jnp.where(valid, -jnp.diagonal(sy), -1) * eye
+    minus_d = jnp.where(valid, -diagonal(sy), -1) * eye
     lower_l = jnp.where(both, jnp.tril(sy, -1), 0)
     theta_ss = jnp.where(both, theta * ss, eye)
     m_inv = jnp.block([[minus_d, lower_l.T], [lower_l, theta_ss]])

@@ -47,9 +47,10 @@ def leaves(tree: PyTree) -> list:
     return jtu.tree_leaves(tree)
 
 
-def _explicit_scalar_sharding(x):
-    """For an array sharded along explicit mesh axes (sharding in types), the sharding of a
-    replicated scalar on its mesh, which a contraction over those axes must name; else None."""
+def explicit_replicated_sharding(x):
+    """For an array sharded along explicit mesh axes (sharding in types), the replicated
+    sharding on its mesh, which a contraction over those axes must name for its result; else
+    None."""
     sharding = jax.typeof(x).sharding
     if any(axes is not None for axes in sharding.spec):
         return NamedSharding(sharding.mesh, PartitionSpec())
@@ -58,12 +59,18 @@ def _explicit_scalar_sharding(x):
 
 def _vdot(x, y, acc) -> Scalar:
     """<x, y> over all axes, accumulated in `acc`."""
-    out_sharding = _explicit_scalar_sharding(x) or _explicit_scalar_sharding(y)
+    out_sharding = explicit_replicated_sharding(x) or explicit_replicated_sharding(y)
     if out_sharding is None:
         return jnp.vdot(x, y, preferred_element_type=acc)
     axes = tuple(range(x.ndim))  # no ravel: reshaping a sharded array would move it
     dims = ((axes, axes), ((), ()))
     return lax.dot_general(x, y, dims, preferred_element_type=acc, out_sharding=out_sharding)
+
+
+def diagonal(matrix: Array) -> Array:
+    """The diagonal of a square matrix, by a masked sum: `jnp.diagonal` traces to a
+    `lax.cond`, which would be one more host round trip per call on a GPU."""
+    return jnp.sum(jnp.where(jnp.eye(matrix.shape[0], dtype=bool), matrix, 0), axis=0)
 
 
 def tree_dot(a: PyTree, b: PyTree, dtype) -> Scalar:

@@ -1,8 +1,5 @@
-"""The compact-representation L-BFGS of benchmarks/compact_lbfgs.py computes the two-loop
-recursion's direction, so that lbfgs_forms.py --in-solver times the same algorithm."""
-
-import sys
-from pathlib import Path
+"""L-BFGS's compact form (`LBFGS(form="compact")`) computes the two-loop recursion's direction
+with no loop over the memory."""
 
 import jax
 import jax.numpy as jnp
@@ -11,10 +8,11 @@ import pytest
 
 import jaxsearch as js
 
+from .problems import rosenbrock
 from .test_directions import explicit_lbfgs_direction, random_pair
+from .test_engine import control_flow, run_jaxpr
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
-from compact_lbfgs import CompactLBFGS  # noqa: E402
+COMPACT = js.LBFGS(memory_size=5, form="compact")
 
 
 @pytest.mark.parametrize("interleave", [True, False])
@@ -22,35 +20,107 @@ from compact_lbfgs import CompactLBFGS  # noqa: E402
 def test_compact_matches_explicit_recursion(num_pairs, interleave):
     """`interleave`: a `compute` after each `update`, as in a solver, each bringing S'Y and Y'Y
     up to date with one new pair; otherwise the last `compute` rebuilds them from all pairs.
-    A pair with negative curvature in the middle is skipped by both."""
+    A pair with negative curvature in the middle is skipped."""
     rng = np.random.default_rng(num_pairs)
-    n, m = 6, 5
-    direction = CompactLBFGS(memory_size=m)
+    n = 6
     with jax.enable_x64(True):
-        state = direction.init(jnp.zeros(n), jnp.float64)
+        state = COMPACT.init(jnp.zeros(n), jnp.float64)
         pairs = [random_pair(rng, n) for _ in range(num_pairs)]
         pairs.insert(num_pairs // 2, (np.ones(n), -np.ones(n)))
         for s, y in pairs:
-            state = direction.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
+            state = COMPACT.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
             if interleave:
-                _, _, state = direction.compute(state, jnp.asarray(s), jnp.float64)
-        kept = [pair for pair in pairs if pair[0] @ pair[1] > 0][-m:]
+                _, _, state = COMPACT.compute(state, jnp.asarray(s), jnp.float64)
+        kept = [pair for pair in pairs if pair[0] @ pair[1] > 0][-COMPACT.memory_size :]
         g = rng.standard_normal(n)
-        d, scaled, _ = direction.compute(state, jnp.asarray(g), jnp.float64)
+        d, scaled, _ = COMPACT.compute(state, jnp.asarray(g), jnp.float64)
         assert bool(scaled)
         np.testing.assert_allclose(d, explicit_lbfgs_direction(kept, g), rtol=1e-10)
 
 
-def test_compact_solver_takes_the_two_loop_steps():
-    """In float64 the solver with either form takes the same steps on Rosenbrock."""
+def test_compact_after_reset_is_scaled_steepest_descent():
+    """With no pair (after a reset), both forms give -gamma g, gamma from the newest pair."""
+    rng = np.random.default_rng(0)
+    s, y = (jnp.asarray(v, jnp.float32) for v in random_pair(rng, 4))
+    g = jnp.asarray(rng.standard_normal(4), jnp.float32)
+    for form in ("compact", "two_loop"):
+        direction = js.LBFGS(memory_size=3, form=form)
+        state = direction.update(direction.init(g, jnp.float32), s, y, jnp.float32)
+        d, scaled, _ = direction.compute(direction.reset(state), g, jnp.float32)
+        assert not bool(scaled)
+        np.testing.assert_allclose(d, -state.gamma * g, rtol=1e-6)
+
+
+def test_forms_take_the_same_steps_in_float64():
+    """In float64 the solver with either form takes the same steps on Rosenbrock (the two
+    compute one matrix, rounded differently)."""
     with jax.enable_x64(True):
         x0 = jnp.array([-1.2, 1.0, -1.2, 1.0])
-
-        def f(x):
-            return jnp.sum(100 * (x[1::2] - x[::2] ** 2) ** 2 + (1 - x[::2]) ** 2)
-
-        two_loop = js.Solver(js.LBFGS(), js.Zoom()).run(f, x0)
-        compact = js.Solver(CompactLBFGS(), js.Zoom()).run(f, x0)
+        two_loop = js.Solver(js.LBFGS(form="two_loop"), js.Zoom()).run(rosenbrock, x0)
+        compact = js.Solver(js.LBFGS(form="compact"), js.Zoom()).run(rosenbrock, x0)
         assert int(compact.num_steps) == int(two_loop.num_steps)
         assert int(compact.num_fun_evals) == int(two_loop.num_fun_evals)
         np.testing.assert_allclose(compact.params, two_loop.params, rtol=1e-8)
+
+
+def scaled_quadratic(x):
+    """sum_i c_i (x_i - 1)^2 with c from 1 to 20: minimum 0 at x = 1."""
+    c = jnp.linspace(1.0, 20.0, x.size, dtype=x.dtype)
+    return jnp.sum(c * (x - 1) ** 2)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
+def test_compact_in_low_precision_reaches_the_minimiser(dtype):
+    """Memory in the params' dtype, products accumulated in float32: the minimiser of a
+    quadratic to the resolution of the dtype."""
+    solver = js.Solver(js.LBFGS(form="compact"), gtol=0.0, ftol=0.0, max_steps=100)
+    result = solver.run(scaled_quadratic, jnp.zeros(8, dtype))
+    assert result.params.dtype == dtype
+    resolution = float(jnp.finfo(dtype).eps)
+    np.testing.assert_allclose(np.asarray(result.params, np.float32), 1.0, atol=8 * resolution)
+
+
+def test_compact_run_has_no_loop_over_the_memory():
+    """The compact form's whole `run`: one while loop and conds only, no scan; an evaluation
+    inside a line search still costs the loop's predicate and the boundary's cond."""
+    found = control_flow(run_jaxpr(js.Solver(js.LBFGS(form="compact"))))
+    assert sorted(found) == [
+        ("cond", 1),
+        ("cond", 2),
+        ("cond", 2),
+        ("cond", 3),  # S'Y and Y'Y rebuilt after several pairs without a `compute`
+        ("while", 0),
+    ]
+
+
+def test_auto_form_is_two_loop_on_cpu():
+    assert jax.default_backend() != "cpu" or js.LBFGS().form_in_use() == "two_loop"
+    assert js.LBFGS(form="compact").form_in_use() == "compact"
+
+
+def test_bad_form_is_refused():
+    with pytest.raises(ValueError, match="form must be one of"):
+        js.LBFGS(form="dense")
+
+
+def test_compact_unrolled_derivative_matches_closed_form():
+    """Reverse mode through the compact form's products and substitutions (UnrolledAdjoint)."""
+    from .test_implicit import TIGHT, A, B, ridge, ridge_closed_form, solution
+
+    solver = js.Solver(js.LBFGS(form="compact"), **TIGHT, adjoint=js.UnrolledAdjoint())
+    with jax.enable_x64(True):
+        data, penalty = (jnp.asarray(A), jnp.asarray(B)), jnp.asarray(0.7)
+        expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
+        reverse = jax.jacrev(lambda p: solution(solver, ridge, data, p))(penalty)
+        assert np.max(np.abs(reverse - expected)) <= 1e-10 * np.max(np.abs(expected))
+
+
+def test_compact_vmapped_run_equals_one_at_a_time():
+    solver = js.Solver(js.LBFGS(form="compact"), gtol=1e-10, ftol=0.0)
+    with jax.enable_x64(True):
+        x0s = jnp.array([[-1.2, 1.0], [2.0, -1.5], [0.5, 0.5]])
+        batched = jax.jit(jax.vmap(lambda x: solver.run(rosenbrock, x)))(x0s)
+        for i, x0 in enumerate(x0s):
+            single = solver.run(rosenbrock, x0)
+            assert int(batched.num_steps[i]) == int(single.num_steps)
+            np.testing.assert_allclose(batched.params[i], single.params, rtol=1e-10)

@@ -85,6 +85,7 @@ def close(a, b, what):
 
 directions = {
     "LBFGS": lambda: js.Solver(),
+    "LBFGS-compact": lambda: js.Solver(js.LBFGS(form="compact")),
     "Gradient": lambda: js.Solver(js.Gradient(), max_steps=30),
     "NonlinearCG": lambda: js.Solver(js.NonlinearCG(), max_steps=30),
     "NewtonCG": lambda: js.Solver(js.NewtonCG(max_cg_steps=10)),
@@ -127,7 +128,7 @@ for item in sys.argv[1:]:
         *(close(x, y, "step state") for (_, x), (_, y) in zip(param_sized(s), param_sized(s1))),
     )
     print(
-        f"{kind:8} {name:11} steps {int(result.num_steps):2} run diff {run_err:.1e} "
+        f"{kind:8} {name:13} steps {int(result.num_steps):2} run diff {run_err:.1e} "
         f"step diff {step_err:.1e} sharded state leaves {leaves} OK"
     )
 """
@@ -148,8 +149,9 @@ def run_script(*cases):
 
 
 def test_lbfgs_sharded():
-    """The default solver (L-BFGS memory with a leading (memory_size,) axis)."""
-    run_script("auto:LBFGS", "explicit:LBFGS")
+    """The default solver (L-BFGS memory with a leading (memory_size,) axis), in both forms
+    (the compact form's products with the memory are reduced over the sharded axis)."""
+    run_script("auto:LBFGS", "explicit:LBFGS", "auto:LBFGS-compact", "explicit:LBFGS-compact")
 
 
 def test_other_directions_sharded():

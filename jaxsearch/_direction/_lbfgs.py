@@ -1,6 +1,9 @@
 """Limited-memory BFGS (Nocedal, 1980; Liu & Nocedal, 1989)."""
 
+import functools
+
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
@@ -12,7 +15,10 @@ from .._misc import (
     as_int,
     at_least_float32,
     check_count,
+    diagonal,
     dtype_eps,
+    explicit_replicated_sharding,
+    leaves,
     scalar,
     tree_dot,
     tree_norm,
@@ -26,9 +32,15 @@ class LBFGSState(eqx.Module):
     s: PyTree  # each leaf has a leading (memory_size,) axis: a circular buffer of steps
     y: PyTree  # ... and of gradient differences
     rho: Array  # (memory_size,) 1 / s'y, in the scalar dtype (never float16: it would overflow)
+    s_dot_y: Array  # (memory_size, memory_size): [i, j] = s_i'y_j, slots in buffer order
+    y_dot_y: Array  # (memory_size, memory_size): [i, j] = y_i'y_j
     gamma: Scalar  # initial inverse-Hessian scale s'y / y'y of the newest pair
     count: Int[Array, ""]  # number of valid pairs, <= memory_size
     head: Int[Array, ""]  # slot the next pair is written to
+    pending: Int[Array, ""]  # pairs stored since s_dot_y and y_dot_y were last brought up to date
+
+
+_FORMS = ("auto", "two_loop", "compact")
 
 
 def _is_floating(dtype) -> bool:
@@ -38,12 +50,103 @@ def _is_floating(dtype) -> bool:
         return False
 
 
+def _memory_times(buffers: PyTree, vectors: list[PyTree], dtype) -> Array:
+    """The (m, k) matrix [<b_i, v_k>] over the slots i of `buffers` and the k trees of
+    `vectors`, summed over leaves: one matrix product per leaf, so one pass over the memory,
+    accumulated in at least float32 at full precision (no TF32 on a GPU)."""
+    total = jnp.zeros((), dtype)
+    for i, b in enumerate(leaves(buffers)):
+        work = at_least_float32(b.dtype)
+        columns = jnp.stack([leaves(v)[i].astype(work) for v in vectors], axis=-1)
+        axes = tuple(range(columns.ndim - 1))  # contract every param axis, with no reshape
+        dims = ((tuple(a + 1 for a in axes), axes), ((), ()))
+        part = lax.dot_general(
+            b.astype(work),
+            columns,
+            dims,
+            precision="highest",
+            out_sharding=explicit_replicated_sharding(b),
+        )
+        total = total + part.astype(dtype)
+    return total
+
+
+def _memory_products(left: PyTree, right: PyTree, dtype) -> Array:
+    """The (m, m) matrix [<l_i, r_j>] of two memories, summed over leaves."""
+    total = jnp.zeros((), dtype)
+    for a, b in zip(leaves(left), leaves(right), strict=True):
+        work = at_least_float32(widest_float(a.dtype, b.dtype))
+        axes = tuple(range(1, a.ndim))
+        part = lax.dot_general(
+            a.astype(work),
+            b.astype(work),
+            ((axes, axes), ((), ())),
+            precision="highest",
+            out_sharding=explicit_replicated_sharding(a),
+        )
+        total = total + part.astype(dtype)
+    return total
+
+
+def _solve_upper(r: Array, b: Array, transpose: bool) -> Array:
+    """x with r x = b (`transpose`: r'x = b) for an upper triangular m x m `r`, by
+    substitution written out (m is static): small scalar work that XLA fuses, where LAPACK's
+    trsm is a library call (and crashed the XLA CPU compiler twice; docs/benchmarks.md)."""
+    m = b.shape[0]
+    x = [None] * m
+    for i in range(m) if transpose else reversed(range(m)):
+        # The solved entries: those before i (r' is lower triangular), else those after.
+        done = slice(0, i) if transpose else slice(i + 1, m)
+        coefficients = r[done, i] if transpose else r[i, done]
+        solved = x[done]
+        partial = coefficients @ jnp.stack(solved) if solved else 0
+        x[i] = (b[i] - partial) / r[i, i]
+    return jnp.stack(x)
+
+
+def _bring_up_to_date(state: LBFGSState, s_dot_y_new, y_dot_s_new, y_dot_y_new, dtype):
+    """S'Y and Y'Y with the newest pair's row and column replaced (one pair stored since they
+    were last brought up to date), or rebuilt from the whole memory (several)."""
+    newest = (state.head - 1) % state.s_dot_y.shape[0]
+
+    def fold(st):
+        def replace(old, column, row):
+            return old.at[:, newest].set(column).at[newest, :].set(row)
+
+        return (
+            replace(st.s_dot_y, s_dot_y_new, y_dot_s_new),
+            replace(st.y_dot_y, y_dot_y_new, y_dot_y_new),
+        )
+
+    def rebuild(st):
+        return _memory_products(st.s, st.y, dtype), _memory_products(st.y, st.y, dtype)
+
+    s_dot_y, y_dot_y = lax.cond(state.pending > 1, rebuild, fold, state)
+    return eqx.tree_at(
+        lambda st: (st.s_dot_y, st.y_dot_y, st.pending),
+        state,
+        (s_dot_y, y_dot_y, state.pending * 0),
+    )
+
+
 class LBFGS(AbstractDirection):
-    """L-BFGS direction by the two-loop recursion (Nocedal & Wright, algorithm 7.4).
+    """L-BFGS direction (Nocedal & Wright, section 7.2).
 
     Keeps the last `memory_size` pairs (s, y) in buffers with a leading `(memory_size,)` axis
     per leaf. The initial matrix is gamma * I with gamma = s'y / y'y from the newest pair
-    (N&W eq. 7.20).
+    (N&W eq. 7.20). `form` picks how d = -H g is computed; both give the same matrix:
+
+    - `"two_loop"`: the two-loop recursion (N&W algorithm 7.4), two `fori_loop`s over the m
+      slots.
+    - `"compact"`: the compact representation (Byrd, Nocedal & Schnabel, 1994, eq. 3.13;
+      N&W eq. 7.24), with no loop. With the pairs in the order they were stored, R the upper
+      triangle of S'Y and D its diagonal, H g = gamma g + S p - gamma Y R^-1 a, where
+      p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b), a = S'g and b = Y'g. It takes one matrix
+      product with each buffer (which also gives the newest pair's row and column of S'Y
+      and Y'Y, kept in the state), two m x m triangular solves, and one product back.
+    - `"auto"` (the default): the two-loop recursion when jax's default backend is the CPU,
+      where it measured faster (benchmarks/engine.py), else the compact form, which has no
+      loop trips (each one on a GPU waits for its predicate on the host).
 
     A pair is stored only if it is finite after rounding to the memory dtype and satisfies the
     curvature guard s'y > eps |s| |y|, with `eps` the machine epsilon of the least precise
@@ -51,7 +154,7 @@ class LBFGS(AbstractDirection):
 
     Memory leaves have the dtype of their param leaf, or at least `memory_dtype` when given
     (e.g. `memory_dtype=jnp.float32` for bfloat16 or float16 params). Inner products accumulate
-    in at least float32.
+    in at least float32 and are kept in the solver's scalar dtype, never float16.
 
     With bounds (`Solver.run(..., bounds=...)`) it is L-BFGS-B: see `compute_bounded`.
     """
@@ -61,9 +164,12 @@ class LBFGS(AbstractDirection):
     memory_size: int = eqx.field(static=True, default=10, converter=as_int)
     memory_dtype: jnp.dtype | type | str | None = eqx.field(static=True, default=None)
     curvature_eps: float | None = eqx.field(static=True, default=None)
+    form: str = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
         check_count("LBFGS", "memory_size", self.memory_size)
+        if self.form not in _FORMS:
+            raise ValueError(f"LBFGS: form must be one of {_FORMS}, got {self.form!r}.")
         if self.memory_dtype is not None and not _is_floating(self.memory_dtype):
             raise ValueError(
                 f"LBFGS: memory_dtype must be a floating dtype such as jnp.float32, "
@@ -87,12 +193,27 @@ class LBFGS(AbstractDirection):
             s=jtu.tree_map(buffer, params),
             y=jtu.tree_map(buffer, params),
             rho=jnp.zeros((m,), dtype),
+            s_dot_y=jnp.zeros((m, m), dtype),
+            y_dot_y=jnp.zeros((m, m), dtype),
             gamma=scalar(1, dtype),
             count=scalar(0, jnp.int32),
             head=scalar(0, jnp.int32),
+            pending=scalar(0, jnp.int32),
         )
 
+    def form_in_use(self) -> str:
+        """ "two_loop" or "compact": `form`, where "auto" is the two-loop recursion on a CPU
+        (the default backend) and the compact form elsewhere."""
+        if self.form != "auto":
+            return self.form
+        return "two_loop" if jax.default_backend() == "cpu" else "compact"
+
     def compute(self, state, grad, dtype, hvp=None):
+        if self.form_in_use() == "two_loop":
+            return self._two_loop(state, grad, dtype)
+        return self._compact(state, grad, dtype)
+
+    def _two_loop(self, state, grad, dtype):
         m = self.memory_size
 
         def pair(j):
@@ -123,6 +244,52 @@ class LBFGS(AbstractDirection):
         r = jtu.tree_map(lambda qi: state.gamma.astype(qi.dtype) * qi, q)
         r = lax.fori_loop(0, m, oldest_first, r)
         d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
+        return d, state.count > 0, state
+
+    def _compact(self, state, grad, dtype):
+        m = self.memory_size
+        newest = (state.head - 1) % m
+        take = lambda b: lax.dynamic_index_in_dim(b, newest, keepdims=False)  # noqa: E731
+        s_new, y_new = jtu.tree_map(take, state.s), jtu.tree_map(take, state.y)
+        with_s = _memory_times(state.s, [grad, y_new], dtype)
+        with_y = _memory_times(state.y, [grad, s_new, y_new], dtype)
+        state = _bring_up_to_date(state, with_s[:, 1], with_y[:, 1], with_y[:, 2], dtype)
+
+        # The slots in the order their pairs were stored: position k < count holds the k-th
+        # oldest pair. Positions >= count hold none; they get an identity row and column in
+        # R and zeros elsewhere, so that their coefficients are zero.
+        positions = jnp.arange(m, dtype=jnp.int32)
+        order = (state.head - state.count + positions) % m
+        valid = positions < state.count
+        both = valid[:, None] & valid[None, :]
+        chronological = lambda matrix: matrix[order][:, order]  # noqa: E731
+        s_dot_y = chronological(state.s_dot_y)
+        upper = both & (positions[:, None] <= positions[None, :])
+        identity = jnp.eye(m, dtype=dtype)
+        r = jnp.where(upper, s_dot_y, identity)
+        d_diagonal = jnp.where(valid, diagonal(s_dot_y), 0)
+        y_dot_y = jnp.where(both, chronological(state.y_dot_y), 0)
+        a = jnp.where(valid, with_s[order, 0], 0)
+        b = jnp.where(valid, with_y[order, 0], 0)
+        gamma = state.gamma
+        solve = functools.partial(_solve_upper, r)
+        r_inv_a = solve(a, False)
+        middle = d_diagonal * r_inv_a + gamma * (y_dot_y @ r_inv_a) - gamma * b
+        p = solve(middle, True)
+        q = -gamma * r_inv_a
+        # Back from positions to slots: slot order[k] gets the coefficient of position k.
+        p = jnp.zeros_like(p).at[order].set(p)
+        q = jnp.zeros_like(q).at[order].set(q)
+
+        def leaf(g, s, y):
+            work = at_least_float32(s.dtype)
+            back = lambda c, buffer: jnp.tensordot(  # noqa: E731
+                c.astype(work), buffer.astype(work), axes=1, precision="highest"
+            )
+            hg = gamma.astype(work) * g.astype(work) + back(p, s) + back(q, y)
+            return (-hg).astype(g.dtype)
+
+        d = jtu.tree_map(leaf, grad, state.s, state.y)
         return d, state.count > 0, state
 
     def default_bounded_linesearch(self) -> AbstractLineSearch:
@@ -191,10 +358,19 @@ class LBFGS(AbstractDirection):
             s=jtu.tree_map(write, state.s, s),
             y=jtu.tree_map(write, state.y, y),
             rho=jnp.where(keep, state.rho.at[state.head].set(1 / sy_), state.rho),
+            s_dot_y=state.s_dot_y,
+            y_dot_y=state.y_dot_y,
             gamma=jnp.where(keep, sy_ / yy_, state.gamma).astype(dtype),
             count=jnp.where(keep, jnp.minimum(state.count + 1, m), state.count).astype(jnp.int32),
             head=jnp.where(keep, (state.head + 1) % m, state.head).astype(jnp.int32),
+            pending=jnp.where(keep, jnp.minimum(state.pending + 1, 2), state.pending).astype(
+                jnp.int32
+            ),
         )
 
     def reset(self, state) -> LBFGSState:
-        return eqx.tree_at(lambda st: (st.count, st.head), state, (state.count * 0, state.head * 0))
+        return eqx.tree_at(
+            lambda st: (st.count, st.head, st.pending),
+            state,
+            (state.count * 0, state.head * 0, state.pending * 0),
+        )

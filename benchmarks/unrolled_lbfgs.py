@@ -1,0 +1,42 @@
+"""L-BFGS's two-loop recursion unrolled in Python (m is static), as a variant for
+benchmarks/engine.py: no loop over the memory, but 4m vector passes in the program. Not part
+of the library: on the CPU it compiled slower than the `fori_loop`s and ran no faster
+(docs/benchmarks.md, "The engine")."""
+
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+
+from jaxsearch import LBFGS
+from jaxsearch._misc import at_least_float32, tree_dot
+
+
+class UnrolledLBFGS(LBFGS):
+    """`js.LBFGS` with its two `fori_loop`s written out slot by slot."""
+
+    def compute(self, state, grad, dtype, hvp=None):
+        m = self.memory_size
+
+        def pair(i):  # the i-th newest pair
+            j = (state.head - 1 - i) % m
+            take = lambda b: lax.dynamic_index_in_dim(b, j, keepdims=False)  # noqa: E731
+            return j, jtu.tree_map(take, state.s), jtu.tree_map(take, state.y)
+
+        q = jtu.tree_map(lambda g, s: g.astype(at_least_float32(s.dtype)), grad, state.s)
+        alphas = []
+        for i in range(m):
+            j, s, y = pair(i)
+            a = jnp.where(i < state.count, state.rho[j] * tree_dot(s, q, dtype), 0)
+            q = jtu.tree_map(
+                lambda qi, yi, a=a: qi - a.astype(qi.dtype) * yi.astype(qi.dtype), q, y
+            )
+            alphas.append(a)
+        r = jtu.tree_map(lambda qi: state.gamma.astype(qi.dtype) * qi, q)
+        for i in reversed(range(m)):
+            j, s, y = pair(i)
+            coef = jnp.where(i < state.count, alphas[i] - state.rho[j] * tree_dot(y, r, dtype), 0)
+            r = jtu.tree_map(
+                lambda ri, si, coef=coef: ri + coef.astype(ri.dtype) * si.astype(ri.dtype), r, s
+            )
+        d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
+        return d, state.count > 0, state
