@@ -16,7 +16,7 @@ from ._direction import (
 from ._history import History as History
 from ._linesearch import (
     AbstractLineSearch as AbstractLineSearch,
-    AbstractSearch as AbstractSearch,
+    AbstractSearchState as AbstractSearchState,
     Backtracking as Backtracking,
     FixedStep as FixedStep,
     HagerZhang as HagerZhang,

@@ -65,7 +65,7 @@ def test_static_cap_below_the_resolution_takes_no_step():
         assert int(result.num_fun_evals) == 1  # f at x0 only
 
 
-class _EndlessSearch(js.AbstractSearch):
+class _EndlessSearch(js.AbstractSearchState):
     pass
 
 

@@ -1,5 +1,8 @@
 from ._backtracking import Backtracking as Backtracking
-from ._base import AbstractLineSearch as AbstractLineSearch, AbstractSearch as AbstractSearch
+from ._base import (
+    AbstractLineSearch as AbstractLineSearch,
+    AbstractSearchState as AbstractSearchState,
+)
 from ._fixed import FixedStep as FixedStep
 from ._hager_zhang import HagerZhang as HagerZhang
 from ._initial import initial_step as initial_step

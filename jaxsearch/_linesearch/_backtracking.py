@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Scalar
 
 from .._misc import Setting, as_int, check_count, check_setting, scalar
-from ._base import AbstractLineSearch, AbstractSearch, capped_search, effective_cap
+from ._base import AbstractLineSearch, AbstractSearchState, capped_search, effective_cap
 from ._conditions import ValueScale, no_allowance, sufficient_decrease
 
 
@@ -16,7 +16,7 @@ class _BacktrackingState(eqx.Module):
     scale: ValueScale  # C_k, the scale of f's rounding error
 
 
-class _BacktrackingSearch(AbstractSearch):
+class _BacktrackingSearch(AbstractSearchState):
     phi0: Scalar
     dphi0: Scalar
     scale: ValueScale

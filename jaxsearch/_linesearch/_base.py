@@ -21,8 +21,8 @@ class Point(eqx.Module):
         return self.t, self.phi, self.dphi
 
 
-class AbstractSearch(eqx.Module):
-    """The record a line search carries through one search.
+class AbstractSearchState(eqx.Module):
+    """The state of one search, from `AbstractLineSearch.start` until `done`.
 
     The solver evaluates phi(t) = f(x + t d) and phi'(t) = <grad f(x + t d), d> at `trial`
     and hands both back to `AbstractLineSearch.update` until `done`. When a search ends with
@@ -46,7 +46,7 @@ class AbstractSearch(eqx.Module):
 
 
 def fresh_search(trial: Scalar, min_step: Scalar, max_step: Scalar | None = None) -> dict:
-    """The `AbstractSearch` fields of a search that has evaluated nothing yet; `max_step` is
+    """The `AbstractSearchState` fields of a search that has evaluated nothing yet; `max_step` is
     its effective cap (see `effective_cap`; None: +inf)."""
     false = jnp.array(False)
     dtype = min_step.dtype
@@ -83,7 +83,7 @@ def capped_search(guess: Scalar, min_step: Scalar, cap: Scalar) -> dict:
     return fields
 
 
-def at_capped_edge(search: AbstractSearch, max_step_size: Setting, t: Scalar) -> Array:
+def at_capped_edge(search: AbstractSearchState, max_step_size: Setting, t: Scalar) -> Array:
     """Is `t` at a dynamic cap that binds (`search.max_step < max_step_size`)?"""
     return (search.max_step < max_step_size) & (t >= search.max_step)
 
@@ -141,14 +141,14 @@ class AbstractLineSearch(eqx.Module):
         min_step: Scalar,
         scaled: Bool[Array, ""] | None = None,
         max_step: Scalar | None = None,
-    ) -> AbstractSearch:
+    ) -> AbstractSearchState:
         """Begin a search from phi(0), phi'(0) < 0, the shared initial-step `guess` and the
         line's resolution `min_step` (0 when every step counts). `scaled` tells whether the
         direction carries curvature information (the unit step is natural); None: unknown.
 
         `max_step` is a dynamic cap on this search's steps (e.g. where the direction leaves a
         feasible box; may be traced, +inf allowed); None: none. The search's cap is then
-        cap = min(`max_step_size`, `max_step`), stored as `AbstractSearch.max_step`, and:
+        cap = min(`max_step_size`, `max_step`), stored as `AbstractSearchState.max_step`, and:
 
         - no trial exceeds cap; the first is max(min(guess, cap), min_step);
         - if cap < min_step, cap <= 0 or cap is NaN, the search ends at once with no step;
@@ -164,10 +164,10 @@ class AbstractLineSearch(eqx.Module):
 
     @abc.abstractmethod
     def update(
-        self, search: AbstractSearch, t: Scalar, phi: Scalar, dphi: Scalar
-    ) -> AbstractSearch:
+        self, search: AbstractSearchState, t: Scalar, phi: Scalar, dphi: Scalar
+    ) -> AbstractSearchState:
         """Take phi(t), phi'(t) at t = search.trial; non-finite values must never be accepted."""
 
     @abc.abstractmethod
-    def finish(self, state: PyTree, search: AbstractSearch) -> PyTree:
+    def finish(self, state: PyTree, search: AbstractSearchState) -> PyTree:
         """State for the next search, once this one is done."""

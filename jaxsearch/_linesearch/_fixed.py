@@ -3,10 +3,10 @@
 import jax.numpy as jnp
 
 from .._misc import Setting, check_setting
-from ._base import AbstractLineSearch, AbstractSearch, capped_search, effective_cap
+from ._base import AbstractLineSearch, AbstractSearchState, capped_search, effective_cap
 
 
-class _FixedSearch(AbstractSearch):
+class _FixedSearch(AbstractSearchState):
     pass
 
 

@@ -7,7 +7,7 @@ from jaxtyping import Array, Bool, Int, Scalar
 from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
 from ._base import (
     AbstractLineSearch,
-    AbstractSearch,
+    AbstractSearchState,
     Point,
     at_capped_edge,
     capped_search,
@@ -36,7 +36,7 @@ class HagerZhangState(eqx.Module):
     prev_step: Scalar  # alpha_{k-1}; 0 when no step has been accepted yet
 
 
-class _HagerZhangSearch(AbstractSearch):
+class _HagerZhangSearch(AbstractSearchState):
     phase: Int[Array, ""]
     after: Int[Array, ""]  # _TO_L1 or _TO_L2: where the bisection loop continues
     phi0: Scalar

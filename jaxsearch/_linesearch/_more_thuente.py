@@ -6,7 +6,7 @@ from jaxtyping import Array, Bool, Int, Scalar
 
 from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
 from ._base import (
-    AbstractSearch,
+    AbstractSearchState,
     Point,
     at_capped_edge,
     capped_search,
@@ -21,7 +21,7 @@ _EXTRAPOLATE_MIN, _EXTRAPOLATE_MAX = 1.1, 4.0  # next step in t + [1.1, 4] (t - 
 _SHRINK = 0.66  # the bracket must shrink by this factor every two trials, else bisect
 
 
-class _MoreThuenteSearch(AbstractSearch):
+class _MoreThuenteSearch(AbstractSearchState):
     phase: Int[Array, ""]
     phi0: Scalar
     dphi0: Scalar

@@ -6,7 +6,7 @@ from jaxtyping import Array, Int, Scalar
 
 from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
 from ._base import (
-    AbstractSearch,
+    AbstractSearchState,
     Point,
     at_capped_edge,
     capped_search,
@@ -19,7 +19,7 @@ from ._wolfe import AbstractWolfeSearch
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
 
 
-class _ZoomSearch(AbstractSearch):
+class _ZoomSearch(AbstractSearchState):
     phase: Int[Array, ""]
     phi0: Scalar
     dphi0: Scalar
