@@ -1,0 +1,38 @@
+"""One registry of the directions and line searches that parametrised tests draw from, so a
+new method (or a new form of one) is tested everywhere by adding one line here.
+
+Each entry builds a new object (tests that count compiles need fresh, equal instances)."""
+
+import jaxsearch as js
+
+DIRECTIONS = {
+    "Gradient": lambda: js.Gradient(),
+    "LBFGS": lambda: js.LBFGS(),
+    "LBFGS-compact": lambda: js.LBFGS(form="compact"),
+    "BFGS": lambda: js.BFGS(),
+    "NonlinearCG": lambda: js.NonlinearCG(),
+    "NewtonCG": lambda: js.NewtonCG(),
+}
+
+SEARCHES = {
+    "Zoom": lambda: js.Zoom(),
+    "MoreThuente": lambda: js.MoreThuente(),
+    "HagerZhang": lambda: js.HagerZhang(),
+    "Backtracking": lambda: js.Backtracking(),
+    "FixedStep": lambda: js.FixedStep(1e-3),
+}
+
+
+def pairs(directions=None, searches=None) -> list[tuple[str, str]]:
+    """(direction, search) names, all of `directions` x `searches` (default: the whole
+    registry) but a fixed step only with steepest descent (others need a search to be safe)."""
+    directions = list(DIRECTIONS) if directions is None else directions
+    searches = list(SEARCHES) if searches is None else searches
+    return [
+        (d, s) for d in directions for s in searches if s != "FixedStep" or d == "Gradient"
+    ]
+
+
+def solver(direction: str, search: str, **settings) -> js.Solver:
+    """A new Solver from the registry's direction and search."""
+    return js.Solver(DIRECTIONS[direction](), SEARCHES[search](), **settings)
