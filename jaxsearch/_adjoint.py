@@ -3,6 +3,8 @@ function theorem, or through the iterations as they ran."""
 
 import abc
 import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import equinox.internal as eqxi
@@ -25,18 +27,27 @@ from ._misc import (
 )
 
 
+class Problem(NamedTuple):
+    """What the optimality conditions at a run's solution need: the objective (as the
+    solver calls it), whether it returns aux, and the box (None without bounds)."""
+
+    fn: Callable
+    has_aux: bool
+    box: Any
+
+
 class AbstractAdjoint(eqx.Module):
     """How derivatives of `Solver.run` with respect to `args` are computed. An adjoint chooses
-    the loops the solver runs (`while_loop`) and wraps the whole minimisation (`minimise`)."""
+    the loops the solver runs (`while_loop`) and is handed the whole run to wrap (`apply`)."""
 
     @abc.abstractmethod
     def while_loop(self, cond, body, init, max_steps: int | None):
         """`lax.while_loop(cond, body, init)`, of at most `max_steps` iterations when given."""
 
     @abc.abstractmethod
-    def minimise(self, solver, fn, x0: PyTree, args: tuple, box, value_dtype, report):
-        """`solver._minimise(fn, x0, args, box, value_dtype, report)`, with this adjoint's
-        derivatives."""
+    def apply(self, minimise: Callable, x0: PyTree, args: tuple, problem: Problem):
+        """`minimise(x0, args)` (the solver's whole run, a `Result`), with this adjoint's
+        derivatives; `problem` states the optimality conditions of its solution."""
 
 
 class ImplicitAdjoint(AbstractAdjoint):
@@ -74,17 +85,8 @@ class ImplicitAdjoint(AbstractAdjoint):
     def while_loop(self, cond, body, init, max_steps=None):
         return lax.while_loop(cond, body, init)
 
-    def minimise(self, solver, fn, x0, args, box, value_dtype, report):
-        result = _implicit_minimise(
-            x0,
-            args,
-            adjoint=self,
-            solver=solver,
-            fn=fn,
-            box=box,
-            value_dtype=value_dtype,
-            report=report,
-        )
+    def apply(self, minimise, x0, args, problem):
+        result = _implicit_minimise(x0, args, adjoint=self, minimise=minimise, problem=problem)
         # A custom derivative returns arrays only: put back params' other leaves (e.g. an
         # Equinox model's activation functions), which the solver never changes.
         static = eqx.filter(x0, eqx.is_inexact_array, inverse=True)
@@ -152,17 +154,17 @@ class UnrolledAdjoint(AbstractAdjoint):
             cond, body, init, max_steps=max_steps, kind="checkpointed", checkpoints=checkpoints
         )
 
-    def minimise(self, solver, fn, x0, args, box, value_dtype, report):
-        return solver._minimise(fn, x0, args, box, value_dtype, report)
+    def apply(self, minimise, x0, args, problem):
+        return minimise(x0, args)
 
 
 # ------------------------------------------------------------------ implicit differentiation
 
 
 @eqx.filter_custom_jvp
-def _implicit_minimise(x0, args, *, adjoint, solver, fn, box, value_dtype, report):
-    """`solver._minimise`, with `params` reduced to its floating leaves."""
-    result = solver._minimise(fn, x0, args, box, value_dtype, report)
+def _implicit_minimise(x0, args, *, adjoint, minimise, problem):
+    """`minimise(x0, args)`, with `params` reduced to its floating leaves."""
+    result = minimise(x0, args)
     return eqx.tree_at(lambda r: r.params, result, eqx.filter(result.params, eqx.is_inexact_array))
 
 
@@ -171,7 +173,7 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
     x0, args = primals
     _, args_dot = tangents  # the solution does not depend on x0
     result = _implicit_minimise(x0, args, **settings)
-    adjoint, solver, fn, box = (settings[k] for k in ("adjoint", "solver", "fn", "box"))
+    adjoint, (fn, has_aux, box) = settings["adjoint"], settings["problem"]
     # Split args into the leaves being differentiated and everything else.
     flat, treedef = jtu.tree_flatten(args)
     # args_dot is args with None where a leaf is not differentiated
@@ -196,9 +198,7 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
 
     def at(x, a):  # f, grad f and aux at (x, a)
         dtype, aux_like = result.value.dtype, result.aux
-        return _evaluate.value_and_grad(
-            fn, solver.has_aux, dtype, aux_like, x, static, with_args(a)
-        )
+        return _evaluate.value_and_grad(fn, has_aux, dtype, aux_like, x, static, with_args(a))
 
     def grad_x(x, a):
         return at(x, a)[1]
@@ -229,7 +229,7 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
     result_dot = eqx.tree_at(
         lambda r: (r.params, r.value, r.grad, r.aux),
         nothing,
-        (x_dot, value_dot, grad_dot, aux_dot if solver.has_aux else None),
+        (x_dot, value_dot, grad_dot, aux_dot if has_aux else None),
         is_leaf=lambda node: node is None,
     )
     return result, result_dot

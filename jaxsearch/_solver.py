@@ -11,7 +11,7 @@ import numpy as np
 from jaxtyping import PyTree
 
 from . import _evaluate, _retrace
-from ._adjoint import AbstractAdjoint, ImplicitAdjoint, UnrolledAdjoint
+from ._adjoint import AbstractAdjoint, ImplicitAdjoint, Problem, UnrolledAdjoint
 from ._box import Box, check_order
 from ._direction import LBFGS, AbstractDirection, NewtonCG
 from ._engine import Engine, gradient_norm
@@ -446,9 +446,16 @@ class Solver(eqx.Module):
         # Trace fn once: its jaxpr serves both the dtype inference and every evaluation.
         fn = _evaluate.TracedOnce(fn, x0, *args)
         solver = weak_settings(self)  # numeric settings given as arrays, for any dtype
-        return solver.adjoint.minimise(solver, fn, x0, args, box, value_dtype, report)
+        # A pytree (the solver's array settings are its leaves, not hidden constants).
+        minimise = jtu.Partial(
+            Solver._minimise, solver, fn, box=box, value_dtype=value_dtype, report=report
+        )
+        problem = Problem(fn, solver.has_aux, box)
+        return solver.adjoint.apply(minimise, x0, args, problem)
 
-    def _minimise(self, fn, x0, args, box, value_dtype, report: Report) -> Result:
+    def _minimise(self, fn, x0, args, *, box, value_dtype, report: Report) -> Result:
+        """The whole run: the engine's loop from x0 to a stopping criterion, and the point it
+        returns (the adjoint is handed this to run, see `AbstractAdjoint.apply`)."""
         state = self._init(x0, value_dtype, fn, args, box is not None)
         given, static = _partition(x0)
         diff = tree_cast_like(given, given)  # strongly typed inside; x0's avals on the way out

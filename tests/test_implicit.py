@@ -1,5 +1,6 @@
 """Derivatives of `run`'s solution with respect to args: implicit (the default) and unrolled."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -246,3 +247,29 @@ def test_derivative_with_respect_to_x0_is_zero():
             (jnp.ones(3), jnp.array([1.0, 0.0, 0.0])),
         )
         np.testing.assert_allclose(tangent, [1.0, 0.0, 0.0], atol=1e-10)
+
+
+class _Recording(js.AbstractAdjoint):
+    """An adjoint of its own: no derivative rule, it only runs what it is handed."""
+
+    def while_loop(self, cond, body, init, max_steps=None):
+        return jax.lax.while_loop(cond, body, init)
+
+    def apply(self, minimise, x0, args, problem):
+        result = minimise(x0, args)
+        # The optimality conditions it is handed are those of the run's solution.
+        value = problem.fn(result.params, *args)
+        return eqx.tree_at(
+            lambda r: r.aux, result, {"value_again": value}, is_leaf=lambda x: x is None
+        )
+
+
+def test_an_adjoint_is_handed_the_whole_run():
+    """`AbstractAdjoint.apply` gets the run as a function of (x0, args) and the problem (fn,
+    has_aux, box): an adjoint needs nothing private of the solver."""
+    with jax.enable_x64(True):
+        data, penalty = (jnp.asarray(A), jnp.asarray(B)), jnp.asarray(0.7)
+        solver = js.Solver(**TIGHT, adjoint=_Recording())
+        result = solver.run(ridge, jnp.zeros(5), *data, penalty)
+        np.testing.assert_allclose(result.params, ridge_closed_form(*data, penalty), rtol=1e-8)
+        np.testing.assert_allclose(result.aux["value_again"], result.value, rtol=1e-12)
