@@ -33,6 +33,7 @@ from ._misc import (
     weak_settings,
     widest_float,
 )
+from ._pairing import default_search
 from ._result import Result
 from ._state import BestPoint, SolverState
 from ._status import Status
@@ -197,9 +198,9 @@ class Solver(eqx.Module):
             raise TypeError(
                 f"direction must be an AbstractDirection, got {type(direction).__name__}."
             )
-        bounded_linesearch = direction.default_bounded_linesearch()
+        bounded_linesearch = default_search(direction, bounded=True)
         if linesearch is None:
-            linesearch = direction.default_linesearch()
+            linesearch = default_search(direction, bounded=False)
         else:
             bounded_linesearch = linesearch
         if not isinstance(linesearch, AbstractLineSearch):

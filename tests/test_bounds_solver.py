@@ -8,6 +8,7 @@ import pytest
 import scipy.optimize
 
 import jaxsearch as js
+from jaxsearch._pairing import DEFAULT_SEARCHES
 from tests.problems import rosenbrock
 
 
@@ -156,13 +157,14 @@ def test_bounds_errors():
 
 
 class _HagerZhangWhenBounded(js.LBFGS):
-    def default_bounded_linesearch(self):
-        return js.HagerZhang()  # a line-search state unlike Zoom's
+    pass
 
 
-def test_init_and_step_must_agree_on_bounds():
+def test_init_and_step_must_agree_on_bounds(monkeypatch):
     """Where the line search with bounds keeps another state than the one without, a state
     from `init` without bounds cannot serve a `step` with them (nor the reverse)."""
+    # HagerZhang's state is unlike Zoom's.
+    monkeypatch.setitem(DEFAULT_SEARCHES, _HagerZhangWhenBounded, (js.Zoom, js.HagerZhang))
     solver = js.Solver(_HagerZhangWhenBounded())
     x = jnp.zeros(3)
     with pytest.raises(TypeError, match="pass the same bounds to init and step"):

@@ -7,8 +7,6 @@ from typing import Any, ClassVar
 import equinox as eqx
 from jaxtyping import Array, Bool, PyTree, Scalar
 
-from .._linesearch import AbstractLineSearch, Zoom
-
 
 class AbstractDirection(eqx.Module):
     """A rule for the search direction d at the current point.
@@ -63,14 +61,3 @@ class AbstractDirection(eqx.Module):
     @abc.abstractmethod
     def reset(self, state: PyTree) -> PyTree:
         """Forget accumulated information (used when d fails to be a descent direction)."""
-
-    def default_linesearch(self) -> AbstractLineSearch:
-        """The line search `Solver` pairs with this direction when given none: `Zoom()`,
-        strong Wolfe with c2 = 0.9, whose curvature condition keeps s'y > 0 for the
-        quasi-Newton updates and accepts their unit step whenever it is good enough."""
-        return Zoom()
-
-    def default_bounded_linesearch(self) -> AbstractLineSearch:
-        """The line search `Solver` pairs with this direction when given none and the run
-        has bounds; by default the same as `default_linesearch`."""
-        return self.default_linesearch()

@@ -10,7 +10,6 @@ from jax import lax
 from jaxtyping import Array, Int, PyTree, Scalar
 
 from .._bounds import cauchy_point, compact_representation, subspace_minimisation
-from .._linesearch import AbstractLineSearch, MoreThuente
 from .._misc import (
     as_int,
     at_least_float32,
@@ -291,11 +290,6 @@ class LBFGS(AbstractDirection):
 
         d = jtu.tree_map(leaf, grad, state.s, state.y)
         return d, state.count > 0, state
-
-    def default_bounded_linesearch(self) -> AbstractLineSearch:
-        """With bounds: `MoreThuente()`, whose defaults (ftol 1e-3, gtol 0.9, xtol 0.1) are
-        those L-BFGS-B 3.0 passes to Moré-Thuente's dcsrch, which it uses."""
-        return MoreThuente()
 
     def compute_bounded(self, state, x, grad, box, dtype, while_loop=None):
         """L-BFGS-B's direction (Byrd, Lu, Nocedal & Zhu 1995; Morales & Nocedal 2011): the

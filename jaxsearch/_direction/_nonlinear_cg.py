@@ -6,7 +6,6 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, PyTree, Scalar
 
-from .._linesearch import AbstractLineSearch, MoreThuente
 from .._misc import (
     at_least_float32,
     scalar,
@@ -139,6 +138,3 @@ class NonlinearCG(AbstractDirection):
             direction=jtu.tree_map(jnp.negative, state.grad),
             has_prev=state.has_prev,
         )
-
-    def default_linesearch(self) -> AbstractLineSearch:
-        return MoreThuente(gtol=0.1)

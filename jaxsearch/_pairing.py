@@ -1,0 +1,25 @@
+"""The line search `Solver` pairs with a direction when it is given none, in one table."""
+
+from collections.abc import Callable
+
+from ._direction import LBFGS, AbstractDirection, NonlinearCG
+from ._linesearch import AbstractLineSearch, MoreThuente, Zoom
+
+# direction class: (its search without bounds, its search with bounds). A direction gets the
+# entry of the first of its classes (in method resolution order) listed here, else `Zoom()`:
+# strong Wolfe with c2 = 0.9, whose curvature condition keeps s'y > 0 for the quasi-Newton
+# updates and accepts their unit step whenever it is good enough.
+DEFAULT_SEARCHES: dict[type, tuple[Callable[[], AbstractLineSearch], ...]] = {
+    # Nocedal & Wright recommend c2 = 0.1 for nonlinear CG (docs/methods.md).
+    NonlinearCG: (lambda: MoreThuente(gtol=0.1),) * 2,
+    # L-BFGS-B 3.0 passes Moré–Thuente's dcsrch ftol 1e-3, gtol 0.9, xtol 0.1: its defaults.
+    LBFGS: (Zoom, MoreThuente),
+}
+
+
+def default_search(direction: AbstractDirection, bounded: bool) -> AbstractLineSearch:
+    """The search `Solver(direction)` uses, for runs with bounds when `bounded`."""
+    for cls in type(direction).__mro__:
+        if cls in DEFAULT_SEARCHES:
+            return DEFAULT_SEARCHES[cls][bounded]()
+    return Zoom()
