@@ -80,7 +80,7 @@ def compare(n: int, m: int, reps: int) -> dict:
     dtype = jnp.float32
     direction, state = full_memory(n, m, dtype)
     g = jnp.asarray(np.random.default_rng(1).standard_normal(n), dtype)
-    two_loop = jax.jit(lambda st, g: direction.compute(st, g, dtype)[0])
+    two_loop = jax.jit(lambda st, g: direction.compute(st, js.DirectionInfo(None, g, dtype))[0])
     compact = jax.jit(compact_direction)
     S, Y = state.s, state.y
     StY = S @ Y.T  # maintained at O(m^2) per iteration by an implementation: not timed

@@ -14,8 +14,8 @@ from jaxsearch._misc import at_least_float32, tree_dot
 class UnrolledLBFGS(LBFGS):
     """`js.LBFGS` with its two `fori_loop`s written out slot by slot."""
 
-    def compute(self, state, grad, dtype, hvp=None):
-        m = self.memory_size
+    def compute(self, state, info):
+        grad, dtype, m = info.grad, info.dtype, self.memory_size
 
         def pair(i):  # the i-th newest pair
             j = (state.head - 1 - i) % m
@@ -39,4 +39,4 @@ class UnrolledLBFGS(LBFGS):
                 lambda ri, si, coef=coef: ri + coef.astype(ri.dtype) * si.astype(ri.dtype), r, s
             )
         d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
-        return d, state.count > 0, state
+        return d, state.count > 0, state, jnp.full((), jnp.inf, dtype)

@@ -9,6 +9,7 @@ from ._direction import (
     BFGS as BFGS,
     LBFGS as LBFGS,
     AbstractDirection as AbstractDirection,
+    DirectionInfo as DirectionInfo,
     Gradient as Gradient,
     NewtonCG as NewtonCG,
     NonlinearCG as NonlinearCG,

@@ -23,6 +23,7 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from . import _evaluate
 from ._box import Box
+from ._direction import DirectionInfo
 from ._history import History, Report, step_record
 from ._linesearch import AbstractLineSearch, AbstractSearchState, initial_step
 from ._misc import (
@@ -248,17 +249,12 @@ class Engine:
         st, x, box, solver = m.state, m.x, self.box, self.solver
         dtype = st.prev_decrease.dtype
         direction = solver.direction
-        limit = jnp.full((), jnp.inf, dtype)
+        hvp = functools.partial(_hessian_vector_product, functools.partial(self.evaluate, st), x)
+        info = DirectionInfo(x, st.grad, dtype, hvp, box, solver.adjoint.while_loop)
+        d, scaled, direction_state, limit = direction.compute(st.direction, info)
         if box is None:
-            hvp = functools.partial(
-                _hessian_vector_product, functools.partial(self.evaluate, st), x
-            )
-            d, scaled, direction_state = direction.compute(st.direction, st.grad, dtype, hvp)
             steepest = jtu.tree_map(jnp.negative, st.grad)
         else:
-            d, scaled, direction_state, limit = direction.compute_bounded(
-                st.direction, x, st.grad, box, dtype, solver.adjoint.while_loop
-            )
             steepest = box.projected_gradient(x, st.grad)
         dphi0 = tree_dot(st.grad, d, dtype)
         descent = jnp.isfinite(dphi0) & (dphi0 < 0)

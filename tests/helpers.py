@@ -28,11 +28,18 @@ def pairs(directions=None, searches=None) -> list[tuple[str, str]]:
     registry) but a fixed step only with steepest descent (others need a search to be safe)."""
     directions = list(DIRECTIONS) if directions is None else directions
     searches = list(SEARCHES) if searches is None else searches
-    return [
-        (d, s) for d in directions for s in searches if s != "FixedStep" or d == "Gradient"
-    ]
+    return [(d, s) for d in directions for s in searches if s != "FixedStep" or d == "Gradient"]
 
 
 def solver(direction: str, search: str, **settings) -> js.Solver:
     """A new Solver from the registry's direction and search."""
     return js.Solver(DIRECTIONS[direction](), SEARCHES[search](), **settings)
+
+
+def compute(direction, state, grad, dtype, hvp=None, x=None):
+    """(d, scaled, state) of `direction.compute` at a point without bounds, as the solver
+    calls it (x is only read with bounds)."""
+    info = js.DirectionInfo(x, grad, dtype, hvp)
+    d, scaled, state, limit = direction.compute(state, info)
+    assert float(limit) == float("inf")  # no limit without bounds
+    return d, scaled, state

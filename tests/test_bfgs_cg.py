@@ -12,6 +12,7 @@ import jaxsearch as js
 from jaxsearch._direction._bfgs import BFGS
 from jaxsearch._direction._nonlinear_cg import METHODS, NonlinearCG
 
+from .helpers import compute
 from .problems import (
     ROSENBROCK_START,
     avals,
@@ -61,7 +62,7 @@ def test_bfgs_matches_explicit_recursion(num_pairs):
         expected = explicit_bfgs(pairs, n)
         np.testing.assert_allclose(state.inv_hessian, expected, rtol=1e-10, atol=1e-12)
         g = rng.standard_normal(n)
-        d, scaled, same = direction.compute(state, jnp.asarray(g), jnp.float64)
+        d, scaled, same = compute(direction, state, jnp.asarray(g), jnp.float64)
         assert bool(scaled) and same is state
         np.testing.assert_allclose(d, -expected @ g, rtol=1e-10)
         # Secant equation of the newest pair: H y = s.
@@ -73,7 +74,7 @@ def test_bfgs_without_pairs_is_steepest_and_unscaled():
     direction = BFGS()
     state = direction.init(jnp.zeros(3), jnp.float32)
     g = jnp.array([1.0, -2.0, 3.0])
-    d, scaled, _ = direction.compute(state, g, jnp.float32)
+    d, scaled, _ = compute(direction, state, g, jnp.float32)
     np.testing.assert_array_equal(d, -g)
     assert not bool(scaled)
 
@@ -146,7 +147,7 @@ def test_bfgs_mixed_dtypes():
     new = direction.update(state, s, y, jnp.float32)
     assert int(new.count) == 1
     assert avals(new) == avals(state)
-    d, scaled, _ = direction.compute(new, params, jnp.float32)
+    d, scaled, _ = compute(direction, new, params, jnp.float32)
     assert bool(scaled)
     assert d["half"].dtype == jnp.bfloat16 and d["half"].shape == (3,)
     assert d["single"].dtype == jnp.float32 and d["single"].shape == (2, 2)
@@ -221,7 +222,7 @@ CASES = {
 def cg_after(direction, g_prev, d_prev, dtype):
     """The state after a `compute` at g_prev, with the recorded direction replaced by d_prev."""
     state = direction.init(g_prev, dtype)
-    _, _, state = direction.compute(state, g_prev, dtype)
+    _, _, state = compute(direction, state, g_prev, dtype)
     return eqx.tree_at(lambda st: st.direction, state, d_prev)
 
 
@@ -237,7 +238,7 @@ def test_cg_beta_matches_formula(method, case):
     direction = NonlinearCG(method, restart_threshold=None)
     with jax.enable_x64(True):
         state = cg_after(direction, jnp.asarray(gp), jnp.asarray(dp), jnp.float64)
-        d, scaled, new = direction.compute(state, jnp.asarray(g), jnp.float64)
+        d, scaled, new = compute(direction, state, jnp.asarray(g), jnp.float64)
         assert not bool(scaled)
         np.testing.assert_allclose(d, -g + expected * dp, rtol=1e-12, atol=1e-12)
         # The new state records g and d for the next step, with unchanged avals.
@@ -251,7 +252,7 @@ def test_cg_first_direction_is_steepest(method):
     direction = NonlinearCG(method)
     state = direction.init(jnp.zeros(3), jnp.float32)
     g = jnp.array([1.0, -2.0, 3.0])
-    d, scaled, new = direction.compute(state, g, jnp.float32)
+    d, scaled, new = compute(direction, state, g, jnp.float32)
     np.testing.assert_array_equal(d, -g)
     assert not bool(scaled) and bool(new.has_prev)
     assert avals(new) == avals(state)
@@ -277,7 +278,7 @@ def test_cg_powell_restart(threshold, overlap, restart):
     g, gp, dp = np.array([1.0, 0.0]), np.array([overlap, 1.0]), np.array([-0.5, -1.0])
     with jax.enable_x64(True):
         state = cg_after(direction, jnp.asarray(gp), jnp.asarray(dp), jnp.float64)
-        d, _, _ = direction.compute(state, jnp.asarray(g), jnp.float64)
+        d, _, _ = compute(direction, state, jnp.asarray(g), jnp.float64)
     expected = -g if restart else -g + numpy_beta("fletcher-reeves", g, gp, dp) * dp
     np.testing.assert_allclose(d, expected, rtol=1e-12)
 
@@ -288,7 +289,7 @@ def test_cg_nonfinite_beta_restarts():
     g, gp, dp = np.array([1.0, 1.0]), np.array([1.0, 0.0]), np.array([1.0, 0.0])  # y = (0, 1)
     with jax.enable_x64(True):
         state = cg_after(direction, jnp.asarray(gp), jnp.asarray(dp), jnp.float64)
-        d, _, _ = direction.compute(state, jnp.asarray(g), jnp.float64)
+        d, _, _ = compute(direction, state, jnp.asarray(g), jnp.float64)
     np.testing.assert_array_equal(d, -g)
 
 
@@ -301,13 +302,13 @@ def test_cg_reset_restarts_with_steepest_descent(method):
     with jax.enable_x64(True):
         state = direction.init(jnp.zeros(3), jnp.float64)
         # reset before any compute: still steepest descent first.
-        d, _, state = direction.compute(direction.reset(state), jnp.asarray(g0), jnp.float64)
+        d, _, state = compute(direction, direction.reset(state), jnp.asarray(g0), jnp.float64)
         np.testing.assert_array_equal(d, -g0)
         state = cg_after(direction, jnp.asarray(g0), jnp.asarray([5.0, 1.0, 1.0]), jnp.float64)
         reset = direction.reset(state)
         assert avals(reset) == avals(state)
         np.testing.assert_array_equal(reset.direction, -g0)
-        d, _, _ = direction.compute(reset, jnp.asarray(g1), jnp.float64)
+        d, _, _ = compute(direction, reset, jnp.asarray(g1), jnp.float64)
         expected = -g1 + numpy_beta(method, g1, g0, -g0) * -g0
         np.testing.assert_allclose(d, expected, rtol=1e-12)
 

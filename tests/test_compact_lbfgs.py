@@ -8,6 +8,7 @@ import pytest
 
 import jaxsearch as js
 
+from .helpers import compute
 from .problems import rosenbrock
 from .test_directions import explicit_lbfgs_direction, random_pair
 from .test_engine import control_flow, run_jaxpr
@@ -30,10 +31,10 @@ def test_compact_matches_explicit_recursion(num_pairs, interleave):
         for s, y in pairs:
             state = COMPACT.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
             if interleave:
-                _, _, state = COMPACT.compute(state, jnp.asarray(s), jnp.float64)
+                _, _, state = compute(COMPACT, state, jnp.asarray(s), jnp.float64)
         kept = [pair for pair in pairs if pair[0] @ pair[1] > 0][-COMPACT.memory_size :]
         g = rng.standard_normal(n)
-        d, scaled, _ = COMPACT.compute(state, jnp.asarray(g), jnp.float64)
+        d, scaled, _ = compute(COMPACT, state, jnp.asarray(g), jnp.float64)
         assert bool(scaled)
         np.testing.assert_allclose(d, explicit_lbfgs_direction(kept, g), rtol=1e-10)
 
@@ -46,7 +47,7 @@ def test_compact_after_reset_is_scaled_steepest_descent():
     for form in ("compact", "two_loop"):
         direction = js.LBFGS(memory_size=3, form=form)
         state = direction.update(direction.init(g, jnp.float32), s, y, jnp.float32)
-        d, scaled, _ = direction.compute(direction.reset(state), g, jnp.float32)
+        d, scaled, _ = compute(direction, direction.reset(state), g, jnp.float32)
         assert not bool(scaled)
         np.testing.assert_allclose(d, -state.gamma * g, rtol=1e-6)
 
@@ -93,9 +94,26 @@ def test_compact_run_has_no_loop_over_the_memory():
     ]
 
 
-def test_auto_form_is_two_loop_on_cpu():
-    assert jax.default_backend() != "cpu" or js.LBFGS().form_in_use() == "two_loop"
-    assert js.LBFGS(form="compact").form_in_use() == "compact"
+def test_auto_form():
+    """The two-loop recursion for small params on a CPU, else the compact form."""
+    from jaxsearch._direction._lbfgs import COMPACT_FROM
+
+    cpu = jax.default_backend() == "cpu"
+    assert js.LBFGS().form_in_use(COMPACT_FROM - 1) == ("two_loop" if cpu else "compact")
+    assert js.LBFGS().form_in_use(COMPACT_FROM) == "compact"
+    assert js.LBFGS(form="compact").form_in_use(1) == "compact"
+    assert js.LBFGS(form="two_loop").form_in_use(10**9) == "two_loop"
+
+
+def test_default_run_of_large_params_has_no_loop_over_the_memory():
+    """The default solver on params of 5000 elements in two leaves: no scan in its run."""
+    params = {"a": jnp.zeros(3000), "b": jnp.zeros((20, 100))}
+
+    def f(p):
+        return jnp.sum(p["a"] ** 2) + jnp.sum(p["b"] ** 2)
+
+    found = control_flow(jax.make_jaxpr(lambda p: js.Solver().run(f, p).params)(params).jaxpr)
+    assert not any(name == "scan" for name, _ in found), found
 
 
 def test_bad_form_is_refused():
@@ -124,3 +142,18 @@ def test_compact_vmapped_run_equals_one_at_a_time():
             single = solver.run(rosenbrock, x0)
             assert int(batched.num_steps[i]) == int(single.num_steps)
             np.testing.assert_allclose(batched.params[i], single.params, rtol=1e-10)
+
+
+def test_compact_memory_is_written_in_place():
+    """No copy of an (m, n) memory buffer in the compact form's compiled run (its products
+    read the buffers the masked update writes in place)."""
+    n = 1000
+    solver = js.Solver(js.LBFGS(memory_size=3, form="compact"))
+    x0 = jnp.zeros(n, jnp.float32)
+    text = jax.jit(lambda x: solver.run(rosenbrock, x).params).lower(x0).compile().as_text()
+    copies = [
+        line
+        for line in text.splitlines()
+        if f"f32[3,{n}]" in line and " copy(" in line and "broadcast" not in line
+    ]
+    assert copies == []

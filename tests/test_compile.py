@@ -28,6 +28,7 @@ import pytest
 
 import jaxsearch as js
 
+from .helpers import DIRECTIONS, SEARCHES, solver
 from .problems import rosenbrock
 
 GTOL = 1e-6
@@ -102,25 +103,10 @@ SETTINGS = [
     Setting("mixed_bf16_f32", (jnp.bfloat16, jnp.float32), jnp.float32, jnp.float32),
 ]
 
-DIRECTIONS = {
-    "Gradient": lambda: js.Gradient(),
-    "LBFGS": lambda: js.LBFGS(memory_size=5),
-    "BFGS": lambda: js.BFGS(),
-    "NonlinearCG": lambda: js.NonlinearCG(),
-    "NewtonCG": lambda: js.NewtonCG(),
-}
-SEARCHES = {
-    "Zoom": lambda: js.Zoom(),
-    "Backtracking": lambda: js.Backtracking(),
-    "FixedStep": lambda: js.FixedStep(1e-3),
-    "MoreThuente": lambda: js.MoreThuente(),
-    "HagerZhang": lambda: js.HagerZhang(),
-}
-
 
 def make_solver(direction: str, search: str) -> js.Solver:
     """A new Solver, from newly built direction and line search objects each time."""
-    return js.Solver(DIRECTIONS[direction](), SEARCHES[search](), gtol=GTOL, max_steps=MAX_STEPS)
+    return solver(direction, search, gtol=GTOL, max_steps=MAX_STEPS)
 
 
 def signature(tree) -> dict:
@@ -161,6 +147,8 @@ def block(tree):
 # -------------------------------------------------------------------------------- tests
 
 
+# Every direction with every line search of the registry (tests/helpers.py), FixedStep with
+# every direction too (not `pairs()`): each is a valid solver, and each must compile once.
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
 @pytest.mark.parametrize("search", list(SEARCHES))
 @pytest.mark.parametrize("direction", list(DIRECTIONS))
@@ -244,8 +232,9 @@ def test_state_dtype_contract(search):
         if jnp.issubdtype(leaf.dtype, jnp.floating):  # (HagerZhang also keeps a bool flag)
             assert leaf.dtype == jnp.float32
     # L-BFGS memory: a leading (memory_size,) axis, the param leaf's dtype by default.
-    assert state.direction.s["w"].shape == (5, 3) and state.direction.s["w"].dtype == jnp.bfloat16
-    assert state.direction.y["b"].shape == (5, 2) and state.direction.y["b"].dtype == jnp.float16
+    m = solver.direction.memory_size
+    assert state.direction.s["w"].shape == (m, 3) and state.direction.s["w"].dtype == jnp.bfloat16
+    assert state.direction.y["b"].shape == (m, 2) and state.direction.y["b"].dtype == jnp.float16
     assert state.num_steps.dtype == jnp.int32 and state.status.dtype == jnp.int32
     assert weak_leaves(state) == []
 

@@ -13,9 +13,8 @@ import pytest
 
 import jaxsearch as js
 
+from .helpers import DIRECTIONS, SEARCHES
 from .test_compile import (
-    DIRECTIONS,
-    SEARCHES,
     SETTINGS,
     _dtypes,
     block,

@@ -10,6 +10,8 @@ import pytest
 import jaxsearch as js
 from jaxsearch._linesearch import initial_step
 
+from .helpers import compute
+
 
 def explicit_lbfgs_direction(pairs, g):
     """-H g with H from the BFGS inverse update (N&W eq. 6.17) applied to gamma I over the pairs."""
@@ -45,7 +47,7 @@ def test_two_loop_matches_explicit_recursion(num_pairs):
             state = direction.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
         assert int(state.count) == min(num_pairs, m)
         g = rng.standard_normal(n)
-        d, scaled, _ = direction.compute(state, jnp.asarray(g), jnp.float64)
+        d, scaled, _ = compute(direction, state, jnp.asarray(g), jnp.float64)
         assert bool(scaled)
         np.testing.assert_allclose(d, explicit_lbfgs_direction(pairs[-m:], g), rtol=1e-10)
 
@@ -68,7 +70,7 @@ def test_stale_slots_after_reset_are_ignored(after_reset):
         for s, y in pairs:
             state = direction.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
         g = rng.standard_normal(n)
-        d, scaled, _ = direction.compute(state, jnp.asarray(g), jnp.float64)
+        d, scaled, _ = compute(direction, state, jnp.asarray(g), jnp.float64)
         assert bool(scaled) == (after_reset > 0)
         expected = explicit_lbfgs_direction(pairs, g) if pairs else -gamma * g
         np.testing.assert_allclose(d, expected, rtol=1e-10)
@@ -100,8 +102,8 @@ def test_pytree_memory_matches_flat_memory():
             flat_state = direction.update(flat_state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
         assert int(tree_state.count) == 3
         g = rng.standard_normal(n)
-        d_tree, _, _ = direction.compute(tree_state, unflatten(g), jnp.float64)
-        d_flat, _, _ = direction.compute(flat_state, jnp.asarray(g), jnp.float64)
+        d_tree, _, _ = compute(direction, tree_state, unflatten(g), jnp.float64)
+        d_flat, _, _ = compute(direction, flat_state, jnp.asarray(g), jnp.float64)
         kept = [pair for pair in pairs if pair[0] @ pair[1] > 0][-3:]
         np.testing.assert_allclose(d_flat, explicit_lbfgs_direction(kept, g), rtol=1e-10)
         flattened = np.concatenate([np.ravel(d_tree[key]) for key in shapes])
@@ -112,10 +114,10 @@ def test_without_pairs_direction_is_steepest_and_unscaled():
     direction = js.LBFGS()
     state = direction.init(jnp.zeros(3), jnp.float32)
     g = jnp.array([1.0, -2.0, 3.0])
-    d, scaled, _ = direction.compute(state, g, jnp.float32)
+    d, scaled, _ = compute(direction, state, g, jnp.float32)
     np.testing.assert_array_equal(d, -g)
     assert not bool(scaled)
-    d, scaled, _ = js.Gradient().compute(None, g, jnp.float32)
+    d, scaled, _ = compute(js.Gradient(), None, g, jnp.float32)
     np.testing.assert_array_equal(d, -g)
     assert not bool(scaled)
 
@@ -173,7 +175,7 @@ def test_direction_keeps_leaf_dtypes():
     s = {"half": jnp.full(3, 0.1, jnp.float32), "single": jnp.full(2, 0.1, jnp.float32)}
     y = {"half": jnp.full(3, 0.2, jnp.float32), "single": jnp.full(2, 0.3, jnp.float32)}
     state = direction.update(state, s, y, jnp.float32)
-    d, _, _ = direction.compute(state, params, jnp.float32)
+    d, _, _ = compute(direction, state, params, jnp.float32)
     assert d["half"].dtype == jnp.bfloat16 and d["single"].dtype == jnp.float32
 
 

@@ -9,6 +9,7 @@ from jax.extend import core as jcore
 import jaxsearch as js
 from jaxsearch._stopping import step_status
 
+from .helpers import pairs, solver
 from .problems import rosenbrock
 
 
@@ -40,28 +41,12 @@ def run_jaxpr(solver, **options):
     ).jaxpr
 
 
-DIRECTIONS = {
-    "lbfgs": js.LBFGS(),
-    "bfgs": js.BFGS(),
-    "cg": js.NonlinearCG(),
-    "gradient": js.Gradient(),
-}
-SEARCHES = {
-    "zoom": js.Zoom(),
-    "more-thuente": js.MoreThuente(),
-    "hager-zhang": js.HagerZhang(),
-    "backtracking": js.Backtracking(),
-}
-
-
-@pytest.mark.parametrize("search", list(SEARCHES))
-@pytest.mark.parametrize("direction", list(DIRECTIONS))
+@pytest.mark.parametrize("direction,search", pairs())
 def test_run_is_one_loop_with_one_cond_per_evaluation(direction, search):
     """`run` compiles to one while loop; its body evaluates fn and has one cond at its top (the
     step boundary), so an evaluation inside a line search costs two host round trips (the
     loop's predicate and that cond). All other control flow is nested in the boundary."""
-    solver = js.Solver(DIRECTIONS[direction], SEARCHES[search])
-    found = control_flow(run_jaxpr(solver))
+    found = control_flow(run_jaxpr(solver(direction, search)))
     assert [name for name, depth in found if depth == 0] == ["while"]
     assert [name for name, depth in found if depth == 1] == ["cond"]
     assert len(found) <= 7, found

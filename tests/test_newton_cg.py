@@ -14,6 +14,7 @@ import scipy.optimize
 import jaxsearch as js
 from jaxsearch._direction._newton_cg import CGExit, NewtonCG
 
+from .helpers import compute
 from .problems import (
     ROSENBROCK_START,
     avals,
@@ -44,7 +45,7 @@ def test_tiny_forcing_gives_exact_newton_step():
         x = jnp.asarray(x0)
         g = jax.grad(quadratic)(x, *args)
         state = direction.init(x, jnp.float64)
-        d, scaled, new = direction.compute(state, g, jnp.float64, hvp_of(quadratic, x, *args))
+        d, scaled, new = compute(direction, state, g, jnp.float64, hvp_of(quadratic, x, *args))
         np.testing.assert_allclose(d, -np.linalg.solve(a, np.asarray(g)), rtol=1e-8)
         assert bool(scaled) and d.dtype == jnp.float64
         assert int(new.exit) == CGExit.CONVERGED
@@ -64,13 +65,13 @@ def test_compute_needs_hvp():
     direction = NewtonCG()
     state = direction.init(jnp.zeros(2), jnp.float32)
     with pytest.raises(ValueError, match="Hessian-vector products"):
-        direction.compute(state, jnp.ones(2), jnp.float32)
+        compute(direction, state, jnp.ones(2), jnp.float32)
 
 
 def test_zero_gradient_gives_zero_direction():
     direction = NewtonCG()
     state = direction.init(jnp.zeros(2), jnp.float32)
-    d, _, new = direction.compute(state, jnp.zeros(2), jnp.float32, lambda v: v)
+    d, _, new = compute(direction, state, jnp.zeros(2), jnp.float32, lambda v: v)
     np.testing.assert_array_equal(d, jnp.zeros(2))
     assert int(new.num_hvp) == 0
 
@@ -90,8 +91,8 @@ def test_negative_curvature_at_first_inner_step_gives_steepest_descent():
         x = jnp.array([0.0, 0.1])
         g = jax.grad(saddle)(x)
         direction = NewtonCG()
-        d, scaled, state = direction.compute(
-            direction.init(x, jnp.float64), g, jnp.float64, hvp_of(saddle, x)
+        d, scaled, state = compute(
+            direction, direction.init(x, jnp.float64), g, jnp.float64, hvp_of(saddle, x)
         )
         np.testing.assert_array_equal(d, -g)
         assert not bool(scaled)
@@ -109,8 +110,12 @@ def test_negative_curvature_later_returns_last_iterate():
         hess = np.asarray(jax.hessian(saddle)(x))
         assert np.linalg.eigvalsh(hess)[0] < 0
         direction = NewtonCG(forcing=1e-6)
-        d, scaled, state = direction.compute(
-            direction.init(x, jnp.float64), jnp.asarray(g), jnp.float64, hvp_of(saddle, x)
+        d, scaled, state = compute(
+            direction,
+            direction.init(x, jnp.float64),
+            jnp.asarray(g),
+            jnp.float64,
+            hvp_of(saddle, x),
         )
         alpha0 = (g @ g) / (g @ hess @ g)
         np.testing.assert_allclose(d, -alpha0 * g, rtol=1e-12)
@@ -137,8 +142,8 @@ def test_indefinite_start_reaches_a_local_minimiser(start, search):
         assert np.linalg.eigvalsh(np.asarray(jax.hessian(shifted_saddle)(x0)))[0] < 0
         g = jax.grad(shifted_saddle)(x0)
         direction = NewtonCG()
-        d, _, first = direction.compute(
-            direction.init(x0, jnp.float64), g, jnp.float64, hvp_of(shifted_saddle, x0)
+        d, _, first = compute(
+            direction, direction.init(x0, jnp.float64), g, jnp.float64, hvp_of(shifted_saddle, x0)
         )
         assert float(jnp.dot(d, g)) < 0
         assert int(first.exit) in (CGExit.NEGATIVE_CURVATURE, CGExit.CONVERGED)

@@ -34,6 +34,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import jaxsearch as js
 from jaxsearch._linesearch._conditions import value_tolerance
 
+from .helpers import DIRECTIONS, SEARCHES, pairs, solver
+
 # ------------------------------------------------------------------------------ profiles
 
 settings.register_profile(
@@ -109,27 +111,19 @@ BUCKETS = (1, 2, 7, 50)
 LEARNING_RATE = 1e-4  # FixedStep: the largest eigenvalue is at most 1e3, so lr L <= 0.1
 NUM_STEPS = 25
 
-DIRECTIONS = {
-    "Gradient": js.Gradient,
-    "LBFGS": js.LBFGS,
-    "BFGS": js.BFGS,
-    "NonlinearCG": js.NonlinearCG,
-    "NewtonCG": js.NewtonCG,
-}
-SEARCHES = {
-    "Zoom": js.Zoom,
-    "MoreThuente": js.MoreThuente,
-    "Backtracking": js.Backtracking,
-    "HagerZhang": js.HagerZhang,
-    "FixedStep": lambda: js.FixedStep(LEARNING_RATE),
-}
-PAIRS = [(d, s) for d in DIRECTIONS for s in SEARCHES if s != "FixedStep" or d == "Gradient"]
+PAIRS = pairs()  # the whole registry (tests/helpers.py), FixedStep only with Gradient
+
+
+def make_search(search: str) -> js.AbstractLineSearch:
+    """The registry's search, but FixedStep at this file's LEARNING_RATE."""
+    return js.FixedStep(LEARNING_RATE) if search == "FixedStep" else SEARCHES[search]()
+
 
 # gtol = ftol = 0: the runs go on into the rounding regime near the minimiser, until a search
 # stalls or fails, which exercises the searches' rounding safeguards.
 SOLVERS = {
     (d, s): js.Solver(
-        DIRECTIONS[d](), Recorded(SEARCHES[s]()), gtol=0.0, ftol=0.0, max_steps=10_000
+        DIRECTIONS[d](), Recorded(make_search(s)), gtol=0.0, ftol=0.0, max_steps=10_000
     )
     for d, s in PAIRS
 }
@@ -342,10 +336,7 @@ MIXED_PAIRS = [
     ("NewtonCG", "Zoom"),
     ("LBFGS", "HagerZhang"),
 ]
-MIXED_SOLVERS = {
-    pair: js.Solver(DIRECTIONS[pair[0]](), SEARCHES[pair[1]](), gtol=0.0, ftol=0.0)
-    for pair in MIXED_PAIRS
-}
+MIXED_SOLVERS = {pair: solver(*pair, gtol=0.0, ftol=0.0) for pair in MIXED_PAIRS}
 
 
 @st.composite

@@ -8,6 +8,7 @@ import pytest
 
 import jaxsearch as js
 
+from .helpers import pairs, solver
 from .problems import (
     ROSENBROCK_START,
     EvaluationLog,
@@ -22,16 +23,17 @@ from .problems import (
     spd_quadratic_data,
 )
 
-DIRECTIONS = {"lbfgs": js.LBFGS(), "gradient": js.Gradient()}
-SEARCHES = {"zoom": js.Zoom(), "backtracking": js.Backtracking()}
-PAIRS = [(d, s) for d in DIRECTIONS for s in SEARCHES]
+# A subset of the registry (tests/helpers.py), to keep the suite's time down.
+DIRECTION_NAMES = ["LBFGS", "Gradient"]
+SEARCH_NAMES = ["Zoom", "Backtracking"]
+PAIRS = pairs(DIRECTION_NAMES, SEARCH_NAMES)
 
 
 def solver_for(direction, search, **kwargs):
     """Gradient descent gets enough steps; ftol=0 so only gtol can stop it as converged."""
-    max_steps = 40_000 if direction == "gradient" else 500
+    max_steps = 40_000 if direction == "Gradient" else 500
     kwargs = {"gtol": 1e-6, "ftol": 0.0, "max_steps": max_steps, **kwargs}
-    return js.Solver(DIRECTIONS[direction], SEARCHES[search], **kwargs)
+    return solver(direction, search, **kwargs)
 
 
 @pytest.mark.parametrize("direction,search", PAIRS)
@@ -115,7 +117,7 @@ def test_low_precision_is_honest(dtype, direction, search, math):
     assert result.params.dtype == dtype
     assert bool(jnp.all(jnp.isfinite(result.params)))
     honest = {js.Status.CONVERGED_GTOL, js.Status.STALLED, js.Status.LINESEARCH_FAILED}
-    if direction == "gradient":
+    if direction == "Gradient":
         honest.add(js.Status.MAX_STEPS)  # gradient descent may simply be slow
     assert js.Status(int(result.status)) in honest, result.message
     # Whatever it claims is measured at the returned point, in the same program.
@@ -338,9 +340,9 @@ def test_evaluation_count_is_honest():
         jax.debug.callback(lambda: calls.append(1))
         return rosenbrock(x)
 
-    for solver in (js.Solver(), js.Solver(js.Gradient(), js.Backtracking(), max_steps=50)):
+    for method in (js.Solver(), js.Solver(js.Gradient(), js.Backtracking(), max_steps=50)):
         calls.clear()
-        result = solver.run(counted, jnp.array(ROSENBROCK_START))
+        result = method.run(counted, jnp.array(ROSENBROCK_START))
         jax.effects_barrier()
         assert len(calls) == int(result.num_fun_evals) > int(result.num_steps) > 0
 
@@ -365,8 +367,8 @@ class _Ascent(js.AbstractDirection):
     def init(self, params, dtype):
         return jnp.zeros((), jnp.int32)
 
-    def compute(self, state, grad, dtype, hvp=None):
-        return grad, jnp.array(False), state + 1
+    def compute(self, state, info):
+        return info.grad, jnp.array(False), state + 1, jnp.full((), jnp.inf, info.dtype)
 
     def update(self, state, s, y, dtype, accept=True):
         return state

@@ -6,8 +6,11 @@ import pytest
 
 import jaxsearch as js
 
-DIRECTIONS = {"gradient": js.Gradient, "lbfgs": js.LBFGS}
-SEARCHES = {"zoom": js.Zoom, "backtracking": js.Backtracking, "fixed": js.FixedStep}
+from .helpers import solver
+
+# A subset of the registry (tests/helpers.py); FixedStep with L-BFGS too: tracing is the same.
+DIRECTION_NAMES = ["Gradient", "LBFGS"]
+SEARCH_NAMES = ["Zoom", "Backtracking", "FixedStep"]
 
 
 def counting_objective(counter):
@@ -20,14 +23,14 @@ def counting_objective(counter):
     return fn
 
 
-@pytest.mark.parametrize("search", list(SEARCHES))
-@pytest.mark.parametrize("direction", list(DIRECTIONS))
+@pytest.mark.parametrize("search", SEARCH_NAMES)
+@pytest.mark.parametrize("direction", DIRECTION_NAMES)
 def test_fn_traced_once(direction, search):
-    solver = js.Solver(DIRECTIONS[direction](), SEARCHES[search](), max_steps=10)
+    method = solver(direction, search, max_steps=10)
     x0, data = jnp.array([-1.2, 1.0]), jnp.array([1.0])
 
     traces = []
-    solver.run(counting_objective(traces), x0, data)
+    method.run(counting_objective(traces), x0, data)
     assert len(traces) == 1
 
     traces = []
@@ -35,9 +38,9 @@ def test_fn_traced_once(direction, search):
 
     @eqx.filter_jit
     def train_step(params, state, data):
-        return solver.step(fn, params, state, data)
+        return method.step(fn, params, state, data)
 
-    params, state = x0, solver.init(x0)
+    params, state = x0, method.init(x0)
     for _ in range(3):
         params, state = train_step(params, state, data)
     assert len(traces) == 1

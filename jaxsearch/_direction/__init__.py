@@ -1,4 +1,4 @@
-from ._base import AbstractDirection as AbstractDirection
+from ._base import AbstractDirection as AbstractDirection, DirectionInfo as DirectionInfo
 from ._bfgs import BFGS as BFGS, BFGSState as BFGSState
 from ._gradient import Gradient as Gradient
 from ._lbfgs import LBFGS as LBFGS, LBFGSState as LBFGSState

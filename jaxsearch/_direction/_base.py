@@ -2,10 +2,34 @@
 
 import abc
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, PyTree, Scalar
+
+
+class DirectionInfo(NamedTuple):
+    """What a direction may use at the current point.
+
+    `hvp(v)` is the Hessian-vector product at x (forward-over-reverse autodiff of fn; v and
+    the result are like `grad`): the solver always passes it, and fn is traced for it only if
+    a direction calls it. `box` is the `Box` x lies in, or None without bounds. A loop inside
+    `compute` runs through `while_loop(cond, body, init, max_steps)` when given (the solver
+    passes its adjoint's, so that a run can be differentiated through its iterations); None:
+    `lax.while_loop`. All scalars are in `dtype`, at least float32."""
+
+    x: PyTree
+    grad: PyTree
+    dtype: Any
+    hvp: Callable[[PyTree], PyTree] | None = None
+    box: Any = None
+    while_loop: Callable | None = None
+
+
+def no_limit(dtype) -> Scalar:
+    """The `limit` of a direction that sets none."""
+    return jnp.full((), jnp.inf, dtype)
 
 
 class AbstractDirection(eqx.Module):
@@ -20,42 +44,27 @@ class AbstractDirection(eqx.Module):
     def init(self, params: PyTree, dtype) -> PyTree:
         """This direction's state for `params` (the inexact array leaves of the user's params)."""
 
+    supports_bounds: ClassVar[bool] = False  # whether `compute` honours `info.box`
+
     @abc.abstractmethod
     def compute(
-        self, state: PyTree, grad: PyTree, dtype, hvp: Callable[[PyTree], PyTree] | None = None
-    ) -> tuple[PyTree, Bool[Array, ""], PyTree]:
-        """Return (d, scaled, state): d has the structure and dtypes of `grad`; `scaled` is
-        True when d carries curvature information, so that the unit step is the natural first
-        trial; `state` may record what the next `compute` needs (e.g. d itself).
-
-        `hvp(v)` is the Hessian-vector product at the current point (forward-over-reverse
-        autodiff of fn; v and the result are like `grad`); the solver always passes it, and fn
-        is traced for it only if a direction calls it."""
-
-    supports_bounds: ClassVar[bool] = False  # whether `compute_bounded` is provided
-
-    def compute_bounded(
-        self,
-        state: PyTree,
-        x: PyTree,
-        grad: PyTree,
-        box: Any,
-        dtype,
-        while_loop: Callable | None = None,
+        self, state: PyTree, info: DirectionInfo
     ) -> tuple[PyTree, Bool[Array, ""], PyTree, Scalar]:
-        """As `compute`, for the box `box` (a `Box`, x inside it): d must be a feasible
-        direction, x + d inside the box. Returns (d, scaled, state, limit): `limit` bounds
-        the step along d beyond where d leaves the box (+inf for none). Directions with
-        `supports_bounds` provide it. A loop inside it runs through `while_loop(cond, body,
-        init, max_steps)` when given (the solver passes its adjoint's, so that a run can be
-        differentiated through its iterations); None: `lax.while_loop`."""
-        raise NotImplementedError(f"{type(self).__name__} does not support bounds.")
+        """Return (d, scaled, state, limit) at the point `info` describes.
+
+        d has the structure and dtypes of `info.grad`; `scaled` is True when d carries
+        curvature information, so that the unit step is the natural first trial; `state` may
+        record what the next `compute` needs (e.g. d itself); `limit` bounds the step along d
+        (+inf for none; a direction with bounds may cap it beyond where d leaves the box).
+
+        With `info.box` (only for directions with `supports_bounds`), d must be a feasible
+        direction: x + d inside the box."""
 
     @abc.abstractmethod
     def update(self, state: PyTree, s: PyTree, y: PyTree, dtype, accept=True) -> PyTree:
         """Record an accepted step: s = x_new - x, y = grad_new - grad (in at least float32).
         Where `accept` (a traced boolean) is False the state is returned unchanged: the
-        solver calls `update` at every step boundary without branching, so that memory
+        solver calls `update` at every iteration of its loop without branching, so that memory
         buffers are written in place (inside a branch XLA would copy them)."""
 
     @abc.abstractmethod

@@ -7,7 +7,7 @@ from jax import lax
 from jaxtyping import Array, Float, Int, PyTree, Scalar
 
 from .._misc import at_least_float32, dtype_eps, leaves, scalar, widest_float
-from ._base import AbstractDirection
+from ._base import AbstractDirection, DirectionInfo, no_limit
 
 _HIGHEST = lax.Precision.HIGHEST  # no reduced-precision (e.g. TF32) matrix products
 
@@ -77,11 +77,11 @@ class BFGS(AbstractDirection):
             eps=scalar(eps, matrix_dtype),
         )
 
-    def compute(self, state, grad, dtype, hvp=None):
+    def compute(self, state, info: DirectionInfo):
         h = state.inv_hessian
-        g = _flatten(grad, h.dtype)
+        g = _flatten(info.grad, h.dtype)
         d = -jnp.matmul(h, g, precision=_HIGHEST)
-        return _unflatten(d, grad), state.count > 0, state
+        return _unflatten(d, info.grad), state.count > 0, state, no_limit(info.dtype)
 
     def update(self, state, s, y, dtype, accept=True) -> BFGSState:
         h = state.inv_hessian

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
-from ._base import AbstractDirection
+from ._base import AbstractDirection, DirectionInfo, no_limit
 
 
 class Gradient(AbstractDirection):
@@ -19,12 +19,12 @@ class Gradient(AbstractDirection):
     def init(self, params, dtype) -> None:
         return None
 
-    def compute(self, state, grad, dtype, hvp=None):
-        return jtu.tree_map(jnp.negative, grad), jnp.array(False), state
-
-    def compute_bounded(self, state, x, grad, box, dtype, while_loop=None):
-        d = box.projected_gradient(x, grad)
-        return d, jnp.array(False), state, jnp.full((), jnp.inf, dtype)
+    def compute(self, state, info: DirectionInfo):
+        if info.box is None:
+            d = jtu.tree_map(jnp.negative, info.grad)
+        else:
+            d = info.box.projected_gradient(info.x, info.grad)
+        return d, jnp.array(False), state, no_limit(info.dtype)
 
     def update(self, state, s, y, dtype, accept=True) -> None:
         return None

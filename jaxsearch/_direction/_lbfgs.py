@@ -24,7 +24,7 @@ from .._misc import (
     widest_float,
     zeros_sharded_like,
 )
-from ._base import AbstractDirection
+from ._base import AbstractDirection, DirectionInfo, no_limit
 
 
 class LBFGSState(eqx.Module):
@@ -40,6 +40,10 @@ class LBFGSState(eqx.Module):
 
 
 _FORMS = ("auto", "two_loop", "compact")
+# Where "auto" takes the compact form on a CPU (benchmarks/engine.py, extended Rosenbrock in
+# float32, whole runs): the two forms measured equal at n = 1e3, the compact one 0.8 times
+# the two-loop recursion's wall at 1e4 and 1e6, and 1.6 times it at n = 2.
+COMPACT_FROM = 5000
 
 
 def _is_floating(dtype) -> bool:
@@ -51,21 +55,28 @@ def _is_floating(dtype) -> bool:
 
 def _memory_times(buffers: PyTree, vectors: list[PyTree], dtype) -> Array:
     """The (m, k) matrix [<b_i, v_k>] over the slots i of `buffers` and the k trees of
-    `vectors`, summed over leaves: one matrix product per leaf, so one pass over the memory,
-    accumulated in at least float32 at full precision (no TF32 on a GPU)."""
+    `vectors`, summed over leaves, accumulated in at least float32 at full precision (no TF32
+    on a GPU). On a CPU one matrix-vector product per vector (XLA's CPU product of an (m, n)
+    and an (n, k) matrix measured several times slower than k of them); elsewhere one
+    product with the vectors stacked, one pass over the memory."""
+    stacked = jax.default_backend() != "cpu"
     total = jnp.zeros((), dtype)
     for i, b in enumerate(leaves(buffers)):
         work = at_least_float32(b.dtype)
-        columns = jnp.stack([leaves(v)[i].astype(work) for v in vectors], axis=-1)
-        axes = tuple(range(columns.ndim - 1))  # contract every param axis, with no reshape
+        columns = [leaves(v)[i].astype(work) for v in vectors]
+        axes = tuple(range(b.ndim - 1))  # contract every param axis, with no reshape
         dims = ((tuple(a + 1 for a in axes), axes), ((), ()))
-        part = lax.dot_general(
+        product = functools.partial(
+            lax.dot_general,
             b.astype(work),
-            columns,
-            dims,
+            dimension_numbers=dims,
             precision="highest",
             out_sharding=explicit_replicated_sharding(b),
         )
+        if stacked:
+            part = product(jnp.stack(columns, axis=-1))
+        else:
+            part = jnp.stack([product(c) for c in columns], axis=-1)
         total = total + part.astype(dtype)
     return total
 
@@ -143,9 +154,10 @@ class LBFGS(AbstractDirection):
       p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b), a = S'g and b = Y'g. It takes one matrix
       product with each buffer (which also gives the newest pair's row and column of S'Y
       and Y'Y, kept in the state), two m x m triangular solves, and one product back.
-    - `"auto"` (the default): the two-loop recursion when jax's default backend is the CPU,
-      where it measured faster (benchmarks/engine.py), else the compact form, which has no
-      loop trips (each one on a GPU waits for its predicate on the host).
+    - `"auto"` (the default): the compact form, which has no loop trips (each one on a GPU
+      waits for its predicate on the host), except on a CPU (jax's default backend) for
+      params of fewer than `COMPACT_FROM` = 5000 elements in all, where the two-loop
+      recursion measured faster (benchmarks/engine.py).
 
     A pair is stored only if it is finite after rounding to the memory dtype and satisfies the
     curvature guard s'y > eps |s| |y|, with `eps` the machine epsilon of the least precise
@@ -155,7 +167,7 @@ class LBFGS(AbstractDirection):
     (e.g. `memory_dtype=jnp.float32` for bfloat16 or float16 params). Inner products accumulate
     in at least float32 and are kept in the solver's scalar dtype, never float16.
 
-    With bounds (`Solver.run(..., bounds=...)`) it is L-BFGS-B: see `compute_bounded`.
+    With bounds (`Solver.run(..., bounds=...)`) it is L-BFGS-B: see `_bounded`.
     """
 
     supports_bounds = True
@@ -200,17 +212,24 @@ class LBFGS(AbstractDirection):
             pending=scalar(0, jnp.int32),
         )
 
-    def form_in_use(self) -> str:
-        """ "two_loop" or "compact": `form`, where "auto" is the two-loop recursion on a CPU
-        (the default backend) and the compact form elsewhere."""
+    def form_in_use(self, size: int) -> str:
+        """"two_loop" or "compact": `form`, where "auto" is the compact form unless jax's
+        default backend is the CPU and the params have fewer than `COMPACT_FROM` elements in
+        all (`size`)."""
         if self.form != "auto":
             return self.form
-        return "two_loop" if jax.default_backend() == "cpu" else "compact"
+        small = jax.default_backend() == "cpu" and size < COMPACT_FROM
+        return "two_loop" if small else "compact"
 
-    def compute(self, state, grad, dtype, hvp=None):
-        if self.form_in_use() == "two_loop":
-            return self._two_loop(state, grad, dtype)
-        return self._compact(state, grad, dtype)
+    def compute(self, state, info: DirectionInfo):
+        if info.box is not None:
+            return self._bounded(state, info)
+        size = sum(b[0].size for b in leaves(state.s))
+        if self.form_in_use(size) == "two_loop":
+            d, state = self._two_loop(state, info.grad, info.dtype)
+        else:
+            d, state = self._compact(state, info.grad, info.dtype)
+        return d, state.count > 0, state, no_limit(info.dtype)
 
     def _two_loop(self, state, grad, dtype):
         m = self.memory_size
@@ -243,7 +262,7 @@ class LBFGS(AbstractDirection):
         r = jtu.tree_map(lambda qi: state.gamma.astype(qi.dtype) * qi, q)
         r = lax.fori_loop(0, m, oldest_first, r)
         d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
-        return d, state.count > 0, state
+        return d, state
 
     def _compact(self, state, grad, dtype):
         m = self.memory_size
@@ -289,9 +308,9 @@ class LBFGS(AbstractDirection):
             return (-hg).astype(g.dtype)
 
         d = jtu.tree_map(leaf, grad, state.s, state.y)
-        return d, state.count > 0, state
+        return d, state
 
-    def compute_bounded(self, state, x, grad, box, dtype, while_loop=None):
+    def _bounded(self, state, info: DirectionInfo):
         """L-BFGS-B's direction (Byrd, Lu, Nocedal & Zhu 1995; Morales & Nocedal 2011): the
         generalized Cauchy point of the quadratic model with B = theta I - W M W' from this
         memory (theta = 1 / gamma), then the subspace minimisation over the variables free
@@ -300,7 +319,7 @@ class LBFGS(AbstractDirection):
         the first trial) holds once a pair is stored, or when every variable has two finite
         bounds (L-BFGS-B's first iteration on a boxed problem). With no pair stored and any
         finite bound, the step is capped at 1, as L-BFGS-B's first iteration does."""
-
+        x, grad, box, dtype, while_loop = info.x, info.grad, info.box, info.dtype, info.while_loop
         work = widest_float(*(at_least_float32(b.dtype) for b in jtu.tree_leaves(state.s)), dtype)
         flat = lambda tree: jnp.concatenate(  # noqa: E731
             [leaf.reshape(-1).astype(work) for leaf in jtu.tree_leaves(tree)]

@@ -9,7 +9,7 @@ from jax import lax
 from jaxtyping import Array, Int, PyTree
 
 from .._misc import at_least_float32, leaves, scalar, select, tree_dot, widest_float
-from ._base import AbstractDirection
+from ._base import AbstractDirection, DirectionInfo, no_limit
 
 FORCING_RULES = ("sqrt", "linear")
 
@@ -144,10 +144,11 @@ class NewtonCG(AbstractDirection):
         zero = scalar(0, jnp.int32)
         return NewtonCGState(cg_steps=zero, exit=scalar(CGExit.CONVERGED, jnp.int32), num_hvp=zero)
 
-    def compute(self, state, grad, dtype, hvp=None):
+    def compute(self, state, info: DirectionInfo):
+        grad, dtype, hvp = info.grad, info.dtype, info.hvp
         if hvp is None:
             raise ValueError(
-                "NewtonCG needs Hessian-vector products: call compute(state, grad, dtype, hvp) "
+                "NewtonCG needs Hessian-vector products: pass DirectionInfo(..., hvp=hvp) "
                 "with hvp(v) = H v (the Solver passes it)."
             )
         limit = self._limit(grad)
@@ -223,7 +224,7 @@ class NewtonCG(AbstractDirection):
             exit=end.code,
             num_hvp=(state.num_hvp + end.hvps).astype(jnp.int32),
         )
-        return d, ~steepest, new_state
+        return d, ~steepest, new_state, no_limit(dtype)
 
     def update(self, state, s, y, dtype, accept=True) -> NewtonCGState:
         return state

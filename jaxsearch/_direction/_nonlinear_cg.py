@@ -15,7 +15,7 @@ from .._misc import (
     tree_sub,
     tree_zeros_like,
 )
-from ._base import AbstractDirection
+from ._base import AbstractDirection, DirectionInfo, no_limit
 
 METHODS = ("fletcher-reeves", "polak-ribiere", "hestenes-stiefel", "dai-yuan", "hager-zhang")
 
@@ -108,7 +108,8 @@ class NonlinearCG(AbstractDirection):
         eta_k = -1 / (tree_norm(d_prev, dtype) * jnp.minimum(self.eta, tree_norm(g_prev, dtype)))
         return jnp.maximum(beta_n, eta_k)
 
-    def compute(self, state, grad, dtype, hvp=None):
+    def compute(self, state, info: DirectionInfo):
+        grad, dtype = info.grad, info.dtype
         g_prev, d_prev = state.grad, state.direction
         beta = self._beta(grad, g_prev, d_prev, dtype)
         conjugate = state.has_prev & jnp.isfinite(beta)
@@ -127,7 +128,7 @@ class NonlinearCG(AbstractDirection):
             direction=tree_cast_like(d, state.direction),
             has_prev=jnp.array(True),
         )
-        return d, scalar(False, jnp.bool_), new_state
+        return d, scalar(False, jnp.bool_), new_state, no_limit(dtype)
 
     def update(self, state, s, y, dtype, accept=True) -> NonlinearCGState:
         return state  # compute keeps g_{k-1} and d_{k-1}; y is recomputed from them
