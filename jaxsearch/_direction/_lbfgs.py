@@ -213,7 +213,7 @@ class LBFGS(AbstractDirection):
         )
 
     def form_in_use(self, size: int) -> str:
-        """"two_loop" or "compact": `form`, where "auto" is the compact form unless jax's
+        """ "two_loop" or "compact": `form`, where "auto" is the compact form unless jax's
         default backend is the CPU and the params have fewer than `COMPACT_FROM` elements in
         all (`size`)."""
         if self.form != "auto":
