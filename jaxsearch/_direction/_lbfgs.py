@@ -103,15 +103,15 @@ def _solve_upper(r: Array, b: Array, transpose: bool) -> Array:
     substitution written out (m is static): small scalar work that XLA fuses, where LAPACK's
     trsm is a library call (and crashed the XLA CPU compiler twice; docs/benchmarks.md)."""
     m = b.shape[0]
-    x = [None] * m
+    x: dict[int, Array] = {}
     for i in range(m) if transpose else reversed(range(m)):
         # The solved entries: those before i (r' is lower triangular), else those after.
-        done = slice(0, i) if transpose else slice(i + 1, m)
-        coefficients = r[done, i] if transpose else r[i, done]
-        solved = x[done]
-        partial = coefficients @ jnp.stack(solved) if solved else 0
+        done = range(0, i) if transpose else range(i + 1, m)
+        part = slice(done.start, done.stop)
+        coefficients = r[part, i] if transpose else r[i, part]
+        partial = coefficients @ jnp.stack([x[j] for j in done]) if done else 0
         x[i] = (b[i] - partial) / r[i, i]
-    return jnp.stack(x)
+    return jnp.stack([x[i] for i in range(m)])
 
 
 def _bring_up_to_date(state: LBFGSState, s_dot_y_new, y_dot_s_new, y_dot_y_new, dtype):
