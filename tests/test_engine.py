@@ -75,10 +75,10 @@ def test_bounded_run_nests_the_cauchy_loop_in_the_boundary():
     assert ("while", 3) in found
 
 
-def lbfgs_memory_copies(n: int) -> list[str]:
+def lbfgs_memory_copies(n: int, form: str = "auto") -> list[str]:
     """The copies of an L-BFGS memory buffer ((m, n) float32) in the optimised program of a
     compiled `run` (the one that initialises it, outside the loop, aside)."""
-    solver = js.Solver(js.LBFGS(memory_size=3))
+    solver = js.Solver(js.LBFGS(memory_size=3, form=form))
     x0 = jnp.zeros(n, jnp.float32)
     text = jax.jit(lambda x: solver.run(rosenbrock, x).params).lower(x0).compile().as_text()
     return [
