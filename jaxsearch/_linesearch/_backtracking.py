@@ -6,9 +6,9 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Scalar
 
-from .._misc import Setting, as_int, check_count, check_setting, scalar
-from ._base import AbstractLineSearch, AbstractSearchState, capped_search, effective_cap
-from ._conditions import ValueScale, no_allowance, sufficient_decrease
+from .._misc import Setting, as_int, check_setting, scalar
+from ._conditions import ValueScale
+from ._decrease import AbstractDecreaseSearch, AbstractDecreaseSearchState
 
 
 class _BacktrackingState(eqx.Module):
@@ -16,13 +16,11 @@ class _BacktrackingState(eqx.Module):
     scale: ValueScale  # C_k, the scale of f's rounding error
 
 
-class _BacktrackingSearch(AbstractSearchState):
-    phi0: Scalar
-    dphi0: Scalar
-    scale: ValueScale
+class _BacktrackingSearch(AbstractDecreaseSearchState):
+    pass
 
 
-class Backtracking(AbstractLineSearch):
+class Backtracking(AbstractDecreaseSearch):
     """Backtracking until the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) holds.
 
     Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 3.1. Each rejected trial
@@ -58,27 +56,17 @@ class Backtracking(AbstractLineSearch):
     max_step_size: Setting = float("inf")
     epsilon: Setting | None = None
 
+    refines_best = False  # the last trial is the only one with sufficient decrease
+
     def __check_init__(self):
         name = "Backtracking"
         check_setting(name, "c1", self.c1, lambda v: 0 < v < 1, "lie in (0, 1)")
         check_setting(name, "shrink", self.shrink, lambda v: 0 < v < 1, "lie in (0, 1)")
-        check_count(name, "max_steps", self.max_steps)
         if self.growth is not None:
             check_setting(name, "growth", self.growth, lambda v: 1 <= v < inf, "be >= 1 or None")
-        check_setting(name, "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
-        if self.epsilon is not None:
-            check_setting(name, "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
 
-    @property
-    def monotone(self) -> bool:
-        return no_allowance(self.epsilon)  # Armijo's test alone: f never rises
-
-    def allowance(self, state):
-        return state.scale.allowance(self.epsilon)
-
-    @property
-    def max_trials(self) -> int:
-        return self.max_steps
+    def value_scale(self, state) -> ValueScale:
+        return state.scale
 
     def init(self, dtype) -> _BacktrackingState:
         return _BacktrackingState(prev_step=scalar(0, dtype), scale=ValueScale.empty(dtype))
@@ -86,23 +74,15 @@ class Backtracking(AbstractLineSearch):
     def start(
         self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
     ) -> _BacktrackingSearch:
-        dtype = phi0.dtype
-        cap = effective_cap(self.max_step_size, max_step, dtype)
         t0 = guess
         if self.growth is not None:
-            grown = jnp.minimum(state.prev_step * self.growth, cap).astype(dtype)
+            grown = (state.prev_step * self.growth).astype(phi0.dtype)
             t0 = jnp.where(state.prev_step > 0, grown, guess)
-        return _BacktrackingSearch(
-            **capped_search(t0, min_step, cap),
-            phi0=phi0,
-            dphi0=dphi0,
-            scale=state.scale.add(phi0),
-        )
+        fields = self.open(t0, phi0, dphi0, min_step, max_step, state.scale.add(phi0))
+        return _BacktrackingSearch(**fields)
 
     def update(self, search, t, phi, dphi) -> _BacktrackingSearch:
-        accept, _ = sufficient_decrease(
-            search.phi0, search.dphi0, t, phi, dphi, self.c1, self.epsilon, search.scale.C
-        )
+        accept, _ = self.decrease(search, t, phi, dphi, self.c1)
         num_trials = search.num_trials + 1
         shrunk = (t * self.shrink).astype(t.dtype)
         give_up = ~accept & ((num_trials >= self.max_steps) | (shrunk < search.min_step))

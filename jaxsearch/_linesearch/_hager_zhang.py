@@ -4,16 +4,10 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
-from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
-from ._base import (
-    AbstractLineSearch,
-    AbstractSearchState,
-    Point,
-    at_capped_edge,
-    capped_search,
-    effective_cap,
-)
+from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
+from ._base import Point, at_capped_edge
 from ._conditions import ValueScale, armijo, value_tolerance
+from ._decrease import AbstractDecreaseSearch, AbstractDecreaseSearchState, settle
 from ._interpolate import quadratic_minimiser, secant_minimiser
 
 # Phases: what the trial being evaluated is.
@@ -36,14 +30,11 @@ class HagerZhangState(eqx.Module):
     prev_step: Scalar  # alpha_{k-1}; 0 when no step has been accepted yet
 
 
-class _HagerZhangSearch(AbstractSearchState):
+class _HagerZhangSearch(AbstractDecreaseSearchState):
     phase: Int[Array, ""]
     after: Int[Array, ""]  # _TO_L1 or _TO_L2: where the bisection loop continues
-    phi0: Scalar
-    dphi0: Scalar
     bound: Scalar  # phi(0) + epsilon_k
     approx: Bool[Array, ""]
-    scale: ValueScale  # C_k, Q_k at this search's start point
     a: Point  # bracket [a, b]: phi'(a) < 0, phi(a) <= phi(0) + epsilon_k, phi'(b) >= 0 ...
     b: Point  # ... (or b is a point above the bound / non-finite, inside the bisection loop)
     width: Scalar  # b_j - a_j at the start of the current secant^2 iteration
@@ -59,7 +50,7 @@ def _inside(c, a, b):
     return jnp.isfinite(c) & (c > a) & (c < b)
 
 
-class HagerZhang(AbstractLineSearch):
+class HagerZhang(AbstractDecreaseSearch):
     """Approximate Wolfe line search of W. W. Hager and H. Zhang, "A new conjugate gradient
     method with guaranteed descent and an efficient line search", *SIAM J. Optim.* 16(1),
     170–192 (2005), and "Algorithm 851: CG_DESCENT, a conjugate gradient method with
@@ -135,9 +126,10 @@ class HagerZhang(AbstractLineSearch):
     (then it is an upper end, as usual), so the search goes on inside [0, cap]. A cap below
     `min_step` (or <= 0, or NaN) ends the search at once with no step.
 
-    The approximate Wolfe conditions accept a rise of f up to epsilon_k: the search is not
-    `monotone`, and the solver keeps the best point. `max_step_size` (default +inf, no cap)
-    and numeric settings given as arrays: see `AbstractLineSearch`.
+    The approximate Wolfe conditions accept a rise of f up to epsilon_k: the search is
+    `monotone` only with `epsilon = 0`; otherwise the solver keeps the best point.
+    `max_step_size` (default +inf, no cap) and numeric settings given as arrays: see
+    `AbstractLineSearch`.
     """
 
     delta: Setting = 0.1
@@ -161,8 +153,6 @@ class HagerZhang(AbstractLineSearch):
         sigma = setting_value(name, "sigma", self.sigma)
         if delta is not None and sigma is not None and not delta <= sigma < 1:
             raise ValueError(f"{name}: sigma must lie in [delta, 1) = [{delta}, 1), got {sigma}.")
-        if self.epsilon is not None:
-            check_setting(name, "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
         check_setting(name, "theta", self.theta, lambda v: 0 < v < 1, "lie in (0, 1)")
         check_setting(name, "gamma", self.gamma, lambda v: 0 < v < 1, "lie in (0, 1)")
         check_setting(name, "omega", self.omega, lambda v: v >= 0, "be non-negative")
@@ -170,15 +160,9 @@ class HagerZhang(AbstractLineSearch):
         check_setting(name, "psi1", self.psi1, lambda v: 0 < v < 1, "lie in (0, 1)")
         check_setting(name, "psi2", self.psi2, lambda v: v > 0, "be positive")
         check_setting(name, "rho", self.rho, lambda v: v > 1, "be > 1")
-        check_count(name, "max_steps", self.max_steps)
-        check_setting(name, "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
 
-    def allowance(self, state):
-        return state.scale.allowance(self.epsilon)
-
-    @property
-    def max_trials(self) -> int:
-        return self.max_steps + 1  # and the fallback's re-evaluation
+    def value_scale(self, state) -> ValueScale:
+        return state.scale
 
     def init(self, dtype) -> HagerZhangState:
         zero = scalar(0, dtype)
@@ -201,8 +185,8 @@ class HagerZhang(AbstractLineSearch):
             other = self.psi2 * state.prev_step
             phase = jnp.full((), _BRACKET)
         t0 = jnp.where(use_guess, guess, other)
-        cap = effective_cap(self.max_step_size, max_step, dtype)
-        fields = capped_search(t0, min_step, cap)
+        fields = self.open(t0, phi0, dphi0, min_step, max_step, scale)
+        cap = fields["max_step"]
         # A QuadStep trial at a binding cap is B1's c_0 instead: it may end the search.
         edge = (fields["trial"] >= cap) & (cap < self.max_step_size)
         phase = jnp.where(edge, _BRACKET, phase)
@@ -211,11 +195,8 @@ class HagerZhang(AbstractLineSearch):
             **fields,
             phase=phase.astype(jnp.int32),
             after=scalar(_TO_L1, jnp.int32),
-            phi0=phi0,
-            dphi0=dphi0,
             bound=(phi0 + value_tolerance(self.epsilon, dtype) * scale.C).astype(dtype),
             approx=state.approx,
-            scale=scale,
             a=origin,
             b=origin,
             width=scalar(0, dtype),
@@ -245,9 +226,8 @@ class HagerZhang(AbstractLineSearch):
         # alone is enough; a trial there without it cannot be a lower end (no expansion).
         edge = at_capped_edge(s, self.max_step_size, t)
         approx_decrease = (phi <= s.bound) & ((2 * self.delta - 1) * s.dphi0 >= dphi)
-        falling = dphi <= self.delta * s.dphi0  # f still falls steeply at the edge (dcsrch)
-        edge_ok = edge & finite & falling & (decrease | (s.approx & approx_decrease))
-        edge_ok = edge_ok & ~in_fallback
+        edge_ok = self.falls_at_binding_cap(s, t, dphi, self.delta) & finite & ~in_fallback
+        edge_ok = edge_ok & (decrease | (s.approx & approx_decrease))
         accept = accept | edge_ok
 
         # The update rules classify the trial: U1 / B1 (a new upper end), U2 (a new lower
@@ -332,14 +312,10 @@ class HagerZhang(AbstractLineSearch):
         switched = s.switched | (fail & ~s.approx & ~at_max)
         rescue = fail & ~s.approx & ~at_max & (best_approx.t > 0)
         best = select(rescue, best_approx, best)
-        has_best = best.t > 0
-        best_is_current = best.t == t
-        needs_eval = fail & has_best & ~best_is_current
-
-        done = in_fallback | accept | (fail & ~needs_eval)
-        taken = jnp.where(in_fallback, finite, accept | (fail & has_best & best_is_current))
-        success = jnp.where(in_fallback, s.rescued & finite, accept | (rescue & best_is_current))
-        trial = jnp.where(in_fallback, t, jnp.where(needs_eval, best.t, next_trial))
+        done, taken, refine, trial = settle(
+            accept, fail, in_fallback, best.t, t, finite, next_trial
+        )
+        success = jnp.where(in_fallback, s.rescued & finite, accept | (rescue & (best.t == t)))
         return _HagerZhangSearch(
             trial=trial.astype(dtype),
             done=done,
@@ -348,13 +324,13 @@ class HagerZhang(AbstractLineSearch):
             num_trials=num_trials,
             min_step=s.min_step,
             max_step=s.max_step,
-            phase=jnp.where(in_fallback | needs_eval, _FALLBACK, next_phase).astype(jnp.int32),
-            after=after.astype(jnp.int32),
             phi0=s.phi0,
             dphi0=s.dphi0,
+            scale=s.scale,
+            phase=jnp.where(in_fallback | refine, _FALLBACK, next_phase).astype(jnp.int32),
+            after=after.astype(jnp.int32),
             bound=s.bound,
             approx=s.approx,
-            scale=s.scale,
             a=a,
             b=b,
             width=new_width,

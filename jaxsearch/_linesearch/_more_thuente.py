@@ -4,27 +4,19 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
-from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
-from ._base import (
-    AbstractSearchState,
-    Point,
-    at_capped_edge,
-    capped_search,
-    effective_cap,
-)
-from ._conditions import ValueScale, sufficient_decrease
+from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
+from ._base import Point
+from ._conditions import ValueScale
+from ._decrease import AbstractDecreaseSearch, AbstractDecreaseSearchState, settle
 from ._interpolate import quadratic_minimiser, scaled_cubic, secant_minimiser
-from ._wolfe import AbstractWolfeSearch
 
 _SEARCH, _FALLBACK = 0, 1
 _EXTRAPOLATE_MIN, _EXTRAPOLATE_MAX = 1.1, 4.0  # next step in t + [1.1, 4] (t - t_x)
 _SHRINK = 0.66  # the bracket must shrink by this factor every two trials, else bisect
 
 
-class _MoreThuenteSearch(AbstractSearchState):
+class _MoreThuenteSearch(AbstractDecreaseSearchState):
     phase: Int[Array, ""]
-    phi0: Scalar
-    dphi0: Scalar
     use_phi: Bool[Array, ""]  # second stage: the interval is updated with phi, not psi
     bracketed: Bool[Array, ""]
     x: Point  # endpoint with the least psi (first stage) or phi (second stage): t_x
@@ -34,7 +26,6 @@ class _MoreThuenteSearch(AbstractSearchState):
     width: Scalar  # |t_y - t_x| after the last trial ...
     width_before: Scalar  # ... and after the one before it
     best: Point  # lowest phi with sufficient decrease so far (t = 0: none yet)
-    scale: ValueScale  # C_k, the scale of f's rounding error
 
 
 def _dcstep(x: Point, y: Point, p: Point, bracketed, lower, upper):
@@ -95,7 +86,7 @@ def _shift(point: Point, slope) -> Point:
     return Point(point.t, point.phi - point.t * slope, point.dphi - slope)
 
 
-class MoreThuente(AbstractWolfeSearch):
+class MoreThuente(AbstractDecreaseSearch):
     """Line search for the strong Wolfe conditions
 
         phi(t) <= phi(0) + ftol t phi'(0)   and   |phi'(t)| <= gtol |phi'(0)|,
@@ -174,26 +165,19 @@ class MoreThuente(AbstractWolfeSearch):
         if ftol is not None and gtol is not None and not ftol <= gtol < 1:
             raise ValueError(f"{name}: gtol must lie in [ftol, 1) = [{ftol}, 1), got {gtol}.")
         check_setting(name, "xtol", self.xtol, lambda v: v >= 0, "be non-negative")
-        check_count(name, "max_steps", self.max_steps)
-        if self.epsilon is not None:
-            check_setting(name, "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
-        check_setting(name, "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
 
     def start(
         self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
     ) -> _MoreThuenteSearch:
         dtype = phi0.dtype
-        cap = effective_cap(self.max_step_size, max_step, dtype)
-        fields = capped_search(guess, min_step, cap)
-        t0 = fields["trial"]
+        fields = self.open(guess, phi0, dphi0, min_step, max_step, state.add(phi0))
+        t0, cap = fields["trial"], fields["max_step"]
         origin = Point(scalar(0, dtype), phi0, dphi0)
         width = (cap - min_step).astype(dtype)
         false = jnp.array(False)
         return _MoreThuenteSearch(
             **fields,
             phase=scalar(_SEARCH, jnp.int32),
-            phi0=phi0,
-            dphi0=dphi0,
             use_phi=false,
             bracketed=false,
             x=origin,
@@ -203,7 +187,6 @@ class MoreThuente(AbstractWolfeSearch):
             width=width,
             width_before=(width / 0.5).astype(dtype),
             best=origin,
-            scale=state.add(phi0),
         )
 
     def update(self, search, t, phi, dphi) -> _MoreThuenteSearch:
@@ -211,9 +194,7 @@ class MoreThuente(AbstractWolfeSearch):
         s = search
         finite = jnp.isfinite(phi) & jnp.isfinite(dphi)
         slope_test = self.ftol * s.dphi0  # psi'(t) = phi'(t) - slope_test
-        decrease, lost = sufficient_decrease(
-            s.phi0, s.dphi0, t, phi, dphi, self.ftol, self.epsilon, s.scale.C
-        )
+        decrease, lost = self.decrease(s, t, phi, dphi, self.ftol)
         # A value lost in rounding is replaced by the one the slopes give (exact for a
         # quadratic), so that dcstep's interpolation agrees with them.
         phi = jnp.where(lost, s.phi0 + t * (s.dphi0 + dphi) / 2, phi).astype(dtype)
@@ -221,7 +202,7 @@ class MoreThuente(AbstractWolfeSearch):
         converged = decrease & (jnp.abs(dphi) <= self.gtol * -s.dphi0)
         # At a binding dynamic cap (L-BFGS-B's stpmax), dcsrch's test: sufficient decrease
         # and f still falling steeply, phi'(t) <= ftol phi'(0).
-        at_edge = at_capped_edge(s, self.max_step_size, t) & decrease & (dphi <= slope_test)
+        at_edge = self.falls_at_binding_cap(s, t, dphi, self.ftol) & decrease
         converged = converged | at_edge
         use_phi = s.use_phi | (decrease & (dphi >= 0))
 
@@ -268,21 +249,11 @@ class MoreThuente(AbstractWolfeSearch):
         fail = ~converged & (at_max | at_min | stuck | below | (num_trials >= self.max_steps))
 
         best = select(decrease & (phi < s.best.phi), current, s.best)
-        has_best = best.t > 0
-        best_is_current = best.t == t
-        needs_eval = fail & has_best & ~best_is_current
-
         in_fallback = s.phase == _FALLBACK  # re-evaluation of the best point: take it
-        done = in_fallback | converged | (fail & ~needs_eval)
-        step_taken = jnp.where(
-            in_fallback,
-            finite,
-            converged | (fail & has_best & best_is_current),
+        done, step_taken, refine, trial = settle(
+            converged, fail, in_fallback, best.t, t, finite, jnp.where(below, step, next_trial)
         )
-        trial = jnp.where(
-            in_fallback, t, jnp.where(needs_eval, best.t, jnp.where(below, step, next_trial))
-        )
-        phase = jnp.where(in_fallback | needs_eval, _FALLBACK, _SEARCH)
+        phase = jnp.where(in_fallback | refine, _FALLBACK, _SEARCH)
         return _MoreThuenteSearch(
             trial=trial.astype(dtype),
             done=done,
@@ -291,9 +262,10 @@ class MoreThuente(AbstractWolfeSearch):
             num_trials=num_trials,
             min_step=s.min_step,
             max_step=s.max_step,
-            phase=phase.astype(jnp.int32),
             phi0=s.phi0,
             dphi0=s.dphi0,
+            scale=s.scale,
+            phase=phase.astype(jnp.int32),
             use_phi=use_phi,
             bracketed=bracketed,
             x=x,
@@ -303,7 +275,6 @@ class MoreThuente(AbstractWolfeSearch):
             width=width.astype(dtype),
             width_before=width_before.astype(dtype),
             best=best,
-            scale=s.scale,
         )
 
     def finish(self, state, search) -> ValueScale:

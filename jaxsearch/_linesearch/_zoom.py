@@ -2,34 +2,25 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Int, Scalar
+from jaxtyping import Array, Int
 
-from .._misc import Setting, as_int, check_count, check_setting, scalar, select, setting_value
-from ._base import (
-    AbstractSearchState,
-    Point,
-    at_capped_edge,
-    capped_search,
-    effective_cap,
-)
-from ._conditions import ValueScale, sufficient_decrease
+from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
+from ._base import Point
+from ._conditions import ValueScale
+from ._decrease import AbstractDecreaseSearch, AbstractDecreaseSearchState, settle
 from ._interpolate import expansion_trial, zoom_trial
-from ._wolfe import AbstractWolfeSearch
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
 
 
-class _ZoomSearch(AbstractSearchState):
+class _ZoomSearch(AbstractDecreaseSearchState):
     phase: Int[Array, ""]
-    phi0: Scalar
-    dphi0: Scalar
     prev: Point  # previous trial while bracketing
     lo: Point  # lowest value with sufficient decrease so far (N&W's alpha_lo)
     hi: Point
-    scale: ValueScale  # C_k, the scale of f's rounding error
 
 
-class Zoom(AbstractWolfeSearch):
+class Zoom(AbstractDecreaseSearch):
     """Line search for the strong Wolfe conditions
 
         phi(t) <= phi(0) + c1 t phi'(0)   and   |phi'(t)| <= c2 |phi'(0)|,
@@ -80,34 +71,23 @@ class Zoom(AbstractWolfeSearch):
         c1, c2 = setting_value("Zoom", "c1", self.c1), setting_value("Zoom", "c2", self.c2)
         if c1 is not None and c2 is not None and not c1 < c2 < 1:
             raise ValueError(f"Zoom: c2 must lie in (c1, 1) = ({c1}, 1), got {c2}.")
-        check_count("Zoom", "max_steps", self.max_steps)
         check_setting("Zoom", "safeguard", self.safeguard, lambda v: 0 < v < 0.5, "lie in (0, 0.5)")
         check_setting("Zoom", "xtol", self.xtol, lambda v: v >= 0, "be non-negative")
-        check_setting("Zoom", "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
-        if self.epsilon is not None:
-            check_setting("Zoom", "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
 
     def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None) -> _ZoomSearch:
-        dtype = phi0.dtype
-        origin = Point(scalar(0, dtype), phi0, dphi0)
-        cap = effective_cap(self.max_step_size, max_step, dtype)
+        origin = Point(scalar(0, phi0.dtype), phi0, dphi0)
         return _ZoomSearch(
-            **capped_search(guess, min_step, cap),
+            **self.open(guess, phi0, dphi0, min_step, max_step, state.add(phi0)),
             phase=scalar(_BRACKET, jnp.int32),
-            phi0=phi0,
-            dphi0=dphi0,
             prev=origin,
             lo=origin,
             hi=origin,
-            scale=state.add(phi0),
         )
 
     def update(self, search, t, phi, dphi) -> _ZoomSearch:
         dtype = t.dtype
         current = Point(t, phi, dphi)
-        decrease, lost = sufficient_decrease(
-            search.phi0, search.dphi0, t, phi, dphi, self.c1, self.epsilon, search.scale.C
-        )
+        decrease, lost = self.decrease(search, t, phi, dphi, self.c1)
         curvature = jnp.abs(dphi) <= -self.c2 * search.dphi0
         bracketing = search.phase == _BRACKET
         first = search.num_trials == 0
@@ -118,11 +98,7 @@ class Zoom(AbstractWolfeSearch):
         above = ~decrease | (~lost & higher)
         # At a binding dynamic cap (L-BFGS-B's stpmax), sufficient decrease is enough while f
         # still falls steeply there, phi'(t) <= c1 phi'(0), as dcsrch stops at stpmax.
-        at_edge = (
-            at_capped_edge(search, self.max_step_size, t)
-            & decrease
-            & (dphi <= self.c1 * search.dphi0)
-        )
+        at_edge = self.falls_at_binding_cap(search, t, dphi, self.c1) & decrease
         accept = (~above & curvature) | at_edge
         # Otherwise `current` has sufficient decrease and the wrong slope.
         rising = ~above & ~accept & (dphi >= 0)  # bracketing: minimum lies behind us
@@ -151,37 +127,32 @@ class Zoom(AbstractWolfeSearch):
         )
         fail = ~accept & exhausted
         # Best point with sufficient decrease: `current` while expanding, else alpha_lo.
-        fallback = jnp.where(expand, t, lo.t)
-        fallback_is_current = fallback == t
-        fallback_needs_eval = fail & (fallback > 0) & ~fallback_is_current
-
         in_fallback = search.phase == _FALLBACK  # re-evaluation of the best point: take it
-        fallback_ok = in_fallback & jnp.isfinite(phi) & jnp.isfinite(dphi)
-        done = in_fallback | accept | (fail & ~fallback_needs_eval)
-        step = jnp.where(
+        done, taken, refine, trial = settle(
+            accept,
+            fail,
             in_fallback,
-            jnp.where(fallback_ok, t, 0),
-            jnp.where(accept | (fail & fallback_is_current & (fallback > 0)), t, 0),
-        ).astype(dtype)
-        phase = jnp.where(
-            fallback_needs_eval, _FALLBACK, jnp.where(expand, _BRACKET, _ZOOM)
-        ).astype(jnp.int32)
-        trial = jnp.where(fallback_needs_eval, fallback, next_trial).astype(dtype)
+            jnp.where(expand, t, lo.t),
+            t,
+            jnp.isfinite(phi) & jnp.isfinite(dphi),
+            next_trial,
+        )
+        phase = jnp.where(refine, _FALLBACK, jnp.where(expand, _BRACKET, _ZOOM)).astype(jnp.int32)
         return _ZoomSearch(
-            trial=trial,
+            trial=trial.astype(dtype),
             done=done,
-            step=step,
+            step=jnp.where(taken, t, 0).astype(dtype),
             success=accept & ~in_fallback,
             num_trials=num_trials,
             min_step=search.min_step,
             max_step=search.max_step,
-            phase=jnp.where(in_fallback, search.phase, phase),
             phi0=search.phi0,
             dphi0=search.dphi0,
+            scale=search.scale,
+            phase=jnp.where(in_fallback, search.phase, phase),
             prev=current,
             lo=lo,
             hi=hi,
-            scale=search.scale,
         )
 
     def finish(self, state, search) -> ValueScale:
