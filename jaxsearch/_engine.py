@@ -7,7 +7,9 @@ pair by a masked, branch-free update at every iteration (so it is written in pla
 a step boundary (the evaluation at x, or a search that ended) does a `lax.cond` run the rest
 of the vector work: the step's end (the new iterate, counters, status, the best point, the
 step's record) and the start of the next (direction, initial step, search). `run` is the
-machine until a stopping criterion; `step` is it until the next step boundary.
+machine until a stopping criterion; `step` is it until the next step boundary, and starts its
+step at the top of the iteration that needs it, so that either program builds the next
+direction at one place.
 """
 
 import dataclasses
@@ -57,6 +59,7 @@ class Machine(eqx.Module):
     trials: Int[Array, ""]  # evaluations of the current search (its trial budget)
     evals_at_start: Int[Array, ""]  # num_fun_evals when the current step began
     open: Bool[Array, ""]  # the loop goes on
+    pending: Bool[Array, ""]  # `step` only: the next iteration starts with `prepare`
     history: History | None
 
 
@@ -142,6 +145,7 @@ class Engine:
             trials=scalar(0, jnp.int32),
             evals_at_start=state.num_fun_evals,
             open=jnp.array(True),
+            pending=jnp.array(False),
             history=history,
         )
         if not self.until_step:
@@ -157,8 +161,8 @@ class Engine:
             status=jnp.where(halted, stop, state.status).astype(jnp.int32),
             step_size=jnp.where(halted, 0, state.step_size).astype(dtype),
         )
-        m = _replace(m, state=state, open=~halted)
-        return lax.cond(state.has_eval & ~halted, self.prepare, lambda m: m, m)
+        # The first iteration prepares the step (`iterate`): one copy of `prepare` in the program.
+        return _replace(m, state=state, open=~halted, pending=state.has_eval & ~halted)
 
     def loop(self, m: Machine) -> Machine:
         return self.solver.adjoint.while_loop(
@@ -166,7 +170,12 @@ class Engine:
         )
 
     def iterate(self, m: Machine) -> Machine:
-        """Evaluate fn once, update the search, and at a step boundary end the step."""
+        """Evaluate fn once, update the search, and at a step boundary end the step. In
+        `step`, the direction and the search's start come first where they are `pending` (from
+        a state with f at x, or after f at x): `prepare` is then traced once, not both before
+        the loop and at its boundary."""
+        if self.until_step:
+            m = lax.cond(m.pending, self.prepare, lambda m: m, m)
         st, linesearch = m.state, self.linesearch
         dtype = st.prev_decrease.dtype
         at_base = ~st.has_eval
@@ -212,12 +221,12 @@ class Engine:
         running = st.status == Status.RUNNING
         if self.until_step:  # `step` ends here, unless this was f at x
             go_on = at_base & running
-        else:
-            go_on = (
-                running
-                & (st.num_steps < self.solver.max_steps)
-                & (st.steps_since_best < self.solver.stall_steps)
-            )
+            return _replace(m, open=go_on, pending=go_on)
+        go_on = (
+            running
+            & (st.num_steps < self.solver.max_steps)
+            & (st.steps_since_best < self.solver.stall_steps)
+        )
         m = _replace(m, open=go_on)
         return lax.cond(go_on, self.prepare, lambda m: m, m)
 
@@ -280,8 +289,9 @@ class Engine:
             st.linesearch, phi0, dphi0_search, guess, min_step, scaled, max_step=max_step
         )
         st = _replace(st, direction=direction_state)
+        trials = jnp.zeros_like(m.trials)
         return _replace(
-            m, state=st, d=d, dphi0=dphi0, search=search, trials=jnp.zeros_like(m.trials)
+            m, state=st, d=d, dphi0=dphi0, search=search, trials=trials, pending=jnp.array(False)
         )
 
     def end_step(self, m: Machine, point, value, grad, aux, taken) -> Machine:

@@ -195,3 +195,27 @@ def test_status_with_array_settings_under_jit():
 
     assert int(decide(jnp.array(1e-2, F32), jnp.array(1e-9, F32))) == js.Status.CONVERGED_GTOL
     assert int(decide(jnp.array(1e-4, F32), jnp.array(1e-9, F32))) == js.Status.RUNNING
+
+
+@pytest.mark.parametrize("direction", ["LBFGS", "LBFGS-compact", "NewtonCG"])
+def test_step_and_run_trace_the_direction_once(direction, monkeypatch):
+    """The next direction is built at one place in each program: `step` prepares it at the top
+    of the iteration that needs it, not both before the loop and at the step boundary (twice
+    the direction's code to compile, and twice its bytes in XLA's cost analysis)."""
+    s = solver(direction, "Zoom")
+    kind = type(s.direction)
+    calls = []
+    original = kind.compute
+
+    def counted(self, state, info):
+        calls.append(1)
+        return original(self, state, info)
+
+    x0 = jnp.full(3, 0.5, jnp.float32)
+    state = s.init(x0, fn=rosenbrock)
+    monkeypatch.setattr(kind, "compute", counted)
+    jax.make_jaxpr(lambda p, st: s.step(rosenbrock, p, st))(x0, state)
+    assert len(calls) == 1, f"step traced {kind.__name__}.compute {len(calls)} times"
+    calls.clear()
+    jax.make_jaxpr(lambda p: s.run(rosenbrock, p).params)(x0)
+    assert len(calls) == 1, f"run traced {kind.__name__}.compute {len(calls)} times"
