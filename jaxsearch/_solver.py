@@ -43,7 +43,8 @@ _SCIPY_FTOL = 2.220446049250313e-09  # scipy L-BFGS-B: factr = 1e7 times float64
 
 _replace = dataclasses.replace
 
-# What `throw=True` raises on: a run that did not converge; a step that could not go on.
+# What `throw=True` raises on: a run that did not converge; a step that could not go on (and,
+# with `throw="failures"`, a run that could not go on: a fixed budget of steps is a normal end).
 _STEP_FAILURES = (Status.LINESEARCH_FAILED, Status.NONFINITE, Status.STALLED)
 _RUN_FAILURES = (Status.MAX_STEPS, *_STEP_FAILURES)
 
@@ -146,7 +147,10 @@ class Solver(eqx.Module):
 
     With `throw=True`, a run that ends in `MAX_STEPS`, `LINESEARCH_FAILED`, `NONFINITE` or
     `STALLED`, and a step that ends in one of the last three, raise a runtime error naming the
-    status (`eqx.branched_error_if`) instead of returning it.
+    status (`eqx.branched_error_if`) instead of returning it. `throw="failures"` raises on
+    the last three only, in `run` as in `step`: a run that uses up its `max_steps` returns
+    `MAX_STEPS` as a normal end, for a fixed budget of steps (a phase of a training
+    schedule, say) that should still stop on a real failure.
 
     After a step that did not move (its search failed, or it rounded away), the direction's
     memory is reset, so a further `step` starts again from steepest descent rather than
@@ -176,7 +180,7 @@ class Solver(eqx.Module):
     stall_steps: int = eqx.field(static=True)
     return_best: bool = eqx.field(static=True)
     has_aux: bool = eqx.field(static=True)
-    throw: bool = eqx.field(static=True)
+    throw: bool | str = eqx.field(static=True)  # False, True or "failures"
     adjoint: AbstractAdjoint
 
     def __init__(
@@ -190,7 +194,7 @@ class Solver(eqx.Module):
         stall_steps: int | np.integer = 100,
         return_best: bool = True,
         has_aux: bool = False,
-        throw: bool = False,
+        throw: bool | str = False,
         adjoint: AbstractAdjoint | None = None,
     ):
         direction = LBFGS() if direction is None else direction
@@ -233,7 +237,7 @@ class Solver(eqx.Module):
         self.stall_steps = stall
         self.return_best = bool(return_best)
         self.has_aux = bool(has_aux)
-        self.throw = bool(throw)
+        self.throw = _throw_setting(throw)
         self.adjoint = adjoint
 
     # ----------------------------------------------------------------------------- public
@@ -481,7 +485,8 @@ class Solver(eqx.Module):
             diff, value, grad, aux, status = self._best_of_run(
                 diff, state, box, status, no_progress
             )
-        diff = self._raise_on_failure(diff, status, _RUN_FAILURES)
+        failures = _STEP_FAILURES if self.throw == "failures" else _RUN_FAILURES
+        diff = self._raise_on_failure(diff, status, failures)
         return Result(
             params=eqx.combine(tree_cast_to_avals(diff, given), static),
             value=value,
@@ -555,7 +560,7 @@ class Solver(eqx.Module):
         return box
 
     def _raise_on_failure(self, diff, status, failures: tuple[Status, ...]):
-        """With `throw=True`: `diff`, with a runtime error (`eqx.branched_error_if`) that names
+        """With `throw` set: `diff`, with a runtime error (`eqx.branched_error_if`) that names
         the status when `status` is one of `failures`."""
         if not self.throw:
             return diff
@@ -563,6 +568,15 @@ class Solver(eqx.Module):
         messages = tuple(f"jaxsearch: {s.name}. {s.message}" for s in failures)
         index = jnp.argmax(status == codes)
         return eqx.branched_error_if(diff, jnp.any(status == codes), index, messages)
+
+
+def _throw_setting(throw) -> bool | str:
+    """`throw` as stored: a bool, or "failures" (raise on failures, not on `MAX_STEPS`)."""
+    if isinstance(throw, bool):
+        return throw
+    if isinstance(throw, str) and throw == "failures":
+        return throw
+    raise ValueError(f'Solver: throw must be True, False or "failures", got {throw!r}.')
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 5, 6))
