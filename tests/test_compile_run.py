@@ -25,8 +25,8 @@ from .test_compile import (
 )
 
 # Every setting for the core pairs; the rest of the method set in float32 and the mixed
-# pytree only (a compiled `run` differs from a compiled `step` only in the outer loop, which
-# test_compile.py covers for every cell and every setting).
+# pytree only (a compiled `run` differs from a compiled `step` only in the outer loop;
+# test_compile.py covers every pair of direction, search and setting for `step`).
 CORE = {"Gradient", "LBFGS"}, {"Zoom", "Backtracking"}
 CELLS = [
     (direction, search, setting)
