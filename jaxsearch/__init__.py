@@ -13,6 +13,7 @@ from ._direction import (
     Gradient as Gradient,
     NewtonCG as NewtonCG,
     NonlinearCG as NonlinearCG,
+    Preconditioned as Preconditioned,
 )
 from ._history import History as History
 from ._linesearch import (
@@ -22,6 +23,7 @@ from ._linesearch import (
     FixedStep as FixedStep,
     HagerZhang as HagerZhang,
     MoreThuente as MoreThuente,
+    StochasticArmijo as StochasticArmijo,
     Zoom as Zoom,
 )
 from ._result import Result as Result

@@ -2,8 +2,8 @@
 
 from collections.abc import Callable
 
-from ._direction import LBFGS, AbstractDirection, NonlinearCG
-from ._linesearch import AbstractLineSearch, MoreThuente, Zoom
+from ._direction import LBFGS, AbstractDirection, NonlinearCG, Preconditioned
+from ._linesearch import AbstractLineSearch, MoreThuente, StochasticArmijo, Zoom
 
 # direction class: (its search without bounds, its search with bounds). A direction gets the
 # entry of the first of its classes (in method resolution order) listed here, else `Zoom()`:
@@ -14,6 +14,9 @@ DEFAULT_SEARCHES: dict[type, tuple[Callable[[], AbstractLineSearch], ...]] = {
     NonlinearCG: (lambda: MoreThuente(gtol=0.1),) * 2,
     # L-BFGS-B 3.0 passes Moré–Thuente's dcsrch ftol 1e-3, gtol 0.9, xtol 0.1: its defaults.
     LBFGS: (Zoom, MoreThuente),
+    # Made for mini-batches: Vaswani et al. (2020) pair adaptive preconditioners with SLS. It
+    # has no bounds, so the second entry is never used with them.
+    Preconditioned: (StochasticArmijo,) * 2,
 }
 
 

@@ -4,3 +4,7 @@ from ._gradient import Gradient as Gradient
 from ._lbfgs import LBFGS as LBFGS, LBFGSState as LBFGSState
 from ._newton_cg import NewtonCG as NewtonCG, NewtonCGState as NewtonCGState
 from ._nonlinear_cg import NonlinearCG as NonlinearCG, NonlinearCGState as NonlinearCGState
+from ._preconditioned import (
+    Preconditioned as Preconditioned,
+    PreconditionedState as PreconditionedState,
+)

@@ -7,4 +7,5 @@ from ._fixed import FixedStep as FixedStep
 from ._hager_zhang import HagerZhang as HagerZhang
 from ._initial import initial_step as initial_step
 from ._more_thuente import MoreThuente as MoreThuente
+from ._stochastic import StochasticArmijo as StochasticArmijo
 from ._zoom import Zoom as Zoom

@@ -1,5 +1,6 @@
 """Backtracking line search with the Armijo sufficient-decrease condition."""
 
+import abc
 from math import inf
 
 import equinox as eqx
@@ -20,7 +21,62 @@ class _BacktrackingSearch(AbstractDecreaseSearchState):
     pass
 
 
-class Backtracking(AbstractDecreaseSearch):
+class AbstractBacktracking(AbstractDecreaseSearch):
+    """Backtracking on the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) (within the
+    rounding allowance of `AbstractDecreaseSearch`), shared by `Backtracking` and
+    `StochasticArmijo`: each rejected trial (also one where f or its slope is not finite) is
+    multiplied by `shrink`; after `max_steps` rejected trials, or when the next trial would be
+    below the line's resolution, no step is taken. The state between searches is the previous
+    accepted step (0 until one is accepted; a search that takes no step keeps it) and C_k.
+    A subclass says where a search starts (`first_trial`) and checks its own settings."""
+
+    c1: eqx.AbstractVar[Setting]
+    shrink: eqx.AbstractVar[Setting]
+
+    refines_best = False  # the last trial is the only one with sufficient decrease
+
+    @abc.abstractmethod
+    def first_trial(self, prev_step: Scalar, guess: Scalar) -> Scalar:
+        """The first trial before the cap rules, from the previous accepted step (0: none yet)
+        and the solver's shared initial guess."""
+
+    def value_scale(self, state) -> ValueScale:
+        return state.scale
+
+    def init(self, dtype) -> _BacktrackingState:
+        return _BacktrackingState(prev_step=scalar(0, dtype), scale=ValueScale.empty(dtype))
+
+    def start(
+        self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
+    ) -> _BacktrackingSearch:
+        t0 = self.first_trial(state.prev_step, guess.astype(phi0.dtype)).astype(phi0.dtype)
+        fields = self.open(t0, phi0, dphi0, min_step, max_step, state.scale.add(phi0))
+        return _BacktrackingSearch(**fields)
+
+    def update(self, search, t, phi, dphi) -> _BacktrackingSearch:
+        accept, _ = self.decrease(search, t, phi, dphi, self.c1)
+        num_trials = search.num_trials + 1
+        shrunk = (t * self.shrink).astype(t.dtype)
+        give_up = ~accept & ((num_trials >= self.max_steps) | (shrunk < search.min_step))
+        return eqx.tree_at(
+            lambda s: (s.trial, s.done, s.step, s.success, s.num_trials),
+            search,
+            (
+                jnp.where(accept, t, shrunk).astype(t.dtype),
+                accept | give_up,
+                jnp.where(accept, t, 0).astype(t.dtype),
+                accept,
+                num_trials,
+            ),
+        )
+
+    def finish(self, state, search) -> _BacktrackingState:
+        moved = search.step > 0
+        prev_step = jnp.where(moved, search.step, state.prev_step).astype(state.prev_step.dtype)
+        return _BacktrackingState(prev_step, search.scale.kept_if(moved, state.scale))
+
+
+class Backtracking(AbstractBacktracking):
     """Backtracking until the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) holds.
 
     Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 3.1. Each rejected trial
@@ -56,8 +112,6 @@ class Backtracking(AbstractDecreaseSearch):
     max_step_size: Setting = float("inf")
     epsilon: Setting | None = None
 
-    refines_best = False  # the last trial is the only one with sufficient decrease
-
     def __check_init__(self):
         name = "Backtracking"
         check_setting(name, "c1", self.c1, lambda v: 0 < v < 1, "lie in (0, 1)")
@@ -65,40 +119,8 @@ class Backtracking(AbstractDecreaseSearch):
         if self.growth is not None:
             check_setting(name, "growth", self.growth, lambda v: 1 <= v < inf, "be >= 1 or None")
 
-    def value_scale(self, state) -> ValueScale:
-        return state.scale
-
-    def init(self, dtype) -> _BacktrackingState:
-        return _BacktrackingState(prev_step=scalar(0, dtype), scale=ValueScale.empty(dtype))
-
-    def start(
-        self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
-    ) -> _BacktrackingSearch:
-        t0 = guess
-        if self.growth is not None:
-            grown = (state.prev_step * self.growth).astype(phi0.dtype)
-            t0 = jnp.where(state.prev_step > 0, grown, guess)
-        fields = self.open(t0, phi0, dphi0, min_step, max_step, state.scale.add(phi0))
-        return _BacktrackingSearch(**fields)
-
-    def update(self, search, t, phi, dphi) -> _BacktrackingSearch:
-        accept, _ = self.decrease(search, t, phi, dphi, self.c1)
-        num_trials = search.num_trials + 1
-        shrunk = (t * self.shrink).astype(t.dtype)
-        give_up = ~accept & ((num_trials >= self.max_steps) | (shrunk < search.min_step))
-        return eqx.tree_at(
-            lambda s: (s.trial, s.done, s.step, s.success, s.num_trials),
-            search,
-            (
-                jnp.where(accept, t, shrunk).astype(t.dtype),
-                accept | give_up,
-                jnp.where(accept, t, 0).astype(t.dtype),
-                accept,
-                num_trials,
-            ),
-        )
-
-    def finish(self, state, search) -> _BacktrackingState:
-        moved = search.step > 0
-        prev_step = jnp.where(moved, search.step, state.prev_step).astype(state.prev_step.dtype)
-        return _BacktrackingState(prev_step, search.scale.kept_if(moved, state.scale))
+    def first_trial(self, prev_step, guess):
+        if self.growth is None:
+            return guess
+        grown = (prev_step * self.growth).astype(guess.dtype)
+        return jnp.where(prev_step > 0, grown, guess)

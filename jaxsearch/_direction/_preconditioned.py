@@ -1,0 +1,140 @@
+"""An Adam-like diagonally preconditioned direction, for line searches on mini-batches."""
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jaxtyping import Array, Int, PyTree
+
+from .._misc import Setting, at_least_float32, check_setting, zeros_sharded_like
+from ._base import AbstractDirection, DirectionInfo, no_limit
+
+
+class PreconditionedState(eqx.Module):
+    """Adam's moment estimates, each leaf in its params leaf's dtype widened to at least
+    float32 (a float16 g^2 would overflow above 256 and flush to 0 below 2.4e-4)."""
+
+    mu: PyTree  # first moment m
+    nu: PyTree  # second moment v
+    nu_max: PyTree | None  # AMSGrad: the largest bias-corrected v so far (None without)
+    count_mu: Int[Array, ""]  # gradients in m since the last reset (its bias correction)
+    count_nu: Int[Array, ""]  # gradients in v
+
+
+def _increment(count: Int[Array, ""]) -> Int[Array, ""]:
+    """count + 1, saturating at the int32 maximum."""
+    return jnp.where(count < np.iinfo(np.int32).max, count + 1, count).astype(count.dtype)
+
+
+class Preconditioned(AbstractDirection):
+    """d = -m_hat / (sqrt(v_hat) + eps), Adam's step (Kingma & Ba, "Adam: A Method for
+    Stochastic Optimization", ICLR 2015, algorithm 1) as a direction for a line search.
+
+    At each `compute`, with g the gradient at the current point and k the number of
+    gradients seen (all per coordinate):
+
+        m = b1 m + (1 - b1) g,        v = b2 v + (1 - b2) g^2,
+        m_hat = m / (1 - b1^k),        v_hat = v / (1 - b2^k),
+
+    and with `amsgrad` v_hat is replaced by the largest v_hat so far (Reddi, Kale & Kumar,
+    "On the Convergence of Adam and Beyond", ICLR 2018, in optax's form
+    `optax.scale_by_amsgrad`). m, v and k follow `optax.scale_by_adam` exactly.
+
+    With D = diag(sqrt(v_hat) + eps), phi'(0) = <g, d> = -<g, D^{-1} m_hat>. With `b1 = 0`
+    (m_hat = g) d = -D^{-1} g is always a descent direction and the Armijo condition of the
+    line search is the one in the preconditioned norm, f(x - t D^{-1} g) <= f(x) -
+    c t |g|^2_{D^{-1}}: AMSGrad/Adam with a stochastic line search, as Vaswani, Laradji,
+    Kunstner, Meng, Schmidt & Lacoste-Julien, "Adaptive Gradient Methods Converge Faster with
+    Over-Parameterization (but you should do a line-search)", 2020, use it (their
+    experiments: b1 = 0, b2 = 0.99, AMSGrad). With momentum (`b1 > 0`) d may point uphill
+    on a new batch; the solver then takes -g for that step and calls `reset`.
+
+    **Reset** (after a direction that was not a descent direction, or a step that failed)
+    forgets the first moment m and restarts its bias correction, so that the next direction
+    is -D^{-1} g, which is a descent direction. The second moments are kept: they estimate the
+    scale of each coordinate's gradient, which a failed step or an uphill momentum does not
+    make wrong, and forgetting them would turn the next direction into -g/|g| per coordinate
+    from a single batch (sign descent), a step of another scale than the one the line search
+    carried over.
+
+    `update` does nothing (the moments take the gradient in `compute`, once per step, as
+    Adam does: also at a step that then fails). The unit step is not natural for d
+    (`scaled` is False). The moments cost two (three with `amsgrad`) copies of params, in at
+    least float32. No bounds.
+
+    **Arguments:**
+
+    - `b1`: decay of the first moment, in [0, 1) (0: no momentum).
+    - `b2`: decay of the second moment, in [0, 1).
+    - `eps`: added to sqrt(v_hat), >= 0.
+    - `amsgrad`: use the largest v_hat so far (static).
+    """
+
+    b1: Setting = 0.9
+    b2: Setting = 0.999
+    eps: Setting = 1e-8
+    amsgrad: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        name = "Preconditioned"
+        check_setting(name, "b1", self.b1, lambda v: 0 <= v < 1, "lie in [0, 1)")
+        check_setting(name, "b2", self.b2, lambda v: 0 <= v < 1, "lie in [0, 1)")
+        check_setting(name, "eps", self.eps, lambda v: 0 <= v < float("inf"), "be >= 0")
+        if not isinstance(self.amsgrad, bool):
+            raise TypeError(f"Preconditioned: amsgrad must be a bool, got {self.amsgrad!r}.")
+
+    def init(self, params, dtype) -> PreconditionedState:
+        def zeros(x):
+            return zeros_sharded_like(x, at_least_float32(x.dtype))
+
+        count = jnp.zeros((), jnp.int32)
+        return PreconditionedState(
+            mu=jtu.tree_map(zeros, params),
+            nu=jtu.tree_map(zeros, params),
+            nu_max=jtu.tree_map(zeros, params) if self.amsgrad else None,
+            count_mu=count,
+            count_nu=count,
+        )
+
+    def compute(self, state: PreconditionedState, info: DirectionInfo):
+        grad, dtype = info.grad, info.dtype
+        count_mu, count_nu = _increment(state.count_mu), _increment(state.count_nu)
+
+        def first(m, g):
+            return (self.b1 * m + (1 - self.b1) * g.astype(m.dtype)).astype(m.dtype)
+
+        def second(v, g):
+            g = g.astype(v.dtype)
+            return (self.b2 * v + (1 - self.b2) * (g * g)).astype(v.dtype)
+
+        mu = jtu.tree_map(first, state.mu, grad)
+        nu = jtu.tree_map(second, state.nu, grad)
+        # 1 - b^k in the scalars' dtype (at least float32), then per leaf in its moment's.
+        correct_mu = 1 - jnp.power(jnp.asarray(self.b1, dtype), count_mu.astype(dtype))
+        correct_nu = 1 - jnp.power(jnp.asarray(self.b2, dtype), count_nu.astype(dtype))
+
+        def unbiased(v):
+            return (v / correct_nu.astype(v.dtype)).astype(v.dtype)
+
+        nu_hat = jtu.tree_map(unbiased, nu)
+        nu_max = state.nu_max
+        if nu_max is not None:
+            nu_max = jtu.tree_map(jnp.maximum, nu_max, nu_hat)
+            nu_hat = nu_max
+
+        def step(m, v, g):
+            m_hat = m / correct_mu.astype(m.dtype)
+            return (-m_hat / (jnp.sqrt(v) + self.eps)).astype(g.dtype)
+
+        d = jtu.tree_map(step, mu, nu_hat, grad)
+        new = PreconditionedState(mu, nu, nu_max, count_mu, count_nu)
+        return d, jnp.array(False), new, no_limit(dtype)
+
+    def update(self, state, s, y, dtype, accept=True) -> PreconditionedState:
+        return state
+
+    def reset(self, state: PreconditionedState) -> PreconditionedState:
+        mu = jtu.tree_map(jnp.zeros_like, state.mu)
+        return PreconditionedState(
+            mu, state.nu, state.nu_max, jnp.zeros_like(state.count_mu), state.count_nu
+        )
