@@ -119,6 +119,7 @@ class EvaluationLog:
 
     def assert_evaluated(self, params, value, grad):
         """Fail unless (params, value, grad) is, bit for bit, one recorded evaluation."""
+        jax.effects_barrier()  # debug callbacks may still be running when the result is ready
         key = _bits(params)
         at = [(v, g) for x, v, g in self.records if _bits(x) == key]
         assert at, f"params {params} were never evaluated"
@@ -129,6 +130,7 @@ class EvaluationLog:
     @property
     def first_value(self):
         """f at the first point evaluated (x0 in a run)."""
+        jax.effects_barrier()
         return self.records[0][1]
 
 

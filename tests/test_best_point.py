@@ -50,6 +50,7 @@ def test_no_increase_with_a_wrong_gradient(name):
     claimed slope, within the rounding allowance) raises f. The run returns x0's value (the
     best seen), and says it did not converge."""
     with jax.enable_x64(True):
+        jax.effects_barrier()  # no callback of an earlier run lands after the clear
         WRONG.records.clear()
         # NewtonCG differentiates fn forward over reverse, which the log's custom VJP bars.
         fn = wrong_gradient if name == "newton-cg" else WRONG
