@@ -90,7 +90,11 @@ class ImplicitAdjoint(AbstractAdjoint):
         # A custom derivative returns arrays only: put back params' other leaves (e.g. an
         # Equinox model's activation functions), which the solver never changes.
         static = eqx.filter(x0, eqx.is_inexact_array, inverse=True)
-        return eqx.tree_at(lambda r: r.params, result, eqx.combine(result.params, static))
+        return eqx.tree_at(
+            lambda r: (r.params, r.iterate),
+            result,
+            (eqx.combine(result.params, static), eqx.combine(result.iterate, static)),
+        )
 
     def solve(self, matvec, b: PyTree) -> PyTree:
         """v with H v = b (`matvec(v)` = H v) by conjugate gradients, differentiable in b."""
@@ -165,7 +169,11 @@ class UnrolledAdjoint(AbstractAdjoint):
 def _implicit_minimise(x0, args, *, adjoint, minimise, problem):
     """`minimise(x0, args)`, with `params` reduced to its floating leaves."""
     result = minimise(x0, args)
-    return eqx.tree_at(lambda r: r.params, result, eqx.filter(result.params, eqx.is_inexact_array))
+    return eqx.tree_at(
+        lambda r: (r.params, r.iterate),
+        result,
+        tuple(eqx.filter(p, eqx.is_inexact_array) for p in (result.params, result.iterate)),
+    )
 
 
 @_implicit_minimise.def_jvp

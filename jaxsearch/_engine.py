@@ -9,7 +9,9 @@ of the vector work: the step's end (the new iterate, counters, status, the best 
 step's record) and the start of the next (direction, initial step, search). `run` is the
 machine until a stopping criterion; `step` is it until the next step boundary, and starts its
 step at the top of the iteration that needs it, so that either program builds the next
-direction at one place.
+direction at one place. A `run` resumed from a state that has f at x starts with an iteration
+that checks it (`resume`): its evaluation at x is compared with the state's, and the boundary
+then starts the next step, so that the direction is still built at one place.
 """
 
 import dataclasses
@@ -59,7 +61,10 @@ class Machine(eqx.Module):
     trials: Int[Array, ""]  # evaluations of the current search (its trial budget)
     evals_at_start: Int[Array, ""]  # num_fun_evals when the current step began
     open: Bool[Array, ""]  # the loop goes on
-    pending: Bool[Array, ""]  # `step` only: the next iteration starts with `prepare`
+    # f is known at x and the step from x is not prepared yet: `step` prepares it at the top of
+    # the next iteration; `run` (resumed) checks f at x in the next iteration, then prepares it
+    pending: Bool[Array, ""]
+    last_step: Int[Array, ""]  # `run`: the step count at which it stops (max_steps from its start)
     history: History | None
 
 
@@ -104,8 +109,9 @@ class Engine:
         """A bound on the iterations (for a checkpointed loop): per step, its trial budget, one
         evaluation that a search that ends as it starts does not use, and f at x."""
         per_step = self.linesearch.max_trials + 1
-        steps = 1 if self.until_step else self.solver.max_steps
-        return steps * per_step + 1
+        if self.until_step:
+            return per_step + 1
+        return self.solver.max_steps * per_step + 2  # and a resumed run's check of f at x
 
     def evaluate(self, state: SolverState, point):
         return _evaluate.value_and_grad(
@@ -133,7 +139,8 @@ class Engine:
         """The machine before its first iteration. For `step` from a state that has f and its
         gradient at x, the search starts at once, or not at all from a point already
         converged (by gtol, or by ftol in the step that reached it): under vmap, finished
-        problems stay put until `reevaluate`."""
+        problems stay put until `reevaluate`. `run` from such a state (a resumed run) first
+        checks f at x (`resume`)."""
         dtype = state.prev_decrease.dtype
         zero, one = scalar(0, dtype), scalar(1, dtype)
         m = Machine(
@@ -146,10 +153,11 @@ class Engine:
             evals_at_start=state.num_fun_evals,
             open=jnp.array(True),
             pending=jnp.array(False),
+            last_step=state.num_steps + self.solver.max_steps,
             history=history,
         )
         if not self.until_step:
-            return m
+            return _replace(m, pending=state.has_eval)
         converged_ftol = state.status == Status.CONVERGED_FTOL
         stop = jnp.where(
             converged_ftol, state.status, self.check(state.value, state.grad, dtype, x)
@@ -179,24 +187,28 @@ class Engine:
         st, linesearch = m.state, self.linesearch
         dtype = st.prev_decrease.dtype
         at_base = ~st.has_eval
+        # A resumed run's first iteration evaluates f at x to check the state's (`resume`).
+        checking = jnp.array(False) if self.until_step else m.pending
         # A search that ended as it started (its first trial would change nothing) has no
         # trial: this iteration's evaluation is not counted and the step ends.
-        idle = m.search.done & ~at_base
-        t = jnp.where(at_base | idle, 0, m.search.trial).astype(dtype)
+        idle = m.search.done & ~at_base & ~checking
+        no_trial = at_base | idle | checking
+        t = jnp.where(no_trial, 0, m.search.trial).astype(dtype)
         # Computed once and materialised: fn and the next iterate both read this one copy,
         # which no fusion can recompute (and round) differently.
         point = lax.optimization_barrier(trial_point(m.x, t, m.d, self.box))
         value, grad, aux = self.evaluate(st, point)
-        st = _replace(st, num_fun_evals=st.num_fun_evals + (~idle).astype(jnp.int32))
+        counted = ~idle & ~checking  # a check is counted only where it finds a new point
+        st = _replace(st, num_fun_evals=st.num_fun_evals + counted.astype(jnp.int32))
         phi, dphi = lax.stop_gradient((value.astype(dtype), tree_dot(grad, m.d, dtype)))
         updated = linesearch.update(m.search, lax.stop_gradient(t), phi, dphi)
-        search = select(at_base | idle, m.search, updated)
-        trials = m.trials + (~at_base & ~idle).astype(jnp.int32)
+        search = select(no_trial, m.search, updated)
+        trials = m.trials + (~no_trial).astype(jnp.int32)
         m = _replace(m, state=st, search=search, trials=trials)
         # A search ends within its trial budget; one that has not by then is cut off there.
-        ends = at_base | search.done | (trials >= linesearch.max_trials)
+        ends = at_base | checking | search.done | (trials >= linesearch.max_trials)
         # A step ends here (for the step's record, which under vmap is sent for all runs).
-        taken = ends & ~at_base
+        taken = ends & ~at_base & ~checking
         # A step that ends having changed x gives the direction's memory its pair (s, y); one
         # that did not resets it. Done at every iteration without a branch, so the memory is
         # written in place: written inside the boundary's cond, next to the next direction's
@@ -216,16 +228,18 @@ class Engine:
         the machine goes on."""
         at_base = ~m.state.has_eval
         operands = (m, point, value, grad, aux, taken)
-        m = lax.cond(at_base, self.take_base, self.end_step, *operands)
+        if self.until_step:
+            m = lax.cond(at_base, self.take_base, self.end_step, *operands)
+        else:
+            index = jnp.where(m.pending, 2, jnp.where(at_base, 0, 1))
+            m = lax.switch(index, (self.take_base, self.end_step, self.resume), *operands)
         st = m.state
         running = st.status == Status.RUNNING
         if self.until_step:  # `step` ends here, unless this was f at x
             go_on = at_base & running
             return _replace(m, open=go_on, pending=go_on)
         go_on = (
-            running
-            & (st.num_steps < self.solver.max_steps)
-            & (st.steps_since_best < self.solver.stall_steps)
+            running & (st.num_steps < m.last_step) & (st.steps_since_best < self.solver.stall_steps)
         )
         m = _replace(m, open=go_on)
         return lax.cond(go_on, self.prepare, lambda m: m, m)
@@ -251,6 +265,31 @@ class Engine:
             lowest_grad_norm=gradient_norm(x, grad, self.box, dtype),
         )
         return _replace(m, state=st)
+
+    def resume(self, m: Machine, point, value, grad, aux, taken) -> Machine:
+        """The first iteration of a run resumed from a state with f at x: where f, its
+        gradient and aux at x are those the state holds (x is the point the state belongs to,
+        with the same fn and args), the run goes on as if it had never stopped, and this
+        evaluation is not counted; the status is checked again as `step` does (so a run that
+        ended on a failure tries again, its memory reset). Otherwise (another x0, or new data
+        in args) the evaluation is taken as f at x, as after `Solver.reevaluate`."""
+        st, x = m.state, m.x
+        dtype = st.prev_decrease.dtype
+        same = (value == st.value) & tree_equal(grad, st.grad)
+        if self.solver.has_aux:
+            same = same & tree_equal(aux, st.aux)
+
+        status = jnp.where(
+            st.status == Status.CONVERGED_FTOL, st.status, self.check(st.value, st.grad, dtype, x)
+        ).astype(jnp.int32)
+        confirmed = _replace(m, state=_replace(st, status=status), pending=jnp.array(False))
+        counted = _replace(st, num_fun_evals=st.num_fun_evals + 1)
+        elsewhere = self.take_base(
+            _replace(m, state=counted, pending=jnp.array(False)), point, value, grad, aux, taken
+        )
+        # A select, not a branch: this runs once per run, and a branch would add to the
+        # program's control flow.
+        return select(same, confirmed, elsewhere)
 
     def prepare(self, m: Machine) -> Machine:
         """The direction at x and the start of a line search along it (which may end at once,
@@ -362,9 +401,7 @@ class Engine:
         )
         history = m.history
         if self.report.per_step:
-            record = step_record(
-                m.evals_at_start, after, dtype, solver.max_steps, solver.stall_steps
-            )
+            record = step_record(m.evals_at_start, after, dtype, m.last_step, solver.stall_steps)
             if history is not None:
                 history = history.append(record, taken)
             if self.report.host:

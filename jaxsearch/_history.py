@@ -17,12 +17,13 @@ from ._status import Status
 FIELDS = ("step", "value", "grad_norm", "step_size", "num_fun_evals", "step_evals")
 
 
-def step_record(evals_at_start, after, dtype, max_steps: int, stall_steps: int) -> dict:
+def step_record(evals_at_start, after, dtype, last_step, stall_steps: int) -> dict:
     """The record of the step that began after `evals_at_start` evaluations of fn and ended in
     the state `after`: the step number, f and the infinity norm of the gradient at the new
     point, the step size, the cumulative number of evaluations of fn and those of this step
     (its line-search trials, plus f at x0 in the first step); `final` is True when the run
-    stops after it (a status, `max_steps`, or `stall_steps` steps without progress)."""
+    stops after it (a status, its last step `last_step`, or `stall_steps` steps without
+    progress)."""
     return dict(
         step=after.num_steps,
         value=after.value,
@@ -31,16 +32,18 @@ def step_record(evals_at_start, after, dtype, max_steps: int, stall_steps: int) 
         num_fun_evals=after.num_fun_evals,
         step_evals=after.num_fun_evals - evals_at_start,
         final=(after.status != Status.RUNNING)
-        | (after.num_steps >= max_steps)
+        | (after.num_steps >= last_step)
         | (after.steps_since_best >= stall_steps),
+        steps_left=last_step - after.num_steps,  # for the progress bar of a resumed run
     )
 
 
 class History(eqx.Module):
     """Per-step records of `Solver.run(..., history=True)`, kept on the device.
 
-    Row k describes step k + 1 (see `Solver.run` for the fields); each buffer has `max_steps`
-    rows, and rows from `length` on are unused (NaN, or -1 for counts). Under `jax.vmap` every
+    Row k describes the run's step k + 1 (see `Solver.run` for the fields; a resumed run's
+    `step` goes on from the state's count); each buffer has `max_steps` rows, and rows from
+    `length` on are unused (NaN, or -1 for counts). Under `jax.vmap` every
     leaf has a leading batch axis. `to_numpy()` returns the used rows.
     """
 
@@ -163,7 +166,7 @@ def _progress(record, max_steps: int) -> None:
         from tqdm.auto import tqdm
     except ImportError as error:  # checked in `run` already; kept for a direct call
         raise ImportError("progress=True needs tqdm: pip install tqdm") from error
-    step = int(np.max(record["step"]))
+    step = max_steps - int(np.min(record["steps_left"]))  # steps of this run
     if _bar is None or step <= _bar.n:
         if _bar is not None:
             _bar.close()

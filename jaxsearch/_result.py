@@ -22,6 +22,12 @@ class Result(eqx.Module):
     `num_fun_evals` counts evaluations of fn (value and gradient together count as one).
     `history` is a `js.History` with `run(..., history=True)`, else None. `success` and
     `message` are read from `status`: `success` in traced code too, `message` on the host.
+
+    `state` is the solver's state at the run's last iterate, `iterate` (params like x0):
+    `run(fn, result.iterate, *args, state=result.state)` continues the run as if it had not
+    stopped, and `step(fn, result.iterate, result.state, *args)` goes on step by step. Its
+    `status` is that of the last step (`RUNNING` where the run stopped at `max_steps`).
+    `iterate` is `params` unless the run returned an earlier, better point.
     """
 
     params: PyTree
@@ -32,6 +38,8 @@ class Result(eqx.Module):
     num_steps: Int[Array, ""]
     num_fun_evals: Int[Array, ""]
     history: PyTree = None
+    state: PyTree = None  # a SolverState
+    iterate: PyTree = None
 
     @property
     def success(self) -> Bool[Array, "*batch"]:

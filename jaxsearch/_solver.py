@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import math
 
 import equinox as eqx
 import jax
@@ -389,6 +390,7 @@ class Solver(eqx.Module):
         verbose: bool = False,
         progress: bool = False,
         bounds=None,
+        state: SolverState | None = None,
     ) -> Result:
         """Minimise fn from x0: one compiled `lax.while_loop` of which each iteration evaluates
         fn once (see `jaxsearch._engine`).
@@ -420,6 +422,16 @@ class Solver(eqx.Module):
         the direction leaves the box, and `gtol` bounds the infinity norm of the projected
         gradient, max |P(x - grad) - x| (scipy's `pgtol`).
 
+        `state=result.state` (with `x0=result.iterate`) resumes a run: `max_steps` more steps,
+        counters, memory, best point and history numbering going on from the state's, so
+        that two runs of k steps are one of 2k bit for bit. The first iteration evaluates fn
+        at x0 to check the state belongs there (not counted when it does; otherwise taken as
+        f at x0, as after `reevaluate`). A state that does not fit the solver and x0 raises a
+        TypeError naming the leaf; the caller's state is never consumed. A fresh run starts
+        from `init`'s state, built by a small compiled program of its own (and kept for the
+        next run where it is small), so that fresh and resumed runs share one compiled run
+        (see docs/training-loops.md).
+
         When every leaf of `x0` and `args` is a `jax.Array`, `fn` is hashable and `throw` is
         off, the call is dispatched by `jax.jit` with the solver and fn static; otherwise by
         `eqx.filter_jit`, with non-array leaves static. Both compile the same program; the first
@@ -435,33 +447,49 @@ class Solver(eqx.Module):
                 raise ImportError("progress=True needs tqdm: pip install tqdm") from error
         if callback is not None and not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}.")
-        report = Report(bool(history), callback, bool(verbose), bool(progress))
+        report = _report(bool(history), callback, bool(verbose), bool(progress))
         box = None if bounds is None else self._box(bounds, _partition(x0)[0])
         # equinox turns a `throw=True` error into a clean exception under its own jit only
-        if not self.throw and _plain_call(fn, (x0, args)) and _hashable(self):
-            return _run_jit(self, fn, x0, args, box, value_dtype, report)
-        return self._run_filtered(fn, x0, args, box, value_dtype, report)
+        plain = not self.throw and _plain_call(fn, (x0, args)) and _hashable(self)
+        if state is None:
+            state, donate = _fresh_run_state(self, fn, x0, args, value_dtype, box, plain)
+        else:
+            state = _resumed_state(state, value_dtype)
+            donate = _donated(state)
+            if donate:
+                state = jax.device_put(state, may_alias=False)  # the run consumes a copy
+        if plain:
+            run = _run_jit if donate else _run_jit_kept
+            return run(self, fn, x0, args, box, report, state)
+        return self._run_filtered(fn, x0, args, box, report, state, donate)
 
-    @eqx.filter_jit
-    def _run_filtered(self, fn, x0, args, box, value_dtype, report) -> Result:
-        return self._run(fn, x0, args, box, value_dtype, report)
+    def _run_filtered(self, fn, x0, args, box, report, state, donate: bool) -> Result:
+        """`run` through `eqx.filter_jit`, non-array leaves static."""
+        run = _run_eqx if donate else _run_eqx_kept
+        return run((self, fn, x0, args, box, report), state)
 
-    def _run(self, fn, x0, args, box, value_dtype, report: Report) -> Result:
+    def _run(self, fn, x0, args, box, report: Report, state: SolverState) -> Result:
         _retrace.note_trace("run", self, fn, (x0, args))
-        # Trace fn once: its jaxpr serves both the dtype inference and every evaluation.
+        # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
         fn = _evaluate.TracedOnce(fn, x0, *args)
+        self._check_run_state(state, fn, x0, args, box is not None)
         solver = weak_settings(self)  # numeric settings given as arrays, for any dtype
         # A pytree (the solver's array settings are its leaves, not hidden constants).
-        minimise = jtu.Partial(
-            Solver._minimise, solver, fn, box=box, value_dtype=value_dtype, report=report
-        )
+        minimise = jtu.Partial(Solver._minimise, solver, fn, box=box, report=report, state=state)
         problem = Problem(fn, solver.has_aux, box)
         return solver.adjoint.apply(minimise, x0, args, problem)
 
-    def _minimise(self, fn, x0, args, *, box, value_dtype, report: Report) -> Result:
-        """The whole run: the engine's loop from x0 to a stopping criterion, and the point it
-        returns (the adjoint is handed this to run, see `AbstractAdjoint.apply`)."""
-        state = self._init(x0, value_dtype, fn, args, box is not None)
+    def _check_run_state(self, state, fn, x0, args, bounded: bool) -> None:
+        """Raise unless `state` has the structure, shapes and dtypes of the state `init` gives
+        for x0, fn and args (with the state's value dtype): a state of another solver or
+        problem, said leaf by leaf. Runs while `run` is traced, so it costs nothing per call."""
+        value_dtype = state.value.dtype
+        expected = jax.eval_shape(lambda: self._init(x0, value_dtype, fn, args, bounded))
+        _check_fits(state, expected, "state")
+
+    def _minimise(self, fn, x0, args, *, box, report: Report, state: SolverState) -> Result:
+        """The whole run: the engine's loop from x0 (and `state`) to a stopping criterion, and
+        the point it returns (the adjoint is handed this to run, see `AbstractAdjoint.apply`)."""
         given, static = _partition(x0)
         diff = tree_cast_like(given, given)  # strongly typed inside; x0's avals on the way out
         if box is not None:  # as scipy's L-BFGS-B, start from x0 projected into the box
@@ -475,6 +503,7 @@ class Solver(eqx.Module):
         engine = Engine(self, fn, static, args, box, until_step=False, report=report)
         machine = engine.loop(engine.start(diff, state, history))
         diff, state, history = machine.x, machine.state, machine.history
+        iterate = eqx.combine(tree_cast_to_avals(diff, given), static)
         no_progress = (state.status == Status.RUNNING) & (
             state.steps_since_best >= self.stall_steps
         )
@@ -496,6 +525,8 @@ class Solver(eqx.Module):
             num_steps=state.num_steps,
             num_fun_evals=state.num_fun_evals,
             history=history,
+            state=state,
+            iterate=iterate,
         )
 
     def _best_of_run(self, diff, state: SolverState, box, status, no_progress):
@@ -579,6 +610,128 @@ def _throw_setting(throw) -> bool | str:
     raise ValueError(f'Solver: throw must be True, False or "failures", got {throw!r}.')
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 5, 6))
-def _run_jit(solver: Solver, fn, x0, args, box, value_dtype, report: Report) -> Result:
-    return solver._run(fn, x0, args, box, value_dtype, report)
+def _check_fits(given, expected, what: str) -> None:
+    """Raise a TypeError naming the first leaf of `given` whose shape or dtype differs from
+    `expected` (a pytree of `jax.ShapeDtypeStruct`), or where their structures differ."""
+    given_leaves, given_tree = jtu.tree_flatten_with_path(given)
+    expected_leaves, expected_tree = jtu.tree_flatten_with_path(expected)
+    if str(given_tree) != str(expected_tree):
+        given_paths = {jtu.keystr(path) for path, _ in given_leaves}
+        expected_paths = {jtu.keystr(path) for path, _ in expected_leaves}
+        missing = sorted(expected_paths - given_paths)
+        extra = sorted(given_paths - expected_paths)
+        raise TypeError(
+            f"{what} does not fit this solver and params: its structure differs from the "
+            f"state `init` gives (missing {missing[:3]}, unexpected {extra[:3]}). A state "
+            "belongs to one solver's settings (direction, memory size, line search, "
+            "return_best, bounds or not) and to params of one structure."
+        )
+    for (path, leaf), (_, want) in zip(given_leaves, expected_leaves, strict=True):
+        shape, dtype = jnp.shape(leaf), jnp.result_type(leaf)
+        if shape != want.shape or dtype != want.dtype:
+            raise TypeError(
+                f"{what}{jtu.keystr(path)} is {dtype}{list(shape)} where this solver and "
+                f"params give {want.dtype}{list(want.shape)}: the state belongs to another "
+                "solver or problem (memory size, params' shapes or dtypes, value dtype)."
+            )
+
+
+# A run donates its state (the loop's carry and the result's state are then its buffers,
+# where a state not donated is copied into the loop: its memory twice at the peak) when the
+# state has at least this many bytes. A smaller one is not worth it: a fresh run then starts
+# from a cached fresh state, without a program to build one, which for a small problem costs
+# as much as the run. Fresh and resumed runs of one problem decide alike: one program.
+_DONATE_BYTES = 1 << 20
+_fresh_states: dict = {}  # fresh states of small problems, by solver, fn and avals
+_FRESH_STATES_KEPT = 16
+
+
+def _traced(tree) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves(tree))
+
+
+def _donated(state) -> bool:
+    """Whether a run donates `state` (never under a trace: the state may be the caller's)."""
+    if _traced(state):
+        return False
+    size = sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in leaves(state))
+    return size >= _DONATE_BYTES
+
+
+def _fresh_run_state(solver: Solver, fn, x0, args, value_dtype, box, plain: bool):
+    """The state a fresh `run` starts from, `init`'s, and whether the run donates it: built by
+    a compiled program of its own (so that a fresh and a resumed run call the same compiled
+    run), and kept for the next run where it is small and not donated (it depends only on
+    the solver, fn, the avals and shardings of x0 and args, and whether there are bounds)."""
+    bounded = box is not None
+    if not plain or _traced((x0, args)):
+        build = _init_jit if plain else _init_filtered
+        state = build(solver, fn, x0, args, value_dtype, bounded)
+        return state, _donated(state)
+    avals = tuple((jax.typeof(leaf), leaf.sharding) for leaf in leaves((x0, args)))
+    # By identity: the entry holds the solver, so its id is not reused while it is kept.
+    key = (id(solver), fn, jtu.tree_structure((x0, args)), avals, value_dtype, bounded)
+    kept = _fresh_states.get(key)
+    if kept is not None and kept[0] is solver:
+        return kept[1], False
+    state = _init_jit(solver, fn, x0, args, value_dtype, bounded)
+    if _donated(state):
+        return state, True
+    if len(_fresh_states) >= _FRESH_STATES_KEPT:
+        _fresh_states.pop(next(iter(_fresh_states)))
+    _fresh_states[key] = (solver, state)
+    return state, False
+
+
+def _resumed_state(state, value_dtype) -> SolverState:
+    """`state`, checked to be a `SolverState` of the value dtype asked for, with its leaves
+    as arrays (NumPy leaves, of a checkpoint say, become new device buffers)."""
+    if not isinstance(state, SolverState):
+        raise TypeError(
+            f"state must be a SolverState (`result.state`, or `init`'s), got "
+            f"{type(state).__name__}."
+        )
+    if value_dtype is not None and jnp.dtype(value_dtype) != state.value.dtype:
+        raise TypeError(
+            f"value_dtype {jnp.dtype(value_dtype)} differs from the state's value dtype "
+            f"{state.value.dtype}: a resumed run keeps the state's."
+        )
+    if all(isinstance(leaf, jax.Array) for leaf in leaves(state)):
+        return state
+    return jtu.tree_map(jnp.asarray, state)
+
+
+def _init_state(solver: Solver, fn, x0, args, value_dtype, bounded: bool) -> SolverState:
+    return solver._init(x0, value_dtype, fn, args, bounded)
+
+
+_init_jit = jax.jit(_init_state, static_argnums=(0, 1, 4, 5))
+_init_filtered = eqx.filter_jit(_init_state)
+
+
+def _report(history: bool, callback, verbose: bool, progress: bool) -> Report:
+    """The `Report` of these settings, built once (a module's construction costs as much as
+    a small problem's dispatch)."""
+    try:
+        return _kept_report(history, callback, verbose, progress)
+    except TypeError:  # an unhashable callback
+        return Report(history, callback, verbose, progress)
+
+
+_kept_report = functools.lru_cache(maxsize=64)(Report)
+
+
+def _run_settled(solver: Solver, fn, x0, args, box, report: Report, state) -> Result:
+    return solver._run(fn, x0, args, box, report, state)
+
+
+def _run_bundled(settings, state) -> Result:
+    solver, fn, x0, args, box, report = settings
+    return solver._run(fn, x0, args, box, report, state)
+
+
+# `_run_jit` and `_run_eqx` donate the state (see `_DONATE_BYTES`); the `_kept` ones do not.
+_run_jit = jax.jit(_run_settled, static_argnums=(0, 1, 5), donate_argnums=(6,))
+_run_jit_kept = jax.jit(_run_settled, static_argnums=(0, 1, 5))
+_run_eqx = eqx.filter_jit(_run_bundled, donate="all-except-first")
+_run_eqx_kept = eqx.filter_jit(_run_bundled)

@@ -1,10 +1,11 @@
 """Compile-once tests for `Solver.run` (the `step` half is in `test_compile.py`; two files so
 that pytest-xdist can run them in parallel).
 
-For the cells listed in CELLS below: `run` called twice with new x0 and
-new data of the same shapes compiles once in total, and an equal `Solver` built anew reuses
-that program. Every input is made before `compiles.reset()` (eager array operations compile
-small programs too).
+For the cells listed in CELLS below: `run` called twice with new x0 and new data of the same
+shapes compiles two programs in total (the run and the fresh state it starts from), a run
+resumed from a result's state compiles nothing more (fresh and resumed runs share one
+program), and an equal `Solver` built anew reuses those programs. Every input is made before
+`compiles.reset()` (eager array operations compile small programs too).
 """
 
 import jax
@@ -49,12 +50,22 @@ def test_run_compiles_once(direction, search, setting, compiles):
             out = solver.run(shifted_rosenbrock, x0s[i], data[i], value_dtype=setting.value_dtype)
             return block(out)
 
-        # Two runs from new x0 with new data: the first compiles, the second adds nothing.
+        # Two runs from new x0 with new data: the first compiles (its fresh state and the
+        # run), the second adds nothing, nor does a run resumed from the first's state.
         compiles.reset()
         first = run(solver, 0)
         counts["run_first"] = compiles.count
         second = run(solver, 1)
         counts["run_both"] = compiles.count
+        resumed = solver.run(
+            shifted_rosenbrock,
+            first.iterate,
+            data[0],
+            value_dtype=setting.value_dtype,
+            state=first.state,
+        )
+        block(resumed)
+        counts["resumed"] = compiles.count
 
         # An equal solver, built anew, reuses the compiled run.
         rebuilt = make_solver(direction, search)
@@ -62,7 +73,8 @@ def test_run_compiles_once(direction, search, setting, compiles):
         run(rebuilt, 2)
         counts["rebuilt"] = compiles.count
 
-        assert counts == {"run_first": 1, "run_both": 1, "rebuilt": 0}
+        assert counts == {"run_first": 2, "run_both": 2, "resumed": 2, "rebuilt": 0}
+        assert int(resumed.num_steps) >= int(first.num_steps)
 
         for result, x0 in [(first, x0s[0]), (second, x0s[1])]:
             assert jax.tree.structure(result.params) == jax.tree.structure(x0)
@@ -88,7 +100,7 @@ def test_run_casts_float64_value_and_compiles_once(search, compiles):
         x0s = [jnp.asarray([-1.2, 1.0], jnp.float32), jnp.asarray([-1.0, 1.2], jnp.float32)]
         compiles.reset()
         results = [block(solver.run(rosenbrock_f64, x0, value_dtype=jnp.float32)) for x0 in x0s]
-        assert compiles.count == 1
+        assert compiles.count == 2  # the run and its fresh state
         for result in results:
             assert result.value.dtype == jnp.float32
             assert result.params.dtype == jnp.float32 and result.grad.dtype == jnp.float32
@@ -108,7 +120,7 @@ def test_value_dtype_spellings_share_one_program(compiles):
     compiles.reset()
     for spelling in (jnp.float32, np.float32, "float32", np.dtype("float32")):
         block(solver.run(quartic_for_spellings, x0, value_dtype=spelling))
-    assert compiles.count == 1
+    assert compiles.count == 2  # the run and its fresh state
 
 
 def _quadratic(x, scale):
