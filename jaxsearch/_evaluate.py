@@ -1,5 +1,8 @@
 """The single place where the user's objective is evaluated."""
 
+import contextlib
+import contextvars
+
 import equinox as eqx
 import jax
 import jax.extend
@@ -9,12 +12,29 @@ from jaxtyping import PyTree
 
 from ._misc import tree_cast_like
 
+# The traces of the call in progress (see `sharing_traces`), or None outside one.
+_shared: contextvars.ContextVar[dict | None] = contextvars.ContextVar("traces", default=None)
+
+
+@contextlib.contextmanager
+def sharing_traces():
+    """Within this context, `TracedOnce` traces each fn once for equal arguments' avals (and
+    equal non-array leaves), across the programs one call compiles: `run` compiles its fresh
+    state and its loop, and fn is traced for both once. The traces live as long as the
+    context: their constants may be tracers of the caller's trace."""
+    token = _shared.set({})
+    try:
+        yield
+    finally:
+        _shared.reset(token)
+
 
 class TracedOnce(eqx.Module):
     """`fn(params, *args)` traced to a jaxpr once, at the example arguments; calling it (or
     differentiating it) evaluates the jaxpr and never runs the Python function again.
 
     Array leaves of (params, args) are inputs; every other leaf is fixed at its example value.
+    Inside `sharing_traces`, an equal fn at equal avals reuses the first trace.
     """
 
     jaxpr: jax.extend.core.ClosedJaxpr = eqx.field(static=True)
@@ -22,6 +42,20 @@ class TracedOnce(eqx.Module):
 
     def __init__(self, fn, params, *args):
         dynamic, static = eqx.partition((params, args), eqx.is_array)
+        leaves = jtu.tree_leaves(dynamic)
+        shared, key = _shared.get(), None
+        if shared is not None:
+            # by type too: 2 == 2.0 == True, but each traces to another program
+            fixed_leaves = tuple((type(leaf), leaf) for leaf in jtu.tree_leaves(static))
+            fixed = (jtu.tree_structure(static), fixed_leaves)
+            key = (fn, jtu.tree_structure(dynamic), fixed, tuple(map(jax.typeof, leaves)))
+            try:
+                found = shared.get(key)
+            except TypeError:  # an unhashable fn or non-array leaf: traced here
+                found, key = None, None
+            if found is not None:
+                self.jaxpr, self.out_tree = found
+                return
 
         def flat(leaves):
             params, args = eqx.combine(
@@ -29,8 +63,10 @@ class TracedOnce(eqx.Module):
             )
             return fn(params, *args)
 
-        self.jaxpr, out_shape = jax.make_jaxpr(flat, return_shape=True)(jtu.tree_leaves(dynamic))
+        self.jaxpr, out_shape = jax.make_jaxpr(flat, return_shape=True)(leaves)
         self.out_tree = jtu.tree_structure(out_shape)
+        if shared is not None and key is not None:
+            shared[key] = (self.jaxpr, self.out_tree)
 
     def __call__(self, params, *args):
         dynamic, _ = eqx.partition((params, args), eqx.is_array)

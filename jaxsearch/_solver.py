@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
+from jax import lax
 from jaxtyping import PyTree
 
 from . import _evaluate, _retrace
@@ -451,17 +452,18 @@ class Solver(eqx.Module):
         box = None if bounds is None else self._box(bounds, _partition(x0)[0])
         # equinox turns a `throw=True` error into a clean exception under its own jit only
         plain = not self.throw and _plain_call(fn, (x0, args)) and _hashable(self)
-        if state is None:
-            state, donate = _fresh_run_state(self, fn, x0, args, value_dtype, box, plain)
-        else:
-            state = _resumed_state(state, value_dtype)
-            donate = _donated(state)
-            if donate:
-                state = jax.device_put(state, may_alias=False)  # the run consumes a copy
-        if plain:
-            run = _run_jit if donate else _run_jit_kept
-            return run(self, fn, x0, args, box, report, state)
-        return self._run_filtered(fn, x0, args, box, report, state, donate)
+        with _evaluate.sharing_traces():  # fn is traced once for the state and the run
+            if state is None:
+                state, donate = _fresh_run_state(self, fn, x0, args, value_dtype, box, plain)
+            else:
+                state = _resumed_state(state, value_dtype)
+                donate = _donated(state)
+                if donate:
+                    state = jax.device_put(state, may_alias=False)  # the run consumes a copy
+            if plain:
+                run = _run_jit if donate else _run_jit_kept
+                return run(self, fn, x0, args, box, report, state)
+            return self._run_filtered(fn, x0, args, box, report, state, donate)
 
     def _run_filtered(self, fn, x0, args, box, report, state, donate: bool) -> Result:
         """`run` through `eqx.filter_jit`, non-array leaves static."""
@@ -473,6 +475,8 @@ class Solver(eqx.Module):
         # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
         fn = _evaluate.TracedOnce(fn, x0, *args)
         self._check_run_state(state, fn, x0, args, box is not None)
+        # The solution does not depend on where the run starts (as on x0, see the adjoints).
+        state = lax.stop_gradient(state)
         solver = weak_settings(self)  # numeric settings given as arrays, for any dtype
         # A pytree (the solver's array settings are its leaves, not hidden constants).
         minimise = jtu.Partial(Solver._minimise, solver, fn, box=box, report=report, state=state)
@@ -702,6 +706,7 @@ def _resumed_state(state, value_dtype) -> SolverState:
 
 
 def _init_state(solver: Solver, fn, x0, args, value_dtype, bounded: bool) -> SolverState:
+    fn = _evaluate.TracedOnce(fn, x0, *args)  # the trace the run's program reuses
     return solver._init(x0, value_dtype, fn, args, bounded)
 
 
