@@ -260,3 +260,15 @@ def test_a_large_state_is_donated_never_the_callers(monkeypatch):
     assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(first.state))
     whole = js.Solver(js.LBFGS(), max_steps=6, gtol=0.0, ftol=0.0).run(chain, x0, a)
     assert same_bits(whole.params, second.params)
+
+
+def test_a_caller_s_jit_that_returns_params_only_drops_the_state():
+    """docs/training-loops.md: inside the caller's jit, returning `result.params` alone leaves
+    the state out of the program's outputs."""
+    a = jnp.asarray(100.0, jnp.float32)
+    x0 = start(jnp.float32)
+    solver = js.Solver(js.LBFGS(), max_steps=3)
+    params_only = jax.jit(lambda x: solver.run(chain, x, a).params).lower(x0).compile()
+    whole = jax.jit(lambda x: solver.run(chain, x, a)).lower(x0).compile()
+    assert params_only.memory_analysis().output_size_in_bytes == x0.nbytes
+    assert whole.memory_analysis().output_size_in_bytes > 20 * x0.nbytes  # with the memory
