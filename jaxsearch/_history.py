@@ -6,11 +6,11 @@ import sys
 from collections.abc import Callable
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int
 
+from ._host import host_call
 from ._misc import tree_inf_norm
 from ._status import Status
 
@@ -121,7 +121,7 @@ class Report(eqx.Module):
         """Hand `record` to the host functions asked for, from inside the compiled run, when
         `taken` (a step was taken; under `jax.vmap`, by any run of the batch)."""
         host = _HostCalls(self.callback, self.verbose, self.progress, max_steps)
-        jax.debug.callback(host, record, taken)
+        host_call(host, record, taken)
 
 
 @dataclasses.dataclass(frozen=True)

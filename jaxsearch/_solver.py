@@ -409,7 +409,8 @@ class Solver(eqx.Module):
           rows and a row count, under `jit` and `vmap` too; `result.history.to_numpy()` gives
           the used rows as NumPy arrays.
         - `callback=f`: `f(record)` on the host after each step, with the record as a dict of
-          NumPy scalars (arrays with a batch axis under `vmap`), by `jax.debug.callback`.
+          NumPy scalars (arrays with a batch axis under `vmap`) of the run's dtypes, bit for
+          bit (under a scoped `jax.enable_x64(True)` too), by `jax.debug.callback`.
         - `verbose=True`: one printed line per step.
         - `progress=True`: a tqdm progress bar, closed when the run stops.
         These settings, the identity of `callback` included, are part of the compile key.

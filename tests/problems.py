@@ -6,6 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
+from jaxsearch._host import host_call
+
 ROSENBROCK_START = (-1.2, 1.0)
 
 
@@ -100,7 +102,7 @@ class EvaluationLog:
 
         def forward(x, *args):
             value, grad = jax.value_and_grad(fn)(x, *args)
-            jax.debug.callback(self._record, x, value, grad)
+            host_call(self._record, x, value, grad)
             return value, (grad, args)
 
         def backward(saved, cotangent):

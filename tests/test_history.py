@@ -114,6 +114,25 @@ def test_callback_streams_the_history(solver, result):
         np.testing.assert_allclose([r[name] for r in records], history[name], err_msg=name)
 
 
+def test_callback_sees_float64_under_a_scoped_x64(solver):
+    """Under `with jax.enable_x64(True)` the callback gets the run's float64 values bit for
+    bit, though it may run on a thread where x64 is off (a bare `jax.debug.callback` would
+    hand it float32 there). Three runs, since which thread calls back varies."""
+    with jax.enable_x64(True):
+        x0 = jnp.array([-1.2, 1.0])
+        scale = jnp.asarray(100.0)
+        full = solver.run(rosenbrock, x0, scale, history=True).history.to_numpy()
+        for _ in range(3):
+            records = []
+            solver.run(rosenbrock, x0, scale, callback=records.append)
+            jax.effects_barrier()
+            assert len(records) == len(full["step"])
+            for name in FIELDS:
+                got = np.array([r[name] for r in records])
+                assert got.dtype == full[name].dtype, name
+                np.testing.assert_array_equal(got, full[name], err_msg=name)
+
+
 def test_callback_must_be_callable(solver):
     with pytest.raises(TypeError, match="callback must be callable"):
         solver.run(rosenbrock, X0, SCALE, callback=3)

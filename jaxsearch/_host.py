@@ -1,0 +1,58 @@
+"""Host calls from inside a compiled program that see its values bit for bit."""
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+
+def host_call(fn, *args) -> None:
+    """`fn(*args)` on the host, by `jax.debug.callback`, with each array leaf of `args` as a
+    NumPy array of its own dtype and bits.
+
+    A bare `jax.debug.callback` places its arguments on a CPU device under the x64 setting of
+    the thread that runs the callback, which need not be the caller's: under a thread-local
+    `jax.enable_x64(True)` a float64 value then reaches `fn` rounded to float32. Here each
+    64-bit leaf travels as its bytes (uint8) and is viewed back in its dtype on the host.
+    """
+    leaves, tree = jtu.tree_flatten(args)
+    dtypes = tuple(_dtype_if_wide(leaf) for leaf in leaves)
+    sent = [
+        leaf if dtype is None else jax.lax.bitcast_convert_type(leaf, jnp.uint8)
+        for leaf, dtype in zip(leaves, dtypes, strict=True)
+    ]
+    jax.debug.callback(_Received(fn, tree, dtypes), *sent)
+
+
+def _dtype_if_wide(leaf):
+    """The dtype of an array leaf of 8 bytes an element (which x64 off would narrow), else None."""
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is None or jnp.dtype(dtype).itemsize != 8 or jnp.dtype(dtype).kind == "c":
+        return None
+    return jnp.dtype(dtype)
+
+
+class _Received:
+    """The host side of `host_call`: the leaves viewed back in their dtypes, then `fn`.
+    Equal instances hash equal, so a compiled program that sends to them is reused."""
+
+    def __init__(self, fn, tree, dtypes):
+        self.fn, self.tree, self.dtypes = fn, tree, dtypes
+
+    def _key(self):
+        return (self.fn, self.tree, self.dtypes)
+
+    def __eq__(self, other):
+        return isinstance(other, _Received) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __call__(self, *sent):
+        leaves = [
+            np.asarray(leaf)
+            if dtype is None
+            else np.ascontiguousarray(np.asarray(leaf)).view(dtype)[..., 0]
+            for leaf, dtype in zip(sent, self.dtypes, strict=True)
+        ]
+        self.fn(*jtu.tree_unflatten(self.tree, leaves))
