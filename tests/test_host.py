@@ -69,6 +69,7 @@ def test_under_vmap():
 
         jax.jit(jax.vmap(send))(x, n)
         jax.effects_barrier()
+        x, n = np.asarray(x), np.asarray(n)
     assert all(a.dtype == np.float64 and b.dtype == np.int64 for a, b in got)
 
     def rows(xs, ns):  # per element, the calls may come in any order
