@@ -1,5 +1,8 @@
 """Host calls from inside a compiled program that see its values bit for bit."""
 
+import dataclasses
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -32,21 +35,14 @@ def _dtype_if_wide(leaf):
     return jnp.dtype(dtype)
 
 
+@dataclasses.dataclass(frozen=True)
 class _Received:
     """The host side of `host_call`: the leaves viewed back in their dtypes, then `fn`.
     Equal instances hash equal, so a compiled program that sends to them is reused."""
 
-    def __init__(self, fn, tree, dtypes):
-        self.fn, self.tree, self.dtypes = fn, tree, dtypes
-
-    def _key(self):
-        return (self.fn, self.tree, self.dtypes)
-
-    def __eq__(self, other):
-        return isinstance(other, _Received) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
+    fn: Callable
+    tree: jtu.PyTreeDef
+    dtypes: tuple
 
     def __call__(self, *sent):
         leaves = [
