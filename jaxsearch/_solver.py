@@ -1,8 +1,6 @@
 """The Solver: a descent direction composed with a line search."""
 
 import dataclasses
-import functools
-import math
 
 import equinox as eqx
 import jax
@@ -12,12 +10,13 @@ import numpy as np
 from jax import lax
 from jaxtyping import PyTree
 
-from . import _evaluate, _retrace
+from . import _evaluate, _programs, _retrace
 from ._adjoint import AbstractAdjoint, ImplicitAdjoint, Problem, UnrolledAdjoint
 from ._box import Box, check_order
 from ._direction import LBFGS, AbstractDirection, NewtonCG
 from ._engine import Engine, gradient_norm
 from ._history import History, Report
+from ._inputs import check_fits, check_fn, floating_dtype, partition, throw_setting
 from ._linesearch import AbstractLineSearch
 from ._misc import (
     Setting,
@@ -39,6 +38,7 @@ from ._pairing import default_search
 from ._result import Result
 from ._state import BestPoint, SolverState
 from ._status import Status
+from ._stopping import returned_status, returns_last, run_status
 
 _SCIPY_FTOL = 2.220446049250313e-09  # scipy L-BFGS-B: factr = 1e7 times float64 epsilon
 
@@ -49,74 +49,6 @@ _replace = dataclasses.replace
 # with `throw="failures"`, a run that could not go on: a fixed budget of steps is a normal end).
 _STEP_FAILURES = (Status.LINESEARCH_FAILED, Status.NONFINITE, Status.STALLED)
 _RUN_FAILURES = (Status.MAX_STEPS, *_STEP_FAILURES)
-
-
-def _check_no_numbers(params) -> None:
-    """Raise for a Python number among params' leaves outside Equinox modules: it is not an
-    array, so it would be held fixed, silently. An Equinox module's non-array fields are its
-    static configuration and stay so. (A NumPy scalar is an array, and is optimised.)"""
-    found = jtu.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, eqx.Module))[0]
-    for path, leaf in found:
-        if isinstance(leaf, int | float | complex) and not isinstance(leaf, bool):
-            where = f"params{jtu.keystr(path)}"
-            raise TypeError(
-                f"{where} is a Python {type(leaf).__name__} ({leaf!r}), which jaxsearch cannot "
-                f"optimise: only array leaves change. Pass jnp.asarray({leaf!r}) to optimise "
-                "it, or pass it through `args` to hold it fixed."
-            )
-
-
-def _partition(params):
-    _check_no_numbers(params)
-    diff, static = eqx.partition(params, eqx.is_inexact_array)
-    for leaf in leaves(static):
-        if isinstance(leaf, jax.Array | np.ndarray) and not jnp.issubdtype(leaf.dtype, jnp.inexact):
-            raise TypeError(
-                f"params has a leaf of dtype {leaf.dtype}; only floating arrays can be optimised. "
-                "Pass integer or boolean data through `args` instead."
-            )
-    if not leaves(diff):
-        raise TypeError("params has no floating array leaves: there is nothing to optimise.")
-    for leaf in leaves(diff):
-        if jnp.issubdtype(leaf.dtype, jnp.complexfloating):
-            raise TypeError("params has a complex leaf; jaxsearch optimises real floating arrays.")
-    return diff, static
-
-
-def _check_fn(fn) -> None:
-    if not callable(fn):
-        raise TypeError(
-            "fn must be callable, a function fn(params, *args) returning a scalar; "
-            f"got {type(fn).__name__}."
-        )
-
-
-def _floating_dtype(dtype, what: str):
-    dtype = jax.dtypes.canonicalize_dtype(dtype)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise TypeError(f"{what} must be a real floating dtype, got {dtype}.")
-    return dtype
-
-
-def _plain_call(fn, arguments) -> bool:
-    """True when `jax.jit` with the solver and fn static compiles what `eqx.filter_jit` would:
-    every leaf of the arguments is an array and fn is hashable. Then `run` takes jax.jit's
-    C++ dispatch, which costs a few microseconds where equinox's filtering costs tens, the
-    whole run time of a small problem."""
-    try:
-        hash(fn)
-    except TypeError:
-        return False
-    return all(isinstance(leaf, jax.Array) for leaf in leaves(arguments))
-
-
-def _hashable(solver) -> bool:
-    """False when a numeric setting is an array (a dynamic leaf, for `eqx.filter_jit`)."""
-    try:
-        hash(solver)
-    except TypeError:
-        return False
-    return True
 
 
 class Solver(eqx.Module):
@@ -239,7 +171,7 @@ class Solver(eqx.Module):
         self.stall_steps = stall
         self.return_best = bool(return_best)
         self.has_aux = bool(has_aux)
-        self.throw = _throw_setting(throw)
+        self.throw = throw_setting(throw)
         self.adjoint = adjoint
 
     # ----------------------------------------------------------------------------- public
@@ -258,15 +190,15 @@ class Solver(eqx.Module):
         honour them), and with bounds the state is that of the bounded line search (for
         `LBFGS` with no line search given, `MoreThuente` as in L-BFGS-B).
         """
-        self._box(bounds, _partition(params)[0])
+        self._box(bounds, partition(params)[0])
         return self._init(params, value_dtype, fn, args, bounds is not None)
 
     def _init(self, params, value_dtype, fn, args: tuple, bounded: bool) -> SolverState:
         """`init`, once the bounds (if any, `bounded`) are checked."""
-        diff, _ = _partition(params)
+        diff, _ = partition(params)
         out = None
         if fn is not None:
-            _check_fn(fn)
+            check_fn(fn)
             out = eqx.filter_eval_shape(
                 lambda p: _evaluate.split_output(fn(p, *args), self.has_aux), params
             )
@@ -278,7 +210,7 @@ class Solver(eqx.Module):
                 value_dtype = out[0].dtype
             else:
                 value_dtype = widest_float(*(x.dtype for x in leaves(diff)), jnp.float32)
-        value_dtype = jnp.dtype(_floating_dtype(value_dtype, "value_dtype"))
+        value_dtype = jnp.dtype(floating_dtype(value_dtype, "value_dtype"))
         aux_shapes = None
         if self.has_aux:
             assert out is not None  # has_aux without fn raised above
@@ -343,7 +275,6 @@ class Solver(eqx.Module):
             lowest_grad_norm=scalar(jnp.inf, dtype),
         )
 
-    @eqx.filter_jit
     def step(
         self, fn, params: PyTree, state: SolverState, *args, bounds=None
     ) -> tuple[PyTree, SolverState]:
@@ -353,11 +284,14 @@ class Solver(eqx.Module):
         fn only at trial points; pass the params that `step` returned (with the same args).
         `state.status` tells how this step ended (`Status.RUNNING` if no criterion was met).
         `bounds` as in `run`; params outside them are first projected into the box (and then
-        evaluated anew).
+        evaluated anew). Compiled by `eqx.filter_jit` (see `jaxsearch._programs`).
         """
-        _check_fn(fn)
+        return _programs.step(self, fn, params, state, args, bounds)
+
+    def _step(self, fn, params, state: SolverState, args: tuple, bounds):
+        check_fn(fn)
         _retrace.note_trace("step", self, fn, (params, args))
-        given, static = _partition(params)
+        given, static = partition(params)
         diff = tree_cast_like(given, given)  # strongly typed inside; given avals on the way out
         box = self._box(bounds, diff)
         self._check_state_search(state, box is not None)
@@ -437,11 +371,13 @@ class Solver(eqx.Module):
         When every leaf of `x0` and `args` is a `jax.Array`, `fn` is hashable and `throw` is
         off, the call is dispatched by `jax.jit` with the solver and fn static; otherwise by
         `eqx.filter_jit`, with non-array leaves static. Both compile the same program; the first
-        dispatches in microseconds, which is most of the run time of a small problem.
+        dispatches in microseconds, which is most of the run time of a small problem. On a
+        CPU, a problem whose x0 and args hold less than 1 MiB is compiled with options that
+        halve the compile (`jaxsearch._programs`).
         """
-        _check_fn(fn)
+        check_fn(fn)
         if value_dtype is not None:  # any spelling of a dtype shares one compiled program
-            value_dtype = _floating_dtype(value_dtype, "value_dtype")
+            value_dtype = floating_dtype(value_dtype, "value_dtype")
         if progress:
             try:
                 import tqdm  # noqa: F401
@@ -449,27 +385,9 @@ class Solver(eqx.Module):
                 raise ImportError("progress=True needs tqdm: pip install tqdm") from error
         if callback is not None and not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}.")
-        report = _report(bool(history), callback, bool(verbose), bool(progress))
-        box = None if bounds is None else self._box(bounds, _partition(x0)[0])
-        # equinox turns a `throw=True` error into a clean exception under its own jit only
-        plain = not self.throw and _plain_call(fn, (x0, args)) and _hashable(self)
-        with _evaluate.sharing_traces():  # fn is traced once for the state and the run
-            if state is None:
-                state, donate = _fresh_run_state(self, fn, x0, args, value_dtype, box, plain)
-            else:
-                state = _resumed_state(state, value_dtype)
-                donate = _donated(state)
-                if donate:
-                    state = jax.device_put(state, may_alias=False)  # the run consumes a copy
-            if plain:
-                run = _run_jit if donate else _run_jit_kept
-                return run(self, fn, x0, args, box, report, state)
-            return self._run_filtered(fn, x0, args, box, report, state, donate)
-
-    def _run_filtered(self, fn, x0, args, box, report, state, donate: bool) -> Result:
-        """`run` through `eqx.filter_jit`, non-array leaves static."""
-        run = _run_eqx if donate else _run_eqx_kept
-        return run((self, fn, x0, args, box, report), state)
+        report = _programs.report(bool(history), callback, bool(verbose), bool(progress))
+        box = None if bounds is None else self._box(bounds, partition(x0)[0])
+        return _programs.run(self, fn, x0, args, value_dtype, box, report, state)
 
     def _run(self, fn, x0, args, box, report: Report, state: SolverState) -> Result:
         _retrace.note_trace("run", self, fn, (x0, args))
@@ -490,12 +408,12 @@ class Solver(eqx.Module):
         problem, said leaf by leaf. Runs while `run` is traced, so it costs nothing per call."""
         value_dtype = state.value.dtype
         expected = jax.eval_shape(lambda: self._init(x0, value_dtype, fn, args, bounded))
-        _check_fits(state, expected, "state")
+        check_fits(state, expected, "state")
 
     def _minimise(self, fn, x0, args, *, box, report: Report, state: SolverState) -> Result:
         """The whole run: the engine's loop from x0 (and `state`) to a stopping criterion, and
         the point it returns (the adjoint is handed this to run, see `AbstractAdjoint.apply`)."""
-        given, static = _partition(x0)
+        given, static = partition(x0)
         diff = tree_cast_like(given, given)  # strongly typed inside; x0's avals on the way out
         if box is not None:  # as scipy's L-BFGS-B, start from x0 projected into the box
             diff = box.project(diff)
@@ -509,11 +427,7 @@ class Solver(eqx.Module):
         machine = engine.loop(engine.start(diff, state, history))
         diff, state, history = machine.x, machine.state, machine.history
         iterate = eqx.combine(tree_cast_to_avals(diff, given), static)
-        no_progress = (state.status == Status.RUNNING) & (
-            state.steps_since_best >= self.stall_steps
-        )
-        ended = jnp.where(no_progress, Status.STALLED, Status.MAX_STEPS)
-        status = jnp.where(state.status == Status.RUNNING, ended, state.status)
+        status, no_progress = run_status(state.status, state.steps_since_best, self.stall_steps)
         value, grad, aux = state.value, state.grad, state.aux
         if state.best is not None:
             diff, value, grad, aux, status = self._best_of_run(
@@ -535,30 +449,26 @@ class Solver(eqx.Module):
         )
 
     def _best_of_run(self, diff, state: SolverState, box, status, no_progress):
-        """What a run returns when its search may let f rise: the point with the lowest value
-        seen, unless the last iterate is as good within the search's rounding allowance,
-        not above f(x0), and flatter (a gradient norm no larger), and the run did not stop
-        for want of progress. Values that close are rounding noise, and near a minimiser the
-        last iterate is the flatter one: CUTEst runs that meet gtol end there with |g| 10 to
-        3700 times smaller than at their lowest value, equal to 12 digits. A status of
-        `CONVERGED_GTOL` that the point returned does not meet becomes `STALLED`."""
+        """What a run returns when its search may let f rise: the last iterate or the best
+        point, by `returns_last`, and the status for it (`returned_status`)."""
         best, dtype = state.best, state.prev_decrease.dtype
         assert best is not None
-        allowance = self._search(box is not None).allowance(state.linesearch)
-        last = state.value.astype(dtype)
-        within = last <= best.value.astype(dtype) + allowance
-        flatter = gradient_norm(diff, state.grad, box, dtype) <= gradient_norm(
-            best.params, best.grad, box, dtype
+        keep_last = returns_last(
+            last=state.value,
+            best=best.value,
+            allowance=self._search(box is not None).allowance(state.linesearch),
+            start=best.start_value,
+            last_grad_norm=gradient_norm(diff, state.grad, box, dtype),
+            best_grad_norm=gradient_norm(best.params, best.grad, box, dtype),
+            no_progress=no_progress,
         )
-        keep_last = within & flatter & (state.value <= best.start_value) & ~no_progress
         diff, value, grad, aux = select(
             keep_last,
             (diff, state.value, state.grad, state.aux),
             (best.params, best.value, best.grad, best.aux),
         )
-        meets_gtol = gradient_norm(diff, grad, box, dtype) <= self.gtol
-        stalled = (status == Status.CONVERGED_GTOL) & ~meets_gtol
-        return diff, value, grad, aux, jnp.where(stalled, Status.STALLED, status)
+        status = returned_status(status, gradient_norm(diff, grad, box, dtype), self.gtol)
+        return diff, value, grad, aux, status
 
     def as_optax(self):
         """This solver as an `optax.GradientTransformationExtraArgs` that honours optax's
@@ -604,140 +514,3 @@ class Solver(eqx.Module):
         messages = tuple(f"jaxsearch: {s.name}. {s.message}" for s in failures)
         index = jnp.argmax(status == codes)
         return eqx.branched_error_if(diff, jnp.any(status == codes), index, messages)
-
-
-def _throw_setting(throw) -> bool | str:
-    """`throw` as stored: a bool, or "failures" (raise on failures, not on `MAX_STEPS`)."""
-    if isinstance(throw, bool):
-        return throw
-    if isinstance(throw, str) and throw == "failures":
-        return throw
-    raise ValueError(f'Solver: throw must be True, False or "failures", got {throw!r}.')
-
-
-def _check_fits(given, expected, what: str) -> None:
-    """Raise a TypeError naming the first leaf of `given` whose shape or dtype differs from
-    `expected` (a pytree of `jax.ShapeDtypeStruct`), or where their structures differ."""
-    given_leaves, given_tree = jtu.tree_flatten_with_path(given)
-    expected_leaves, expected_tree = jtu.tree_flatten_with_path(expected)
-    if str(given_tree) != str(expected_tree):
-        given_paths = {jtu.keystr(path) for path, _ in given_leaves}
-        expected_paths = {jtu.keystr(path) for path, _ in expected_leaves}
-        missing = sorted(expected_paths - given_paths)
-        extra = sorted(given_paths - expected_paths)
-        raise TypeError(
-            f"{what} does not fit this solver and params: its structure differs from the "
-            f"state `init` gives (missing {missing[:3]}, unexpected {extra[:3]}). A state "
-            "belongs to one solver's settings (direction, memory size, line search, "
-            "return_best, bounds or not) and to params of one structure."
-        )
-    for (path, leaf), (_, want) in zip(given_leaves, expected_leaves, strict=True):
-        shape, dtype = jnp.shape(leaf), jnp.result_type(leaf)
-        if shape != want.shape or dtype != want.dtype:
-            raise TypeError(
-                f"{what}{jtu.keystr(path)} is {dtype}{list(shape)} where this solver and "
-                f"params give {want.dtype}{list(want.shape)}: the state belongs to another "
-                "solver or problem (memory size, params' shapes or dtypes, value dtype)."
-            )
-
-
-# A run donates its state (the loop's carry and the result's state are then its buffers,
-# where a state not donated is copied into the loop: its memory twice at the peak) when the
-# state has at least this many bytes. A smaller one is not worth it: a fresh run then starts
-# from a cached fresh state, without a program to build one, which for a small problem costs
-# as much as the run. Fresh and resumed runs of one problem decide alike: one program.
-_DONATE_BYTES = 1 << 20
-_fresh_states: dict = {}  # fresh states of small problems, by solver, fn and avals
-_FRESH_STATES_KEPT = 16
-
-
-def _traced(tree) -> bool:
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves(tree))
-
-
-def _donated(state) -> bool:
-    """Whether a run donates `state` (never under a trace: the state may be the caller's)."""
-    if _traced(state):
-        return False
-    size = sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in leaves(state))
-    return size >= _DONATE_BYTES
-
-
-def _fresh_run_state(solver: Solver, fn, x0, args, value_dtype, box, plain: bool):
-    """The state a fresh `run` starts from, `init`'s, and whether the run donates it: built by
-    a compiled program of its own (so that a fresh and a resumed run call the same compiled
-    run), and kept for the next run where it is small and not donated (it depends only on
-    the solver, fn, the avals and shardings of x0 and args, and whether there are bounds)."""
-    bounded = box is not None
-    if not plain or _traced((x0, args)):
-        build = _init_jit if plain else _init_filtered
-        state = build(solver, fn, x0, args, value_dtype, bounded)
-        return state, _donated(state)
-    avals = tuple((jax.typeof(leaf), leaf.sharding) for leaf in leaves((x0, args)))
-    # By identity: the entry holds the solver, so its id is not reused while it is kept.
-    key = (id(solver), fn, jtu.tree_structure((x0, args)), avals, value_dtype, bounded)
-    kept = _fresh_states.get(key)
-    if kept is not None and kept[0] is solver:
-        return kept[1], False
-    state = _init_jit(solver, fn, x0, args, value_dtype, bounded)
-    if _donated(state):
-        return state, True
-    if len(_fresh_states) >= _FRESH_STATES_KEPT:
-        _fresh_states.pop(next(iter(_fresh_states)))
-    _fresh_states[key] = (solver, state)
-    return state, False
-
-
-def _resumed_state(state, value_dtype) -> SolverState:
-    """`state`, checked to be a `SolverState` of the value dtype asked for, with its leaves
-    as arrays (NumPy leaves, of a checkpoint say, become new device buffers)."""
-    if not isinstance(state, SolverState):
-        raise TypeError(
-            f"state must be a SolverState (`result.state`, or `init`'s), got "
-            f"{type(state).__name__}."
-        )
-    if value_dtype is not None and jnp.dtype(value_dtype) != state.value.dtype:
-        raise TypeError(
-            f"value_dtype {jnp.dtype(value_dtype)} differs from the state's value dtype "
-            f"{state.value.dtype}: a resumed run keeps the state's."
-        )
-    if all(isinstance(leaf, jax.Array) for leaf in leaves(state)):
-        return state
-    return jtu.tree_map(jnp.asarray, state)
-
-
-def _init_state(solver: Solver, fn, x0, args, value_dtype, bounded: bool) -> SolverState:
-    fn = _evaluate.TracedOnce(fn, x0, *args)  # the trace the run's program reuses
-    return solver._init(x0, value_dtype, fn, args, bounded)
-
-
-_init_jit = jax.jit(_init_state, static_argnums=(0, 1, 4, 5))
-_init_filtered = eqx.filter_jit(_init_state)
-
-
-def _report(history: bool, callback, verbose: bool, progress: bool) -> Report:
-    """The `Report` of these settings, built once (a module's construction costs as much as
-    a small problem's dispatch)."""
-    try:
-        return _kept_report(history, callback, verbose, progress)
-    except TypeError:  # an unhashable callback
-        return Report(history, callback, verbose, progress)
-
-
-_kept_report = functools.lru_cache(maxsize=64)(Report)
-
-
-def _run_settled(solver: Solver, fn, x0, args, box, report: Report, state) -> Result:
-    return solver._run(fn, x0, args, box, report, state)
-
-
-def _run_bundled(settings, state) -> Result:
-    solver, fn, x0, args, box, report = settings
-    return solver._run(fn, x0, args, box, report, state)
-
-
-# `_run_jit` and `_run_eqx` donate the state (see `_DONATE_BYTES`); the `_kept` ones do not.
-_run_jit = jax.jit(_run_settled, static_argnums=(0, 1, 5), donate_argnums=(6,))
-_run_jit_kept = jax.jit(_run_settled, static_argnums=(0, 1, 5))
-_run_eqx = eqx.filter_jit(_run_bundled, donate="all-except-first")
-_run_eqx_kept = eqx.filter_jit(_run_bundled)

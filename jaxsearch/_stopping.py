@@ -63,3 +63,48 @@ def step_status(
         ],
         Status.RUNNING,
     ).astype(jnp.int32)
+
+
+def run_status(
+    status: Int[Array, ""], steps_since_best: Int[Array, ""], stall_steps: int
+) -> tuple[Int[Array, ""], Bool[Array, ""]]:
+    """(The status of a run whose engine stopped with the last step's `status`, whether it
+    stopped for want of progress). A run stops `RUNNING` only at its step budget or after
+    `stall_steps` steps without progress (`steps_since_best`): `STALLED` for the latter,
+    else `MAX_STEPS`. Any other status is the run's."""
+    running = status == Status.RUNNING
+    no_progress = running & (steps_since_best >= stall_steps)
+    ended = jnp.where(no_progress, Status.STALLED, Status.MAX_STEPS)
+    return jnp.where(running, ended, status).astype(jnp.int32), no_progress
+
+
+def returns_last(
+    *,
+    last: Scalar,
+    best: Scalar,
+    allowance: Scalar | float,
+    start: Scalar,
+    last_grad_norm: Scalar,
+    best_grad_norm: Scalar,
+    no_progress: Bool[Array, ""],
+) -> Bool[Array, ""]:
+    """Whether a run that kept a best point apart from its iterate returns the last iterate
+    (f = `last`) rather than the point of lowest f (`best`): when the last is within the
+    search's rounding `allowance` of the best, not above f(x0) (`start`), and flatter (a
+    gradient norm no larger), and the run did not stop for want of progress. Values that
+    close are rounding noise, and near a minimiser the last iterate is the flatter one:
+    CUTEst runs that meet gtol end there with |g| 10 to 3700 times smaller than at their
+    lowest value, equal to 12 digits. `last` and `best` are compared in the dtype of
+    `last_grad_norm` (the scalar dtype), `last` and `start` in theirs (the value dtype)."""
+    dtype = last_grad_norm.dtype
+    within = last.astype(dtype) <= best.astype(dtype) + allowance
+    flatter = last_grad_norm <= best_grad_norm
+    return within & flatter & (last <= start) & ~no_progress
+
+
+def returned_status(status: Int[Array, ""], grad_norm: Scalar, gtol: Setting) -> Int[Array, ""]:
+    """A run's status once its returned point is chosen: `CONVERGED_GTOL` becomes `STALLED`
+    where that point's gradient norm exceeds `gtol` (the precision of f is exhausted: scipy's
+    "precision loss")."""
+    stalled = (status == Status.CONVERGED_GTOL) & ~(grad_norm <= gtol)
+    return jnp.where(stalled, Status.STALLED, status).astype(jnp.int32)

@@ -131,13 +131,19 @@ def test_run_dispatch_paths(monkeypatch):
     """Arrays everywhere and a hashable fn: `run` goes through jax.jit (not equinox's
     filtering); any other leaf (here a Python float in args, a function in params) takes the
     filtered path. Both solve the same problem to the same point."""
-    from jaxsearch import _solver
+    from jaxsearch import _programs
 
     solver = make_solver("LBFGS", "Zoom")
     x0, scale = jnp.array([3.0, -2.0]), jnp.asarray(2.0)
-    filtered = _solver.Solver._run_filtered
+    call = _programs.call
     calls = []
-    monkeypatch.setattr(_solver.Solver, "_run_filtered", lambda *a: calls.append(1) or filtered(*a))
+
+    def counted(fun, *args, **kwargs):
+        if fun is _programs._run_bundled:
+            calls.append(1)
+        return call(fun, *args, **kwargs)
+
+    monkeypatch.setattr(_programs, "call", counted)
     fast = solver.run(_quadratic, x0, scale)
     assert calls == []
     slow = solver.run(_quadratic, x0, 2.0)

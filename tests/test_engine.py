@@ -7,7 +7,6 @@ import pytest
 from jax.extend import core as jcore
 
 import jaxsearch as js
-from jaxsearch._stopping import step_status
 
 from .helpers import pairs, solver
 from .problems import rosenbrock
@@ -108,93 +107,6 @@ def test_search_that_ends_as_it_starts_costs_no_counted_evaluation():
     assert int(result.num_fun_evals) == 1
     assert int(result.num_steps) == 1
     assert int(result.status) == js.Status.STALLED
-
-
-# ------------------------------------------------------------------ the stopping rules
-
-F32 = jnp.float32
-
-
-def status(**changes):
-    """step_status of a step that moved and changed x, with |g| = 1 > gtol and f 10 -> 5."""
-    settings = dict(
-        cut_off=jnp.array(False),
-        moved=jnp.array(True),
-        below_resolution=jnp.array(False),
-        unchanged=jnp.array(False),
-        grad_norm=jnp.array(1.0, F32),
-        gtol=1e-5,
-        before=jnp.array(10.0, F32),
-        after=jnp.array(5.0, F32),
-        ftol=1e-9,
-    )
-    settings.update(changes)
-    return js.Status(int(step_status(**settings)))
-
-
-def test_a_step_that_makes_progress_runs_on():
-    assert status() == js.Status.RUNNING
-
-
-def test_cut_off_search_failed_whatever_else_holds():
-    assert status(cut_off=jnp.array(True), grad_norm=jnp.array(0.0, F32)) == (
-        js.Status.LINESEARCH_FAILED
-    )
-
-
-def test_no_step_is_stalled_below_the_resolution_and_failed_above():
-    no_step = dict(moved=jnp.array(False), after=jnp.array(10.0, F32))
-    assert status(**no_step, below_resolution=jnp.array(True)) == js.Status.STALLED
-    assert status(**no_step) == js.Status.LINESEARCH_FAILED
-
-
-def test_a_step_that_changes_nothing_is_stalled_never_converged():
-    assert status(unchanged=jnp.array(True), grad_norm=jnp.array(0.0, F32)) == js.Status.STALLED
-
-
-def test_gtol_comes_before_ftol():
-    tiny = dict(after=jnp.array(10.0 - 1e-6, F32), ftol=1e-3)
-    assert status(**tiny) == js.Status.CONVERGED_FTOL
-    assert status(**tiny, grad_norm=jnp.array(1e-6, F32)) == js.Status.CONVERGED_GTOL
-
-
-def test_ftol_is_relative_to_at_least_one():
-    # f 0.5 -> 0.4: a decrease of 0.1, judged against max(|f|, 1) = 1
-    small = dict(before=jnp.array(0.5, F32), after=jnp.array(0.4, F32))
-    assert status(**small, ftol=0.2) == js.Status.CONVERGED_FTOL
-    assert status(**small, ftol=0.05) == js.Status.RUNNING
-    assert status(**small, ftol=0.0) == js.Status.RUNNING  # ftol = 0 switches it off
-
-
-def test_a_rise_never_passes_ftol():
-    assert status(after=jnp.array(10.5, F32), ftol=0.5) == js.Status.RUNNING
-
-
-def test_zero_decrease_passes_only_a_resolvable_ftol():
-    same = dict(after=jnp.array(10.0, F32))
-    assert status(**same, ftol=1e-9) == js.Status.RUNNING  # below float32's resolution
-    assert status(**same, ftol=1e-3) == js.Status.CONVERGED_FTOL
-
-
-def test_status_with_array_settings_under_jit():
-    """gtol and ftol may be traced (array settings)."""
-
-    @jax.jit
-    def decide(gtol, ftol):
-        return step_status(
-            cut_off=jnp.array(False),
-            moved=jnp.array(True),
-            below_resolution=jnp.array(False),
-            unchanged=jnp.array(False),
-            grad_norm=jnp.array(1e-3, F32),
-            gtol=gtol,
-            before=jnp.array(10.0, F32),
-            after=jnp.array(5.0, F32),
-            ftol=ftol,
-        )
-
-    assert int(decide(jnp.array(1e-2, F32), jnp.array(1e-9, F32))) == js.Status.CONVERGED_GTOL
-    assert int(decide(jnp.array(1e-4, F32), jnp.array(1e-9, F32))) == js.Status.RUNNING
 
 
 @pytest.mark.parametrize("direction", ["LBFGS", "LBFGS-compact", "NewtonCG"])

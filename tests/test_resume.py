@@ -243,11 +243,17 @@ def test_state_from_a_checkpoint_resumes(tmp_path):
 def test_a_large_state_is_donated_never_the_callers(monkeypatch):
     """A state of 1 MiB or more is donated to the run (its buffers become the loop's and
     the result's), a resumed run's as a copy: the caller's stays valid."""
-    from jaxsearch import _solver
+    from jaxsearch import _programs
 
     given = []
-    run = _solver._run_jit
-    monkeypatch.setattr(_solver, "_run_jit", lambda *a: given.append(a[-1]) or run(*a))
+    call = _programs.call
+
+    def recorded(fun, *args, donate=False, **kwargs):
+        if fun is _programs._run_settled and donate:
+            given.append(args[-1])
+        return call(fun, *args, donate=donate, **kwargs)
+
+    monkeypatch.setattr(_programs, "call", recorded)
     n = 20_000  # L-BFGS's memory alone: 2 * 10 * n float32 numbers, 1.6 MB
     x0 = jnp.asarray(np.tile([-1.2, 1.0], n // 2), jnp.float32)
     a = jnp.asarray(100.0, jnp.float32)
