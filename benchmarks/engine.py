@@ -14,7 +14,8 @@ Rows (issue 17's table), each a ratio measured in this process:
   bytes          XLA's bytes accessed by one jitted L-BFGS `step` (one trial), n = 1e5
                  float32, over the floor (4m + 8) 4n; optax's update alongside;
   compile        compile of `run` on sum(x^2), n = 1000 float32, over optax.lbfgs's compile in
-                 its documented `lax.while_loop`;
+                 its documented `lax.while_loop`: `run` called as it is (its own programs, with
+                 the lean compile options on a CPU) and inside a caller's `jax.jit`;
   small          2-D Rosenbrock `run` under `jax.jit`, wall (min over repeats), over optax's
                  jitted loop to the same gtol: the jit returning the whole `Result` (its
                  state included), and returning params and num_steps, as optax's loop does;
@@ -197,17 +198,23 @@ def large(n: int, reps: int, direction=None) -> dict:
 
 
 def compile_small(direction=None) -> dict:
-    """Compile of `run` on sum(x^2), n = 1000 float32, against optax's documented loop."""
+    """Compile of `run` on sum(x^2), n = 1000 float32, against optax's documented loop: `run`
+    called as it is (its own programs, compiled with `jaxsearch._programs.LEAN_OPTIONS` on a
+    CPU) and inside a caller's `jax.jit` (one program, XLA's default options)."""
     x0 = jnp.ones(1000, jnp.float32)
     cfg = peers_mod.Config(gtol=1e-6, ftol=0.0, max_steps=100)
     solver = js.Solver(direction, gtol=cfg.gtol, ftol=0.0, max_steps=cfg.max_steps)
     fn = speed.sum_of_squares
     ours = speed.compile_whole_run(peers_mod._jaxsearch(solver, fn, x0, None, cfg))
+    in_jit = jax.jit(lambda x: solver.run(fn, x, None).params)
+    ours_in_jit = speed.compile_whole_run(lambda: jax.block_until_ready(in_jit(x0)))
     theirs = speed.compile_whole_run(peers_mod.optax_lbfgs(fn, x0, None, cfg))
     return {
         "jaxsearch_s": ours["compile_s"],
+        "jaxsearch_in_jit_s": ours_in_jit["compile_s"],
         "optax_s": theirs["compile_s"],
         "ratio": ours["compile_s"] / theirs["compile_s"],
+        "ratio_in_jit": ours_in_jit["compile_s"] / theirs["compile_s"],
     }
 
 
@@ -353,6 +360,12 @@ def markdown(data: dict, meta: dict) -> str:
             "bytes",
         ),
         ("compile of run, sum(x^2) n = 1000 / optax", 1, _get(data, "compile", "ratio"), "compile"),
+        (
+            "the same, inside a caller's jax.jit (XLA's default options)",
+            1,
+            _get(data, "compile", "ratio_in_jit"),
+            "compile",
+        ),
         ("2-D Rosenbrock run in jit, wall / optax", 1, _get(data, "small", "ratio"), "small"),
         (
             "the same, returning params and num_steps (optax's outputs)",
