@@ -10,8 +10,8 @@ step's record) and the start of the next (direction, initial step, search). `run
 machine until a stopping criterion; `step` is it until the next step boundary, and starts its
 step at the top of the iteration that needs it, so that either program builds the next
 direction at one place. A `run` resumed from a state that has f at x starts with an iteration
-that checks it (`resume`): its evaluation at x is compared with the state's, and the boundary
-then starts the next step, so that the direction is still built at one place.
+that checks it (`take_base`): its evaluation at x is compared with the state's, and the
+boundary then starts the next step, so that the direction is still built at one place.
 """
 
 import dataclasses
@@ -140,7 +140,7 @@ class Engine:
         gradient at x, the search starts at once, or not at all from a point already
         converged (by gtol, or by ftol in the step that reached it): under vmap, finished
         problems stay put until `reevaluate`. `run` from such a state (a resumed run) first
-        checks f at x (`resume`)."""
+        checks f at x (`take_base`)."""
         dtype = state.prev_decrease.dtype
         zero, one = scalar(0, dtype), scalar(1, dtype)
         m = Machine(
@@ -187,7 +187,7 @@ class Engine:
         st, linesearch = m.state, self.linesearch
         dtype = st.prev_decrease.dtype
         at_base = ~st.has_eval
-        # A resumed run's first iteration evaluates f at x to check the state's (`resume`).
+        # A resumed run's first iteration evaluates f at x to check the state's (`take_base`).
         checking = jnp.array(False) if self.until_step else m.pending
         # A search that ended as it started (its first trial would change nothing) has no
         # trial: this iteration's evaluation is not counted and the step ends.
@@ -228,11 +228,9 @@ class Engine:
         the machine goes on."""
         at_base = ~m.state.has_eval
         operands = (m, point, value, grad, aux, taken)
-        if self.until_step:
-            m = lax.cond(at_base, self.take_base, self.end_step, *operands)
-        else:
-            index = jnp.where(m.pending, 2, jnp.where(at_base, 0, 1))
-            m = lax.switch(index, (self.take_base, self.end_step, self.resume), *operands)
+        # f at x: the first evaluation, after `reevaluate`, or a resumed run's check
+        at_x = at_base if self.until_step else at_base | m.pending
+        m = lax.cond(at_x, self.take_base, self.end_step, *operands)
         st = m.state
         running = st.status == Status.RUNNING
         if self.until_step:  # `step` ends here, unless this was f at x
@@ -247,49 +245,46 @@ class Engine:
     # ------------------------------------------------------------------ transitions
 
     def take_base(self, m: Machine, point, value, grad, aux, taken) -> Machine:
-        """f and grad at x itself (the first step, or after `reevaluate`): keep them. A fresh
-        evaluation at the start of a step, when the objective may have changed, starts the
-        record of the best point anew."""
+        """f, grad and aux at x itself: the first step, after `reevaluate`, or the first
+        iteration of a run resumed from a state with f at x (`pending` in `run`).
+
+        A fresh evaluation at the start of a step, when the objective may have changed,
+        starts the record of the best point anew. A resumed run's evaluation is checked
+        instead: where f, its gradient and aux at x are those the state holds (x is the point
+        the state belongs to, with the same fn and args), the run goes on as if it had never
+        stopped, and this evaluation is not counted; the status is checked again as `step`
+        does (so a run that ended on a failure tries again, its memory reset). Otherwise
+        (another x0, or new data in args) the evaluation is counted and taken as fresh, as
+        after `Solver.reevaluate`. One branch for both, with selects: a resumed run's check
+        runs once per run, and a branch of its own cost the program about 20 fusions."""
         st, x = m.state, m.x
         dtype = st.prev_decrease.dtype
-        best = None if st.best is None else BestPoint(value, x, grad, aux, value)
+        checking = jnp.array(False) if self.until_step else m.pending
+        same = jnp.array(False)
+        if not self.until_step:
+            same = checking & (value == st.value) & tree_equal(grad, st.grad)
+            if self.solver.has_aux:
+                same = same & tree_equal(aux, st.aux)
+        value, grad, aux = select(same, (st.value, st.grad, st.aux), (value, grad, aux))
+        fresh_best = None if st.best is None else BestPoint(value, x, grad, aux, value)
+        kept_ftol = same & (st.status == Status.CONVERGED_FTOL)
         st = _replace(
             st,
             value=value,
             grad=grad,
             aux=aux,
             has_eval=jnp.array(True),
-            status=self.check(value, grad, dtype, x),
-            best=best,
-            steps_since_best=jnp.zeros_like(st.steps_since_best),
-            lowest_grad_norm=gradient_norm(x, grad, self.box, dtype),
+            num_fun_evals=st.num_fun_evals + (checking & ~same).astype(jnp.int32),
+            status=jnp.where(kept_ftol, st.status, self.check(value, grad, dtype, x)).astype(
+                jnp.int32
+            ),
+            best=select(same, st.best, fresh_best),
+            steps_since_best=jnp.where(same, st.steps_since_best, 0).astype(jnp.int32),
+            lowest_grad_norm=jnp.where(
+                same, st.lowest_grad_norm, gradient_norm(x, grad, self.box, dtype)
+            ).astype(dtype),
         )
-        return _replace(m, state=st)
-
-    def resume(self, m: Machine, point, value, grad, aux, taken) -> Machine:
-        """The first iteration of a run resumed from a state with f at x: where f, its
-        gradient and aux at x are those the state holds (x is the point the state belongs to,
-        with the same fn and args), the run goes on as if it had never stopped, and this
-        evaluation is not counted; the status is checked again as `step` does (so a run that
-        ended on a failure tries again, its memory reset). Otherwise (another x0, or new data
-        in args) the evaluation is taken as f at x, as after `Solver.reevaluate`."""
-        st, x = m.state, m.x
-        dtype = st.prev_decrease.dtype
-        same = (value == st.value) & tree_equal(grad, st.grad)
-        if self.solver.has_aux:
-            same = same & tree_equal(aux, st.aux)
-
-        status = jnp.where(
-            st.status == Status.CONVERGED_FTOL, st.status, self.check(st.value, st.grad, dtype, x)
-        ).astype(jnp.int32)
-        confirmed = _replace(m, state=_replace(st, status=status), pending=jnp.array(False))
-        counted = _replace(st, num_fun_evals=st.num_fun_evals + 1)
-        elsewhere = self.take_base(
-            _replace(m, state=counted, pending=jnp.array(False)), point, value, grad, aux, taken
-        )
-        # A select, not a branch: this runs once per run, and a branch would add to the
-        # program's control flow.
-        return select(same, confirmed, elsewhere)
+        return _replace(m, state=st, pending=jnp.array(False))
 
     def prepare(self, m: Machine) -> Machine:
         """The direction at x and the start of a line search along it (which may end at once,

@@ -67,6 +67,28 @@ def test_default_run_structure_is_exact():
     ]
 
 
+def cond_branches(jaxpr) -> list[int]:
+    """The number of branches of every cond in `jaxpr`, nested ones included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "cond":
+            found.append(len(eqn.params["branches"]))
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, list | tuple) else (value,):
+                if isinstance(sub, jcore.ClosedJaxpr):
+                    found += cond_branches(sub.jaxpr)
+                elif isinstance(sub, jcore.Jaxpr):
+                    found += cond_branches(sub)
+    return found
+
+
+def test_f_at_x_is_one_branch_whether_fresh_or_resumed():
+    """The boundary chooses between f at x and a step's end: a resumed run's check of f at x
+    is the same branch as a fresh evaluation there, not a third (which cost the program about
+    20 fusions of its own; docs/benchmarks.md, "Fifth round")."""
+    assert cond_branches(run_jaxpr(js.Solver())) == [2, 2, 2]
+
+
 def test_bounded_run_nests_the_cauchy_loop_in_the_boundary():
     """With bounds, L-BFGS-B's Cauchy-point walk is a loop, run only at a step's start."""
     found = control_flow(run_jaxpr(js.Solver(), bounds=(-1.0, 1.0)))
