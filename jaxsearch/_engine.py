@@ -124,10 +124,11 @@ class Engine:
             self.args,
         )
 
-    def check(self, value, grad, dtype, x) -> Int[Array, ""]:
-        """The status that forbids a search from x: non-finite, or converged by gtol."""
+    def check(self, value, grad, grad_norm: Scalar) -> Int[Array, ""]:
+        """The status that forbids a search from a point with f = `value`, its gradient and
+        that gradient's norm (`gradient_norm`): non-finite, or converged by gtol."""
         finite = jnp.isfinite(value) & tree_all_finite(grad)
-        converged = gradient_norm(x, grad, self.box, dtype) <= self.solver.gtol
+        converged = grad_norm <= self.solver.gtol
         code = jnp.where(
             finite, jnp.where(converged, Status.CONVERGED_GTOL, Status.RUNNING), Status.NONFINITE
         )
@@ -160,7 +161,9 @@ class Engine:
             return _replace(m, pending=state.has_eval)
         converged_ftol = state.status == Status.CONVERGED_FTOL
         stop = jnp.where(
-            converged_ftol, state.status, self.check(state.value, state.grad, dtype, x)
+            converged_ftol,
+            state.status,
+            self.check(state.value, state.grad, gradient_norm(x, state.grad, self.box, dtype)),
         )
         stop = jnp.where(state.has_eval, stop, Status.RUNNING).astype(jnp.int32)
         halted = stop != Status.RUNNING
@@ -268,6 +271,7 @@ class Engine:
         value, grad, aux = select(same, (st.value, st.grad, st.aux), (value, grad, aux))
         fresh_best = None if st.best is None else BestPoint(value, x, grad, aux, value)
         kept_ftol = same & (st.status == Status.CONVERGED_FTOL)
+        grad_norm = gradient_norm(x, grad, self.box, dtype)
         st = _replace(
             st,
             value=value,
@@ -275,14 +279,12 @@ class Engine:
             aux=aux,
             has_eval=jnp.array(True),
             num_fun_evals=st.num_fun_evals + (checking & ~same).astype(jnp.int32),
-            status=jnp.where(kept_ftol, st.status, self.check(value, grad, dtype, x)).astype(
+            status=jnp.where(kept_ftol, st.status, self.check(value, grad, grad_norm)).astype(
                 jnp.int32
             ),
             best=select(same, st.best, fresh_best),
             steps_since_best=jnp.where(same, st.steps_since_best, 0).astype(jnp.int32),
-            lowest_grad_norm=jnp.where(
-                same, st.lowest_grad_norm, gradient_norm(x, grad, self.box, dtype)
-            ).astype(dtype),
+            lowest_grad_norm=jnp.where(same, st.lowest_grad_norm, grad_norm).astype(dtype),
         )
         return _replace(m, state=st, pending=jnp.array(False))
 

@@ -453,21 +453,23 @@ class Solver(eqx.Module):
         point, by `returns_last`, and the status for it (`returned_status`)."""
         best, dtype = state.best, state.prev_decrease.dtype
         assert best is not None
+        last_grad_norm = gradient_norm(diff, state.grad, box, dtype)
+        best_grad_norm = gradient_norm(best.params, best.grad, box, dtype)
         keep_last = returns_last(
             last=state.value,
             best=best.value,
             allowance=self._search(box is not None).allowance(state.linesearch),
             start=best.start_value,
-            last_grad_norm=gradient_norm(diff, state.grad, box, dtype),
-            best_grad_norm=gradient_norm(best.params, best.grad, box, dtype),
+            last_grad_norm=last_grad_norm,
+            best_grad_norm=best_grad_norm,
             no_progress=no_progress,
         )
-        diff, value, grad, aux = select(
+        diff, value, grad, aux, grad_norm = select(
             keep_last,
-            (diff, state.value, state.grad, state.aux),
-            (best.params, best.value, best.grad, best.aux),
+            (diff, state.value, state.grad, state.aux, last_grad_norm),
+            (best.params, best.value, best.grad, best.aux, best_grad_norm),
         )
-        status = returned_status(status, gradient_norm(diff, grad, box, dtype), self.gtol)
+        status = returned_status(status, grad_norm, self.gtol)
         return diff, value, grad, aux, status
 
     def as_optax(self):
