@@ -94,6 +94,39 @@ def test_compact_run_has_no_loop_over_the_memory():
     ]
 
 
+def _products_reading(jaxpr, sources: dict) -> dict:
+    """How many `dot_general`s at the top of `jaxpr` (outside its conds) read each named
+    input, directly or through a dtype conversion."""
+    origin = {var: name for name, var in sources.items()}
+    counts = dict.fromkeys(sources, 0)
+    for eqn in jaxpr.eqns:
+        names = [origin[v] for v in eqn.invars if not hasattr(v, "val") and v in origin]
+        if eqn.primitive.name == "convert_element_type" and names:
+            origin[eqn.outvars[0]] = names[0]
+        elif eqn.primitive.name == "dot_general":
+            for name in names:
+                counts[name] += 1
+    return counts
+
+
+def test_compact_reads_each_buffer_by_as_many_products():
+    """S'Y's row of the newest pair (s_new'y_j, below R's diagonal) is not computed: Y is
+    multiplied by g and the newest y, as S is, and each once more by the product back (one
+    product per vector on a CPU, one for the stacked vectors elsewhere)."""
+    direction = js.LBFGS(memory_size=5, form="compact")
+    grad = jnp.ones(64, jnp.float32)
+    state = direction.init(grad, jnp.float32)
+    info = lambda g: js.DirectionInfo(None, g, jnp.float32)  # noqa: E731
+    closed = jax.make_jaxpr(lambda st, g: direction.compute(st, info(g))[0])(state, grad)
+    leaves = jax.tree.leaves((state, grad))
+    s_index = next(i for i, x in enumerate(leaves) if x is state.s)
+    y_index = next(i for i, x in enumerate(leaves) if x is state.y)
+    invars = closed.jaxpr.invars
+    counts = _products_reading(closed.jaxpr, {"s": invars[s_index], "y": invars[y_index]})
+    per_buffer = 3 if jax.default_backend() == "cpu" else 2
+    assert counts == {"s": per_buffer, "y": per_buffer}
+
+
 def test_auto_form():
     """The two-loop recursion for small params on a CPU, else the compact form."""
     from jaxsearch._direction._lbfgs import COMPACT_FROM

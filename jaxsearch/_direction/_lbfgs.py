@@ -31,7 +31,9 @@ class LBFGSState(eqx.Module):
     s: PyTree  # each leaf has a leading (memory_size,) axis: a circular buffer of steps
     y: PyTree  # ... and of gradient differences
     rho: Array  # (memory_size,) 1 / s'y, in the scalar dtype (never float16: it would overflow)
-    s_dot_y: Array  # (memory_size, memory_size): [i, j] = s_i'y_j, slots in buffer order
+    # (memory_size, memory_size): [i, j] = s_i'y_j, slots in buffer order, kept up to date where
+    # pair i was stored no later than pair j (R's entries: the compact form reads no others)
+    s_dot_y: Array
     y_dot_y: Array  # (memory_size, memory_size): [i, j] = y_i'y_j
     gamma: Scalar  # initial inverse-Hessian scale s'y / y'y of the newest pair
     count: Int[Array, ""]  # number of valid pairs, <= memory_size
@@ -114,18 +116,18 @@ def _solve_upper(r: Array, b: Array, transpose: bool) -> Array:
     return jnp.stack([x[i] for i in range(m)])
 
 
-def _bring_up_to_date(state: LBFGSState, s_dot_y_new, y_dot_s_new, y_dot_y_new, dtype):
-    """S'Y and Y'Y with the newest pair's row and column replaced (one pair stored since they
-    were last brought up to date), or rebuilt from the whole memory (several)."""
+def _bring_up_to_date(state: LBFGSState, s_dot_y_new, y_dot_y_new, dtype):
+    """S'Y and Y'Y with the newest pair's column replaced (S'y_new and Y'y_new; Y'Y's row
+    too, it is symmetric), after one pair stored since they were last brought up to date, or
+    rebuilt from the whole memory after several. S'Y's row of the newest pair, s_new'y_j for
+    the older pairs j, lies below R's diagonal in the order the pairs were stored, now and
+    after any later pair, so it is never read and not computed (a pass over Y saved)."""
     newest = (state.head - 1) % state.s_dot_y.shape[0]
 
     def fold(st):
-        def replace(old, column, row):
-            return old.at[:, newest].set(column).at[newest, :].set(row)
-
         return (
-            replace(st.s_dot_y, s_dot_y_new, y_dot_s_new),
-            replace(st.y_dot_y, y_dot_y_new, y_dot_y_new),
+            st.s_dot_y.at[:, newest].set(s_dot_y_new),
+            st.y_dot_y.at[:, newest].set(y_dot_y_new).at[newest, :].set(y_dot_y_new),
         )
 
     def rebuild(st):
@@ -152,8 +154,9 @@ class LBFGS(AbstractDirection):
       N&W eq. 7.24), with no loop. With the pairs in the order they were stored, R the upper
       triangle of S'Y and D its diagonal, H g = gamma g + S p - gamma Y R^-1 a, where
       p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b), a = S'g and b = Y'g. It takes one matrix
-      product with each buffer (which also gives the newest pair's row and column of S'Y
-      and Y'Y, kept in the state), two m x m triangular solves, and one product back.
+      product with each buffer, of g and of the newest y (which gives the newest pair's
+      column of S'Y and Y'Y, kept in the state), two m x m triangular solves, and one
+      product back.
     - `"auto"` (the default): the compact form, which has no loop trips (each one on a GPU
       waits for its predicate on the host), except on a CPU (jax's default backend) for
       params of fewer than `COMPACT_FROM` = 5000 elements in all, where the two-loop
@@ -268,10 +271,10 @@ class LBFGS(AbstractDirection):
         m = self.memory_size
         newest = (state.head - 1) % m
         take = lambda b: lax.dynamic_index_in_dim(b, newest, keepdims=False)  # noqa: E731
-        s_new, y_new = jtu.tree_map(take, state.s), jtu.tree_map(take, state.y)
+        y_new = jtu.tree_map(take, state.y)
         with_s = _memory_times(state.s, [grad, y_new], dtype)
-        with_y = _memory_times(state.y, [grad, s_new, y_new], dtype)
-        state = _bring_up_to_date(state, with_s[:, 1], with_y[:, 1], with_y[:, 2], dtype)
+        with_y = _memory_times(state.y, [grad, y_new], dtype)
+        state = _bring_up_to_date(state, with_s[:, 1], with_y[:, 1], dtype)
 
         # The slots in the order their pairs were stored: position k < count holds the k-th
         # oldest pair. Positions >= count hold none; they get an identity row and column in
