@@ -12,7 +12,8 @@ Rows (issue 17's table), each a ratio measured in this process:
                  on (the while's predicate and every `lax.cond` at the top of its body) and
                  at a step boundary (every cond);
   bytes          XLA's bytes accessed by one jitted L-BFGS `step` (one trial), n = 1e5
-                 float32, over the floor (4m + 8) 4n; optax's update alongside;
+                 float32, over the floor (4m + 8) 4n; optax's update alongside; and both
+                 again with the state donated to the jitted step;
   compile        compile of `run` on sum(x^2), n = 1000 float32, over optax.lbfgs's compile in
                  its documented `lax.while_loop`: `run` called as it is (its own programs, with
                  the lean compile options on a CPU) and inside a caller's `jax.jit`;
@@ -351,12 +352,20 @@ def markdown(data: dict, meta: dict) -> str:
     floor = bytes_row.get("floor_bytes")
     js_bytes = _get(bytes_row, "jaxsearch", "bytes_accessed")
     ox_bytes = _get(bytes_row, "optax", "bytes_accessed")
+    js_donated = _get(bytes_row, "jaxsearch_donated", "bytes_accessed")
+    ox_donated = _get(bytes_row, "optax_donated", "bytes_accessed")
     rows = [
         ("control flow in run's jaxpr", None, _get(data, "control_flow", "total"), "control_flow"),
         (
             "bytes per L-BFGS step / floor, n = 1e5",
             ox_bytes / floor if ox_bytes and floor else None,
             js_bytes / floor if js_bytes and floor else None,
+            "bytes",
+        ),
+        (
+            "the same, the state donated to the jitted step",
+            ox_donated / floor if ox_donated and floor else None,
+            js_donated / floor if js_donated and floor else None,
             "bytes",
         ),
         ("compile of run, sum(x^2) n = 1000 / optax", 1, _get(data, "compile", "ratio"), "compile"),

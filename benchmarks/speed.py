@@ -437,7 +437,9 @@ def step_bytes(n: int) -> dict:
     """XLA's 'bytes accessed' of one compiled L-BFGS step (jaxsearch `step`, optax update).
 
     XLA counts a while loop's body once, so a step with one line-search trial is measured:
-    the usual L-BFGS step. The floor is `bytes_floor`.
+    the usual L-BFGS step. The floor is `bytes_floor`. Each also with the state donated to
+    the jitted step (`donate_argnums`), as a training loop that replaces its state may do:
+    XLA then need not copy the memory it writes in place.
     """
     fn = problems_mod._ext_rosenbrock
     x0 = jnp.asarray(np.tile(np.float32([-1.2, 1.0]), n // 2))
@@ -448,14 +450,20 @@ def step_bytes(n: int) -> dict:
         "optax": lambda: optax_step_fns(fn),
     }
     for name, make in makers.items():
-        out[name] = guarded(f"bytes {name}", _one_step_bytes, make, x0, out["floor_bytes"])
+        for donated in (False, True):
+            key = f"{name}_donated" if donated else name
+            out[key] = guarded(
+                f"bytes {key}", _one_step_bytes, make, x0, out["floor_bytes"], donated
+            )
     return out
 
 
-def _one_step_bytes(make, x0, floor) -> dict:
+def _one_step_bytes(make, x0, floor, donated: bool = False) -> dict:
     start, step = make()
     state = start(x0, None)
-    compiled = jax.jit(lambda p, s: step(p, s, None)).lower(x0, state).compile()
+    donate = (1,) if donated else ()
+    jitted = jax.jit(lambda p, s: step(p, s, None), donate_argnums=donate)
+    compiled = jitted.lower(x0, state).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
     accessed = float(cost["bytes accessed"]) if cost and "bytes accessed" in cost else None
