@@ -19,7 +19,8 @@ class Result(eqx.Module):
     (epsilon C_k, Hager & Zhang 2005, section 4), but f never ends above f(x0), nor more
     than one allowance above any value the run accepted.
     `value`, `grad` and `aux` come from the evaluation of fn at `params`, bit for bit.
-    `num_fun_evals` counts evaluations of fn (value and gradient together count as one).
+    `num_steps` and `num_fun_evals` (evaluations of fn, value and gradient together
+    counting as one) are read from `state`.
     `history` is a `js.History` with `run(..., history=True)`, else None. `success` and
     `message` are read from `status`: `success` in traced code too, `message` on the host.
 
@@ -35,11 +36,21 @@ class Result(eqx.Module):
     grad: PyTree
     aux: PyTree
     status: Int[Array, ""]
-    num_steps: Int[Array, ""]
-    num_fun_evals: Int[Array, ""]
+    state: PyTree  # a SolverState
+    iterate: PyTree
     history: PyTree = None
-    state: PyTree = None  # a SolverState
-    iterate: PyTree = None
+
+    @property
+    def num_steps(self) -> Int[Array | np.ndarray, "*batch"]:
+        """Steps the run took: `state.num_steps`, read from the state (one output array of
+        the compiled run fewer than a field of its own, about a microsecond a call)."""
+        return self.state.num_steps
+
+    @property
+    def num_fun_evals(self) -> Int[Array | np.ndarray, "*batch"]:
+        """Evaluations of fn (value and gradient together count as one):
+        `state.num_fun_evals`, read from the state as `num_steps` is."""
+        return self.state.num_fun_evals
 
     @property
     def success(self) -> Bool[Array, "*batch"]:

@@ -441,11 +441,9 @@ class Solver(eqx.Module):
             grad=grad,
             aux=aux,
             status=status.astype(jnp.int32),
-            num_steps=state.num_steps,
-            num_fun_evals=state.num_fun_evals,
-            history=history,
             state=state,
             iterate=iterate,
+            history=history,
         )
 
     def _best_of_run(self, diff, state: SolverState, box, status, no_progress):
