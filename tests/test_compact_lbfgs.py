@@ -138,6 +138,31 @@ def test_auto_form():
     assert js.LBFGS(form="two_loop").form_in_use(10**9) == "two_loop"
 
 
+@pytest.mark.parametrize(
+    "direction, size, compact",
+    [
+        (js.LBFGS(form="two_loop"), 10**4, False),
+        (js.LBFGS(form="compact"), 3, True),
+        (js.LBFGS(), 3, jax.default_backend() != "cpu"),
+        (js.LBFGS(), 10**4, True),
+    ],
+)
+def test_only_the_compact_form_keeps_s_dot_y(direction, size, compact):
+    """S'Y, Y'Y and their pending count are in the state only where the compact form reads
+    them: the two-loop recursion's state (and a run's loop carry and outputs) go without."""
+    state = direction.init(jnp.zeros(size), jnp.float32)
+    kept = [state.s_dot_y, state.y_dot_y, state.pending]
+    assert all(leaf is not None for leaf in kept) if compact else kept == [None] * 3
+    pairs = [tuple(map(jnp.asarray, random_pair(np.random.default_rng(k), size))) for k in (0, 1)]
+    after = direction.update(state, *pairs[0], jnp.float32)
+    for accept in (True, False):
+        after = direction.update(after, *pairs[1], jnp.float32, accept)
+        reset = direction.reset(after)
+        for tree in (after, reset):
+            assert jax.tree.structure(tree) == jax.tree.structure(state)
+        assert int(reset.count) == 0 and int(reset.head) == 0
+
+
 def test_default_run_of_large_params_has_no_loop_over_the_memory():
     """The default solver on params of 5000 elements in two leaves: no scan in its run."""
     params = {"a": jnp.zeros(3000), "b": jnp.zeros((20, 100))}

@@ -33,12 +33,14 @@ class LBFGSState(eqx.Module):
     rho: Array  # (memory_size,) 1 / s'y, in the scalar dtype (never float16: it would overflow)
     # (memory_size, memory_size): [i, j] = s_i'y_j, slots in buffer order, kept up to date where
     # pair i was stored no later than pair j (R's entries: the compact form reads no others)
-    s_dot_y: Array
-    y_dot_y: Array  # (memory_size, memory_size): [i, j] = y_i'y_j
+    s_dot_y: Array | None
+    y_dot_y: Array | None  # (memory_size, memory_size): [i, j] = y_i'y_j
     gamma: Scalar  # initial inverse-Hessian scale s'y / y'y of the newest pair
     count: Int[Array, ""]  # number of valid pairs, <= memory_size
     head: Int[Array, ""]  # slot the next pair is written to
-    pending: Int[Array, ""]  # pairs stored since s_dot_y and y_dot_y were last brought up to date
+    pending: Int[Array, ""] | None  # pairs stored since s_dot_y, y_dot_y were brought up to date
+    # s_dot_y, y_dot_y and pending are None where the form in use is the two-loop recursion,
+    # which never reads them (three arrays fewer to carry through the loop and to return)
 
 
 _FORMS = ("auto", "two_loop", "compact")
@@ -114,6 +116,11 @@ def _solve_upper(r: Array, b: Array, transpose: bool) -> Array:
         partial = coefficients @ jnp.stack([x[j] for j in done]) if done else 0
         x[i] = (b[i] - partial) / r[i, i]
     return jnp.stack([x[i] for i in range(m)])
+
+
+def _count_up(pending, keep):
+    """`pending` after a pair is offered: one more where it is kept, at most 2 (several)."""
+    return jnp.where(keep, jnp.minimum(pending + 1, 2), pending).astype(jnp.int32)
 
 
 def _bring_up_to_date(state: LBFGSState, s_dot_y_new, y_dot_y_new, dtype):
@@ -199,6 +206,8 @@ class LBFGS(AbstractDirection):
 
     def init(self, params, dtype) -> LBFGSState:
         m = self.memory_size
+        size = sum(x.size for x in leaves(params))
+        compact = self.form_in_use(size) == "compact"
 
         def buffer(x):  # sharded like x, replicated along the memory axis
             return zeros_sharded_like(x, self._memory_dtype(x.dtype), (m,))
@@ -207,12 +216,12 @@ class LBFGS(AbstractDirection):
             s=jtu.tree_map(buffer, params),
             y=jtu.tree_map(buffer, params),
             rho=jnp.zeros((m,), dtype),
-            s_dot_y=jnp.zeros((m, m), dtype),
-            y_dot_y=jnp.zeros((m, m), dtype),
+            s_dot_y=jnp.zeros((m, m), dtype) if compact else None,
+            y_dot_y=jnp.zeros((m, m), dtype) if compact else None,
             gamma=scalar(1, dtype),
             count=scalar(0, jnp.int32),
             head=scalar(0, jnp.int32),
-            pending=scalar(0, jnp.int32),
+            pending=scalar(0, jnp.int32) if compact else None,
         )
 
     def form_in_use(self, size: int) -> str:
@@ -379,14 +388,12 @@ class LBFGS(AbstractDirection):
             gamma=jnp.where(keep, sy_ / yy_, state.gamma).astype(dtype),
             count=jnp.where(keep, jnp.minimum(state.count + 1, m), state.count).astype(jnp.int32),
             head=jnp.where(keep, (state.head + 1) % m, state.head).astype(jnp.int32),
-            pending=jnp.where(keep, jnp.minimum(state.pending + 1, 2), state.pending).astype(
-                jnp.int32
-            ),
+            pending=None if state.pending is None else _count_up(state.pending, keep),
         )
 
     def reset(self, state) -> LBFGSState:
-        return eqx.tree_at(
-            lambda st: (st.count, st.head, st.pending),
-            state,
-            (state.count * 0, state.head * 0, state.pending * 0),
-        )
+        zeros = (state.count * 0, state.head * 0)
+        state = eqx.tree_at(lambda st: (st.count, st.head), state, zeros)
+        if state.pending is None:  # the two-loop form keeps no S'Y, Y'Y
+            return state
+        return eqx.tree_at(lambda st: st.pending, state, state.pending * 0)
