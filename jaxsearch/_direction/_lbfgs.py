@@ -129,6 +129,7 @@ def _bring_up_to_date(state: LBFGSState, s_dot_y_new, y_dot_y_new, dtype):
     rebuilt from the whole memory after several. S'Y's row of the newest pair, s_new'y_j for
     the older pairs j, lies below R's diagonal in the order the pairs were stored, now and
     after any later pair, so it is never read and not computed (a pass over Y saved)."""
+    assert state.s_dot_y is not None and state.pending is not None  # the compact form's state
     newest = (state.head - 1) % state.s_dot_y.shape[0]
 
     def fold(st):
