@@ -270,6 +270,8 @@ class Engine:
                 same = same & tree_equal(aux, st.aux)
         value, grad, aux = select(same, (st.value, st.grad, st.aux), (value, grad, aux))
         fresh_best = None if st.best is None else BestPoint(value, x, grad, aux, value)
+        # A gradient other than the one the last step ended with (see `gradient_replaced`).
+        replaced = self.solver.direction.gradient_replaced(st.direction)
         kept_ftol = same & (st.status == Status.CONVERGED_FTOL)
         grad_norm = gradient_norm(x, grad, self.box, dtype)
         st = _replace(
@@ -278,6 +280,7 @@ class Engine:
             grad=grad,
             aux=aux,
             has_eval=jnp.array(True),
+            direction=select(same, st.direction, replaced),
             num_fun_evals=st.num_fun_evals + (checking & ~same).astype(jnp.int32),
             status=jnp.where(kept_ftol, st.status, self.check(value, grad, grad_norm)).astype(
                 jnp.int32

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PyTree, Scalar
 
-from ._misc import select, tree_cast_like, tree_inf_norm
+from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm
 from ._state import BestPoint, SolverState
 
 
@@ -109,7 +109,12 @@ def as_optax(solver) -> optax.GradientTransformationExtraArgs:
             # A value other than the cached one: the objective changed (a new batch, say), so
             # the record of the best point starts again here, as after `Solver.reevaluate`.
             st = _restart_best(st, eqx.filter(params, eqx.is_inexact_array), value, grad)
-            st = dataclasses.replace(st, value=value, grad=grad, has_eval=jnp.array(True))
+            kept = (value == st.value) & tree_equal(grad, st.grad)
+            replaced = solver.direction.gradient_replaced(st.direction)
+            direction = select(kept, st.direction, replaced)
+            st = dataclasses.replace(
+                st, value=value, grad=grad, has_eval=jnp.array(True), direction=direction
+            )
         new_params, st = solver.step(_WithKeywords(value_fn), params, st, extra_args)
         updates = jax.tree.map(
             lambda new, old: new - old if eqx.is_inexact_array(old) else None,

@@ -70,3 +70,11 @@ class AbstractDirection(eqx.Module):
     @abc.abstractmethod
     def reset(self, state: PyTree) -> PyTree:
         """Forget accumulated information (used when d fails to be a descent direction)."""
+
+    def gradient_replaced(self, state: PyTree) -> PyTree:
+        """`state` once the gradient at x was replaced by another than the one the last step
+        ended with (`Solver.reevaluate`, a resumed run on new data, a gradient passed to the
+        optax transformation). Otherwise the solver keeps this order: `compute` at g, an
+        `update` whose y ends at g_new = g + y, then `compute` at g_new; a direction may rely
+        on it (L-BFGS's compact form does, see `LBFGS`). By default the state is kept."""
+        return state

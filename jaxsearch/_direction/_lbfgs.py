@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
-from jaxtyping import Array, Int, PyTree, Scalar
+from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from .._bounds import cauchy_point, compact_representation, subspace_minimisation
 from .._misc import (
@@ -19,6 +19,7 @@ from .._misc import (
     explicit_replicated_sharding,
     leaves,
     scalar,
+    select,
     tree_dot,
     tree_norm,
     widest_float,
@@ -39,8 +40,13 @@ class LBFGSState(eqx.Module):
     count: Int[Array, ""]  # number of valid pairs, <= memory_size
     head: Int[Array, ""]  # slot the next pair is written to
     pending: Int[Array, ""] | None  # pairs stored since s_dot_y, y_dot_y were brought up to date
-    # s_dot_y, y_dot_y and pending are None where the form in use is the two-loop recursion,
-    # which never reads them (three arrays fewer to carry through the loop and to return)
+    # (m,) S'g and Y'g at the last `compute`'s gradient g; `follows` while that g is where the
+    # next pair's y starts (`gradient_replaced` clears it), so that S'y = S'g_new - S'g
+    s_dot_grad: Array | None
+    y_dot_grad: Array | None
+    follows: Bool[Array, ""] | None
+    # the five above are None where the form in use is the two-loop recursion, which never
+    # reads them (fewer arrays to carry through the loop and to return)
 
 
 _FORMS = ("auto", "two_loop", "compact")
@@ -123,29 +129,55 @@ def _count_up(pending, keep):
     return jnp.where(keep, jnp.minimum(pending + 1, 2), pending).astype(jnp.int32)
 
 
-def _bring_up_to_date(state: LBFGSState, s_dot_y_new, y_dot_y_new, dtype):
-    """S'Y and Y'Y with the newest pair's column replaced (S'y_new and Y'y_new; Y'Y's row
-    too, it is symmetric), after one pair stored since they were last brought up to date, or
-    rebuilt from the whole memory after several. S'Y's row of the newest pair, s_new'y_j for
-    the older pairs j, lies below R's diagonal in the order the pairs were stored, now and
-    after any later pair, so it is never read and not computed (a pass over Y saved)."""
-    assert state.s_dot_y is not None and state.pending is not None  # the compact form's state
-    newest = (state.head - 1) % state.s_dot_y.shape[0]
+def _bring_up_to_date(state: LBFGSState, s_dot_grad, y_dot_grad, differences: bool, dtype):
+    """S'Y and Y'Y with the newest pair's column (Y'Y's row too: it is symmetric), given S'g
+    and Y'g at this `compute`'s gradient g. After one pair stored since the last `compute`,
+    whose y = g - g_last ends here, S'y = S'g - S'g_last and Y'y = Y'g - Y'g_last for the
+    older pairs (the products with g_last kept in the state), and the newest pair's own s'y and
+    y'y are those `update` computed: no pass over the memory (`differences`, static: gradients
+    of at least 32 bits; y computed in 16 bits is rounded more coarsely than the products, and
+    their differences would not be those of the y the memory holds). Otherwise (the gradient was
+    replaced since, or `differences` is off) the column is the memory's products with y, two
+    passes; after several pairs, S'Y and Y'Y are rebuilt from the whole memory. S'Y's row of
+    the newest pair, s_new'y_j for the older pairs j, lies below R's diagonal in the order the
+    pairs were stored, now and after any later pair, so it is never read and not computed."""
+    assert state.s_dot_y is not None and state.y_dot_y is not None  # the compact form's state
+    assert state.pending is not None and state.s_dot_grad is not None
+    assert state.y_dot_grad is not None and state.follows is not None
+    m = state.s_dot_y.shape[0]
+    newest = (state.head - 1) % m
 
-    def fold(st):
+    def fold(st, s_dot_y_new, y_dot_y_new):
         return (
             st.s_dot_y.at[:, newest].set(s_dot_y_new),
             st.y_dot_y.at[:, newest].set(y_dot_y_new).at[newest, :].set(y_dot_y_new),
         )
 
+    def by_differences(st):  # also where no pair was stored: the matrices stay
+        s_column = (s_dot_grad - st.s_dot_grad).at[newest].set(st.s_dot_y[newest, newest])
+        y_column = (y_dot_grad - st.y_dot_grad).at[newest].set(st.y_dot_y[newest, newest])
+        return select(st.pending == 1, fold(st, s_column, y_column), (st.s_dot_y, st.y_dot_y))
+
+    def by_products(st):
+        y_new = jtu.tree_map(lambda b: lax.dynamic_index_in_dim(b, newest, keepdims=False), st.y)
+        return fold(
+            st,
+            _memory_times(st.s, [y_new], dtype)[:, 0],
+            _memory_times(st.y, [y_new], dtype)[:, 0],
+        )
+
     def rebuild(st):
         return _memory_products(st.s, st.y, dtype), _memory_products(st.y, st.y, dtype)
 
-    s_dot_y, y_dot_y = lax.cond(state.pending > 1, rebuild, fold, state)
+    follows = state.follows & differences
+    branch = jnp.where(
+        (state.pending == 0) | ((state.pending == 1) & follows), 0, jnp.minimum(state.pending, 2)
+    )
+    s_dot_y, y_dot_y = lax.switch(branch, (by_differences, by_products, rebuild), state)
     return eqx.tree_at(
-        lambda st: (st.s_dot_y, st.y_dot_y, st.pending),
+        lambda st: (st.s_dot_y, st.y_dot_y, st.pending, st.s_dot_grad, st.y_dot_grad, st.follows),
         state,
-        (s_dot_y, y_dot_y, state.pending * 0),
+        (s_dot_y, y_dot_y, state.pending * 0, s_dot_grad, y_dot_grad, jnp.ones_like(follows)),
     )
 
 
@@ -161,10 +193,12 @@ class LBFGS(AbstractDirection):
     - `"compact"`: the compact representation (Byrd, Nocedal & Schnabel, 1994, eq. 3.13;
       N&W eq. 7.24), with no loop. With the pairs in the order they were stored, R the upper
       triangle of S'Y and D its diagonal, H g = gamma g + S p - gamma Y R^-1 a, where
-      p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b), a = S'g and b = Y'g. It takes one matrix
-      product with each buffer, of g and of the newest y (which gives the newest pair's
-      column of S'Y and Y'Y, kept in the state), two m x m triangular solves, and one
-      product back.
+      p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b), a = S'g and b = Y'g. It takes one pass
+      over each buffer for a and b, two m x m triangular solves, and one pass back: 4m
+      vectors read. S'Y and Y'Y are kept in the state; the newest pair's column comes from
+      a and b less those of the previous `compute` (y = g - g_previous), or, after
+      `gradient_replaced` or for gradients of fewer than 32 bits, from the products of each
+      buffer with y: two passes more.
     - `"auto"` (the default): the compact form, which has no loop trips (each one on a GPU
       waits for its predicate on the host), except on a CPU (jax's default backend) for
       params of fewer than `COMPACT_FROM` = 5000 elements in all, where the two-loop
@@ -223,6 +257,9 @@ class LBFGS(AbstractDirection):
             count=scalar(0, jnp.int32),
             head=scalar(0, jnp.int32),
             pending=scalar(0, jnp.int32) if compact else None,
+            s_dot_grad=jnp.zeros((m,), dtype) if compact else None,
+            y_dot_grad=jnp.zeros((m,), dtype) if compact else None,
+            follows=jnp.array(False) if compact else None,
         )
 
     def form_in_use(self, size: int) -> str:
@@ -279,12 +316,10 @@ class LBFGS(AbstractDirection):
 
     def _compact(self, state, grad, dtype):
         m = self.memory_size
-        newest = (state.head - 1) % m
-        take = lambda b: lax.dynamic_index_in_dim(b, newest, keepdims=False)  # noqa: E731
-        y_new = jtu.tree_map(take, state.y)
-        with_s = _memory_times(state.s, [grad, y_new], dtype)
-        with_y = _memory_times(state.y, [grad, y_new], dtype)
-        state = _bring_up_to_date(state, with_s[:, 1], with_y[:, 1], dtype)
+        with_s = _memory_times(state.s, [grad], dtype)
+        with_y = _memory_times(state.y, [grad], dtype)
+        differences = all(jnp.finfo(g.dtype).bits >= 32 for g in leaves(grad))
+        state = _bring_up_to_date(state, with_s[:, 0], with_y[:, 0], differences, dtype)
 
         # The slots in the order their pairs were stored: position k < count holds the k-th
         # oldest pair. Positions >= count hold none; they get an identity row and column in
@@ -379,17 +414,25 @@ class LBFGS(AbstractDirection):
         def write(buffer, new):
             return buffer.at[state.head].set(jnp.where(keep, new, buffer[state.head]))
 
+        def diagonal_entry(matrix, entry):  # the compact form's s'y and y'y of the new pair
+            if matrix is None:
+                return None
+            return jnp.where(keep, matrix.at[state.head, state.head].set(entry), matrix)
+
         m = self.memory_size
         return LBFGSState(
             s=jtu.tree_map(write, state.s, s),
             y=jtu.tree_map(write, state.y, y),
             rho=jnp.where(keep, state.rho.at[state.head].set(1 / sy_), state.rho),
-            s_dot_y=state.s_dot_y,
-            y_dot_y=state.y_dot_y,
+            s_dot_y=diagonal_entry(state.s_dot_y, sy),
+            y_dot_y=diagonal_entry(state.y_dot_y, yy),
             gamma=jnp.where(keep, sy_ / yy_, state.gamma).astype(dtype),
             count=jnp.where(keep, jnp.minimum(state.count + 1, m), state.count).astype(jnp.int32),
             head=jnp.where(keep, (state.head + 1) % m, state.head).astype(jnp.int32),
             pending=None if state.pending is None else _count_up(state.pending, keep),
+            s_dot_grad=state.s_dot_grad,
+            y_dot_grad=state.y_dot_grad,
+            follows=state.follows,
         )
 
     def reset(self, state) -> LBFGSState:
@@ -398,3 +441,10 @@ class LBFGS(AbstractDirection):
         if state.pending is None:  # the two-loop form keeps no S'Y, Y'Y
             return state
         return eqx.tree_at(lambda st: st.pending, state, state.pending * 0)
+
+    def gradient_replaced(self, state) -> LBFGSState:
+        """The compact form's products with the last gradient no longer give S'y for the
+        next pair: its y will not start there."""
+        if state.follows is None:
+            return state
+        return eqx.tree_at(lambda st: st.follows, state, jnp.zeros_like(state.follows))
