@@ -40,13 +40,14 @@ class LBFGSState(eqx.Module):
     count: Int[Array, ""]  # number of valid pairs, <= memory_size
     head: Int[Array, ""]  # slot the next pair is written to
     pending: Int[Array, ""] | None  # pairs stored since s_dot_y, y_dot_y were brought up to date
+    # s_dot_y, y_dot_y and pending are None where the form in use is the two-loop recursion,
+    # which never reads them (three arrays fewer to carry through the loop and to return)
     # (m,) S'g and Y'g at the last `compute`'s gradient g; `follows` while that g is where the
-    # next pair's y starts (`gradient_replaced` clears it), so that S'y = S'g_new - S'g
+    # next pair's y starts (`gradient_replaced` clears it), so that S'y = S'g_new - S'g; all
+    # three None unless the compact form takes S'y so (`_by_differences`: on a CPU)
     s_dot_grad: Array | None
     y_dot_grad: Array | None
     follows: Bool[Array, ""] | None
-    # the five above are None where the form in use is the two-loop recursion, which never
-    # reads them (fewer arrays to carry through the loop and to return)
 
 
 _FORMS = ("auto", "two_loop", "compact")
@@ -129,23 +130,39 @@ def _count_up(pending, keep):
     return jnp.where(keep, jnp.minimum(pending + 1, 2), pending).astype(jnp.int32)
 
 
-def _bring_up_to_date(state: LBFGSState, s_dot_grad, y_dot_grad, differences: bool, dtype):
-    """S'Y and Y'Y with the newest pair's column (Y'Y's row too: it is symmetric), given S'g
-    and Y'g at this `compute`'s gradient g. After one pair stored since the last `compute`,
-    whose y = g - g_last ends here, S'y = S'g - S'g_last and Y'y = Y'g - Y'g_last for the
-    older pairs (the products with g_last kept in the state), and the newest pair's own s'y and
-    y'y are those `update` computed: no pass over the memory (`differences`, static: gradients
-    of at least 32 bits; y computed in 16 bits is rounded more coarsely than the products, and
-    their differences would not be those of the y the memory holds). Otherwise (the gradient was
-    replaced since, or `differences` is off) the column is the memory's products with y, two
-    passes; after several pairs, S'Y and Y'Y are rebuilt from the whole memory. S'Y's row of
-    the newest pair, s_new'y_j for the older pairs j, lies below R's diagonal in the order the
-    pairs were stored, now and after any later pair, so it is never read and not computed."""
+def _by_differences(grad: PyTree) -> bool:
+    """Whether the compact form takes the newest pair's S'y and Y'y from its products with the
+    gradients (y = g - g_last, so S'y = S'g - S'g_last) rather than multiplying the memory by
+    y: on a CPU, where each vector the memory is multiplied by costs a pass of its own
+    (`_memory_times`; elsewhere y rides in g's pass), and for gradients of at least 32 bits
+    (y computed in 16 bits is rounded more coarsely than the products, whose differences would
+    then not be those of the y the memory holds)."""
+    wide = all(jnp.finfo(leaf.dtype).bits >= 32 for leaf in leaves(grad))
+    return jax.default_backend() == "cpu" and wide
+
+
+def _newest_y(state: LBFGSState) -> PyTree:
+    newest = (state.head - 1) % state.rho.shape[0]
+    return jtu.tree_map(lambda b: lax.dynamic_index_in_dim(b, newest, keepdims=False), state.y)
+
+
+def _bring_up_to_date(state: LBFGSState, with_s, with_y, dtype):
+    """S'Y and Y'Y with the newest pair's column (Y'Y's row too: it is symmetric), from this
+    `compute`'s products of each buffer with its gradient g (the (m, k) `with_s`, `with_y`;
+    where the state keeps no products with the last gradient, column 1 holds the products with
+    the newest y, taken in the same pass). After several pairs stored since the last `compute`
+    (which the solver never does), both are rebuilt from the whole memory. S'Y's row of the
+    newest pair, s_new'y_j for the older pairs j, lies below R's diagonal in the order the
+    pairs were stored, now and after any later pair, so it is never read and not computed.
+
+    With products with the last gradient (`_by_differences`), one pair stored since, whose
+    y = g - g_last ends here: S'y = S'g - S'g_last and Y'y = Y'g - Y'g_last for the older
+    pairs, and the pair's own s'y and y'y are those `update` wrote: no pass over the memory.
+    Where the gradient was replaced since (`gradient_replaced`), the memory is multiplied by y.
+    """
     assert state.s_dot_y is not None and state.y_dot_y is not None  # the compact form's state
-    assert state.pending is not None and state.s_dot_grad is not None
-    assert state.y_dot_grad is not None and state.follows is not None
-    m = state.s_dot_y.shape[0]
-    newest = (state.head - 1) % m
+    assert state.pending is not None
+    newest = (state.head - 1) % state.rho.shape[0]
 
     def fold(st, s_dot_y_new, y_dot_y_new):
         return (
@@ -153,31 +170,42 @@ def _bring_up_to_date(state: LBFGSState, s_dot_grad, y_dot_grad, differences: bo
             st.y_dot_y.at[:, newest].set(y_dot_y_new).at[newest, :].set(y_dot_y_new),
         )
 
-    def by_differences(st):  # also where no pair was stored: the matrices stay
-        s_column = (s_dot_grad - st.s_dot_grad).at[newest].set(st.s_dot_y[newest, newest])
-        y_column = (y_dot_grad - st.y_dot_grad).at[newest].set(st.y_dot_y[newest, newest])
-        return select(st.pending == 1, fold(st, s_column, y_column), (st.s_dot_y, st.y_dot_y))
-
-    def by_products(st):
-        y_new = jtu.tree_map(lambda b: lax.dynamic_index_in_dim(b, newest, keepdims=False), st.y)
-        return fold(
-            st,
-            _memory_times(st.s, [y_new], dtype)[:, 0],
-            _memory_times(st.y, [y_new], dtype)[:, 0],
-        )
-
     def rebuild(st):
         return _memory_products(st.s, st.y, dtype), _memory_products(st.y, st.y, dtype)
 
-    follows = state.follows & differences
-    branch = jnp.where(
-        (state.pending == 0) | ((state.pending == 1) & follows), 0, jnp.minimum(state.pending, 2)
-    )
+    if state.follows is None:  # the products with y came with those with g
+        given = lambda st: fold(st, with_s[:, 1], with_y[:, 1])  # noqa: E731
+        s_dot_y, y_dot_y = lax.cond(state.pending > 1, rebuild, given, state)
+        return eqx.tree_at(
+            lambda st: (st.s_dot_y, st.y_dot_y, st.pending),
+            state,
+            (s_dot_y, y_dot_y, state.pending * 0),
+        )
+
+    def by_differences(st):  # also where no pair was stored: the matrices stay
+        s_column = (with_s[:, 0] - st.s_dot_grad).at[newest].set(st.s_dot_y[newest, newest])
+        y_column = (with_y[:, 0] - st.y_dot_grad).at[newest].set(st.y_dot_y[newest, newest])
+        return select(st.pending == 1, fold(st, s_column, y_column), (st.s_dot_y, st.y_dot_y))
+
+    def by_products(st):
+        y_new = _newest_y(st)
+        products = (_memory_times(b, [y_new], dtype)[:, 0] for b in (st.s, st.y))
+        return fold(st, *products)
+
+    one = (state.pending == 0) | ((state.pending == 1) & state.follows)
+    branch = jnp.where(one, 0, jnp.minimum(state.pending, 2))
     s_dot_y, y_dot_y = lax.switch(branch, (by_differences, by_products, rebuild), state)
     return eqx.tree_at(
         lambda st: (st.s_dot_y, st.y_dot_y, st.pending, st.s_dot_grad, st.y_dot_grad, st.follows),
         state,
-        (s_dot_y, y_dot_y, state.pending * 0, s_dot_grad, y_dot_grad, jnp.ones_like(follows)),
+        (
+            s_dot_y,
+            y_dot_y,
+            state.pending * 0,
+            with_s[:, 0],
+            with_y[:, 0],
+            jnp.ones_like(state.follows),
+        ),
     )
 
 
@@ -195,10 +223,11 @@ class LBFGS(AbstractDirection):
       triangle of S'Y and D its diagonal, H g = gamma g + S p - gamma Y R^-1 a, where
       p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b), a = S'g and b = Y'g. It takes one pass
       over each buffer for a and b, two m x m triangular solves, and one pass back: 4m
-      vectors read. S'Y and Y'Y are kept in the state; the newest pair's column comes from
-      a and b less those of the previous `compute` (y = g - g_previous), or, after
-      `gradient_replaced` or for gradients of fewer than 32 bits, from the products of each
-      buffer with y: two passes more.
+      vectors read. S'Y and Y'Y are kept in the state, and the newest pair's column is
+      folded in: off a CPU, from the products of each buffer with the newest y, in the same
+      pass as g; on a CPU, where each vector costs a pass of its own, from a and b less
+      those of the previous `compute` (y = g - g_previous), except after
+      `gradient_replaced` or for gradients of fewer than 32 bits (two passes more).
     - `"auto"` (the default): the compact form, which has no loop trips (each one on a GPU
       waits for its predicate on the host), except on a CPU (jax's default backend) for
       params of fewer than `COMPACT_FROM` = 5000 elements in all, where the two-loop
@@ -243,6 +272,7 @@ class LBFGS(AbstractDirection):
         m = self.memory_size
         size = sum(x.size for x in leaves(params))
         compact = self.form_in_use(size) == "compact"
+        differences = compact and _by_differences(params)
 
         def buffer(x):  # sharded like x, replicated along the memory axis
             return zeros_sharded_like(x, self._memory_dtype(x.dtype), (m,))
@@ -257,9 +287,9 @@ class LBFGS(AbstractDirection):
             count=scalar(0, jnp.int32),
             head=scalar(0, jnp.int32),
             pending=scalar(0, jnp.int32) if compact else None,
-            s_dot_grad=jnp.zeros((m,), dtype) if compact else None,
-            y_dot_grad=jnp.zeros((m,), dtype) if compact else None,
-            follows=jnp.array(False) if compact else None,
+            s_dot_grad=jnp.zeros((m,), dtype) if differences else None,
+            y_dot_grad=jnp.zeros((m,), dtype) if differences else None,
+            follows=jnp.array(False) if differences else None,
         )
 
     def form_in_use(self, size: int) -> str:
@@ -316,10 +346,10 @@ class LBFGS(AbstractDirection):
 
     def _compact(self, state, grad, dtype):
         m = self.memory_size
-        with_s = _memory_times(state.s, [grad], dtype)
-        with_y = _memory_times(state.y, [grad], dtype)
-        differences = all(jnp.finfo(g.dtype).bits >= 32 for g in leaves(grad))
-        state = _bring_up_to_date(state, with_s[:, 0], with_y[:, 0], differences, dtype)
+        vectors = [grad] if state.follows is not None else [grad, _newest_y(state)]
+        with_s = _memory_times(state.s, vectors, dtype)
+        with_y = _memory_times(state.y, vectors, dtype)
+        state = _bring_up_to_date(state, with_s, with_y, dtype)
 
         # The slots in the order their pairs were stored: position k < count holds the k-th
         # oldest pair. Positions >= count hold none; they get an identity row and column in
@@ -414,9 +444,9 @@ class LBFGS(AbstractDirection):
         def write(buffer, new):
             return buffer.at[state.head].set(jnp.where(keep, new, buffer[state.head]))
 
-        def diagonal_entry(matrix, entry):  # the compact form's s'y and y'y of the new pair
-            if matrix is None:
-                return None
+        def diagonal_entry(matrix, entry):  # s'y and y'y of the new pair, for `_by_differences`
+            if state.follows is None:
+                return matrix
             return jnp.where(keep, matrix.at[state.head, state.head].set(entry), matrix)
 
         m = self.memory_size
