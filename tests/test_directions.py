@@ -10,7 +10,7 @@ import pytest
 import jaxsearch as js
 from jaxsearch._linesearch import initial_step
 
-from .helpers import compute
+from .helpers import DIRECTIONS, compute
 
 
 def explicit_lbfgs_direction(pairs, g):
@@ -240,3 +240,31 @@ def test_solver_stores_the_step_and_gradient_change(dtype, memory_dtype):
     as32 = lambda v: np.asarray(v, np.float32)  # noqa: E731
     np.testing.assert_array_equal(as32(state.direction.s[0]), as32(x1) - as32(x0))
     np.testing.assert_array_equal(as32(state.direction.y[0]), as32(g1) - as32(g0))
+
+
+@pytest.mark.parametrize("name", list(DIRECTIONS))
+def test_gradient_replaced_changes_how_not_what(name):
+    """Every direction, told that the gradient was replaced when it was not: the same state
+    structure and dtypes (a jitted step does not retrace), and the same direction to rounding
+    (L-BFGS's compact form then multiplies its memory by y instead of taking differences)."""
+    direction = DIRECTIONS[name]()
+    a = np.diag(np.linspace(1.0, 8.0, 6))
+    rng = np.random.default_rng(11)
+    with jax.enable_x64(True):
+        hvp = lambda v: jnp.asarray(a) @ v  # noqa: E731
+        x = jnp.asarray(rng.standard_normal(6))
+        state = direction.init(x, jnp.float64)
+        d, _, state = compute(direction, state, hvp(x), jnp.float64, hvp, x)
+        for _ in range(3):
+            x_new = x + 0.5 * d
+            s, y = x_new - x, hvp(x_new) - hvp(x)
+            state = direction.update(state, s, y, jnp.float64)
+            x = x_new
+            told = direction.gradient_replaced(state)
+            assert jax.tree.structure(told) == jax.tree.structure(state)
+            assert [v.dtype for v in jax.tree.leaves(told)] == [
+                v.dtype for v in jax.tree.leaves(state)
+            ]
+            d_told, _, _ = compute(direction, told, hvp(x), jnp.float64, hvp, x)
+            d, _, state = compute(direction, state, hvp(x), jnp.float64, hvp, x)
+            np.testing.assert_allclose(d_told, d, rtol=1e-12, atol=1e-14)
