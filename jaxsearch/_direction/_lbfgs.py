@@ -447,7 +447,8 @@ class LBFGS(AbstractDirection):
         def diagonal_entry(matrix, entry):  # s'y and y'y of the new pair, for `_by_differences`
             if state.follows is None:
                 return matrix
-            return jnp.where(keep, matrix.at[state.head, state.head].set(entry), matrix)
+            at = (state.head, state.head)
+            return matrix.at[at].set(jnp.where(keep, entry, matrix[at]))
 
         m = self.memory_size
         return LBFGSState(
