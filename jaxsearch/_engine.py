@@ -218,19 +218,22 @@ class Engine:
         # reads of it, XLA copies the whole memory (measured: 54 n-vectors instead of 33).
         direction = self.solver.direction
         moved = taken & search.done & (search.step > 0)
-        pair = moved & ~tree_equal(point, m.x)
+        # Whether the trial left x where it was: read here and at the step's end (`end_step`),
+        # one pass over both vectors for the two.
+        stayed = tree_equal(point, m.x)
+        pair = moved & ~stayed
         s, y = tree_sub(point, m.x), tree_sub(grad, st.grad)
         memory = direction.update(st.direction, s, y, dtype, accept=pair)
         memory = select(taken & ~pair, direction.reset(memory), memory)
         m = _replace(m, state=_replace(m.state, direction=memory))
-        operands = (m, point, value, grad, aux, taken)
+        operands = (m, point, value, grad, aux, taken, stayed)
         return lax.cond(ends, self.boundary, lambda m, *_: m, *operands)
 
-    def boundary(self, m: Machine, point, value, grad, aux, taken) -> Machine:
+    def boundary(self, m: Machine, point, value, grad, aux, taken, stayed) -> Machine:
         """The end of a step (or the evaluation at x), then the start of the next step when
         the machine goes on."""
         at_base = ~m.state.has_eval
-        operands = (m, point, value, grad, aux, taken)
+        operands = (m, point, value, grad, aux, taken, stayed)
         # f at x: the first evaluation, after `reevaluate`, or a resumed run's check
         at_x = at_base if self.until_step else at_base | m.pending
         m = lax.cond(at_x, self.take_base, self.end_step, *operands)
@@ -247,7 +250,7 @@ class Engine:
 
     # ------------------------------------------------------------------ transitions
 
-    def take_base(self, m: Machine, point, value, grad, aux, taken) -> Machine:
+    def take_base(self, m: Machine, point, value, grad, aux, taken, stayed) -> Machine:
         """f, grad and aux at x itself: the first step, after `reevaluate`, or the first
         iteration of a run resumed from a state with f at x (`pending` in `run`).
 
@@ -300,16 +303,19 @@ class Engine:
         hvp = functools.partial(_hessian_vector_product, functools.partial(self.evaluate, st), x)
         info = DirectionInfo(x, st.grad, dtype, hvp, box, solver.adjoint.while_loop)
         d, scaled, direction_state, limit = direction.compute(st.direction, info)
+        # Not a descent direction (e.g. rounding in low precision): restart from steepest
+        # descent (projected onto the box when there is one). Its slope without a box,
+        # -<g, g>, is <g, -g> to the bit, and leaves -g to the select (no vector of its own).
         if box is None:
             steepest = jtu.tree_map(jnp.negative, st.grad)
+            steepest_slope = -tree_dot(st.grad, st.grad, dtype)
         else:
             steepest = box.projected_gradient(x, st.grad)
+            steepest_slope = tree_dot(st.grad, steepest, dtype)
         dphi0 = tree_dot(st.grad, d, dtype)
         descent = jnp.isfinite(dphi0) & (dphi0 < 0)
-        # Not a descent direction (e.g. rounding in low precision): restart from steepest
-        # descent (projected onto the box when there is one).
         d = select(descent, d, steepest)
-        dphi0 = jnp.where(descent, dphi0, tree_dot(st.grad, steepest, dtype))
+        dphi0 = jnp.where(descent, dphi0, steepest_slope)
         direction_state = select(descent, direction_state, direction.reset(direction_state))
         scaled = scaled & descent
         linesearch = self.linesearch
@@ -333,11 +339,11 @@ class Engine:
             m, state=st, d=d, dphi0=dphi0, search=search, trials=trials, pending=jnp.array(False)
         )
 
-    def end_step(self, m: Machine, point, value, grad, aux, taken) -> Machine:
+    def end_step(self, m: Machine, point, value, grad, aux, taken, stayed) -> Machine:
         """The new iterate, counters and status after a search (the direction's memory is
         updated in `iterate`): a search that ends with a step ends at its last trial, so
         `point` and its f, grad and aux (not x + t d computed again, which XLA may round
-        differently) are the new iterate's."""
+        differently) are the new iterate's. `stayed`: `point` equals x."""
         st, x, search, box, solver = m.state, m.x, m.search, self.box, self.solver
         dtype = st.prev_decrease.dtype
         # A search cut off at its trial budget takes no step (and is reported as failed).
@@ -348,7 +354,7 @@ class Engine:
         grad = select(moved, grad, st.grad)
         aux = select(moved, aux, st.aux) if solver.has_aux else None
 
-        unchanged = tree_equal(x_new, x)
+        unchanged = ~moved | stayed  # x_new equals x
         decrease = st.value.astype(dtype) - value.astype(dtype)
         # For the next initial step (N&W eq. 3.60): the decrease, but at most the first-order
         # decrease -t phi'(0), which it cannot exceed for convex phi; half of that where f did

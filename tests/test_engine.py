@@ -153,3 +153,65 @@ def test_step_and_run_trace_the_direction_once(direction, monkeypatch):
     calls.clear()
     jax.make_jaxpr(lambda p: s.run(rosenbrock, p).params)(x0)
     assert len(calls) == 1, f"run traced {kind.__name__}.compute {len(calls)} times"
+
+
+def all_eqns(jaxpr):
+    """Every equation of `jaxpr`, those of nested jaxprs included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, list | tuple) else (value,):
+                if isinstance(sub, jcore.ClosedJaxpr):
+                    yield from all_eqns(sub.jaxpr)
+                elif isinstance(sub, jcore.Jaxpr):
+                    yield from all_eqns(sub)
+
+
+def vector_eqns(solver, primitive: str, n: int = 7, **options) -> list:
+    """The equations of `primitive` in the jaxpr of `run` from an x0 of n elements whose
+    operands are all n-vectors."""
+    jaxpr = jax.make_jaxpr(lambda x: solver.run(rosenbrock, x, **options).params)(
+        jnp.zeros(n, jnp.float32)
+    ).jaxpr
+    return [
+        eqn
+        for eqn in all_eqns(jaxpr)
+        if eqn.primitive.name == primitive
+        and all(getattr(v.aval, "shape", None) == (n,) for v in eqn.invars)
+    ]
+
+
+def test_the_trial_is_compared_with_x_once():
+    """Whether a trial left x where it was is one comparison per iteration, read by the
+    masked memory update and by the step's end (which compared the new iterate with x again,
+    a second pass over both vectors per step). The other comparison of n-vectors is a resumed
+    run's check of the gradient at x."""
+    assert len(vector_eqns(js.Solver(), "eq")) == 2
+
+
+def test_steepest_descent_slope_is_taken_from_the_gradient():
+    """The steepest-descent fallback's slope is -<g, g>, which is <g, -g> to the bit, so that
+    -g is left to the select that takes it (a vector of its own, 2 n-vectors of traffic per
+    step, when the slope was taken as <g, -g>). With a box the projected gradient is the
+    direction, and its slope is taken as before."""
+
+    def negation_of_other(eqn, defining):
+        a, b = eqn.invars
+        for x, y in ((a, b), (b, a)):
+            source = defining.get(x)
+            while source is not None and source.primitive.name in (
+                "convert_element_type",
+                "reshape",
+            ):
+                source = defining.get(source.invars[0])
+            if source is not None and source.primitive.name == "neg" and source.invars[0] is y:
+                return True
+        return False
+
+    for options in ({}, {"bounds": (-1.0, 2.0)}):
+        run = lambda x, options=options: js.Solver().run(rosenbrock, x, **options).params  # noqa: E731
+        jaxpr = jax.make_jaxpr(run)(jnp.zeros(7, jnp.float32)).jaxpr
+        eqns = list(all_eqns(jaxpr))
+        defining = {out: eqn for eqn in eqns for out in eqn.outvars}
+        dots = [e for e in eqns if e.primitive.name == "dot_general" and len(e.invars) == 2]
+        assert not any(negation_of_other(e, defining) for e in dots), options
