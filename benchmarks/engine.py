@@ -20,6 +20,10 @@ Rows (issue 17's table), each a ratio measured in this process:
   small          2-D Rosenbrock `run` under `jax.jit`, wall (min over repeats), over optax's
                  jitted loop to the same gtol: the jit returning the whole `Result` (its
                  state included), and returning params and num_steps, as optax's loop does;
+                 the flops XLA's cost analysis counts in both programs (jax's CPU client runs
+                 one of fewer than 1000 on the calling thread, a larger one on a worker
+                 thread), and the row again in a fresh process that runs every program on the
+                 calling thread (`jax_cpu_enable_async_dispatch` off);
   large          extended Rosenbrock n = 1e6 float32 to |g|_inf <= 1e-3, wall, over optax;
   pinn           the L-BFGS phase of a PINN (Equinox MLP 1-32-32-1, loss with second
                  derivatives), 200 steps each, wall, over optax;
@@ -39,6 +43,7 @@ import argparse
 import json
 import pathlib
 import platform
+import subprocess
 import sys
 import time
 
@@ -61,6 +66,7 @@ from unrolled_lbfgs import UnrolledLBFGS  # noqa: E402
 import jaxsearch as js  # noqa: E402
 
 CONTROL_FLOW = ("while", "cond", "scan")
+INLINE_FLOPS = 1000  # XLA's PjRt CPU client: a "cheap" program runs on the calling thread
 TARGETS = {
     "control_flow": 12,
     "bytes": 1.3,
@@ -161,6 +167,7 @@ def small(reps: int, direction=None) -> dict:
 
     optax_call = peers_mod.optax_lbfgs(fn, x0, None, cfg)
     result = ours(x0)
+    optax_solve, optax_arguments = optax_call.program
     row = {
         "jaxsearch_s": min_wall(lambda: ours(x0), reps),
         "jaxsearch_params_s": min_wall(lambda: ours_like_optax(x0), reps),
@@ -168,11 +175,31 @@ def small(reps: int, direction=None) -> dict:
         "evals": int(result.num_fun_evals),
         "steps": int(result.num_steps),
         "outputs": len(jax.tree.leaves(result)),
+        "jaxsearch_flops": xla_flops(ours_like_optax, x0),
+        "optax_flops": xla_flops(optax_solve, *optax_arguments),
     }
     row["ratio"] = row["jaxsearch_s"] / row["optax_s"]
     row["ratio_params_only"] = row["jaxsearch_params_s"] / row["optax_s"]
     row["per_evaluation_us"] = 1e6 * row["jaxsearch_s"] / row["evals"]
     return row
+
+
+def xla_flops(jitted, *arguments) -> float | None:
+    """The flops XLA's cost analysis counts in the compiled program (a loop's body once, a
+    conditional's costliest branch). jax's CPU client runs a program of fewer than
+    `INLINE_FLOPS` on the calling thread and a larger one on a worker thread."""
+    return jitted.lower(*arguments).compile().cost_analysis().get("flops")
+
+
+def small_synchronous(reps: int) -> dict | None:
+    """`small` in a fresh process whose CPU client runs every program on the calling thread
+    (`jax_cpu_enable_async_dispatch` off): what the hand-off to a worker thread costs the 2-D
+    row. None off a CPU."""
+    if jax.default_backend() != "cpu":
+        return None
+    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--small-synchronous"]
+    done = subprocess.run([*command, str(reps)], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def large(n: int, reps: int, direction=None) -> dict:
@@ -305,6 +332,7 @@ def measure(quick: bool) -> dict:
         ("bytes", lambda: speed.step_bytes(n_bytes)),
         ("compile", compile_small),
         ("small", lambda: small(reps * 10)),
+        ("small_synchronous", lambda: small_synchronous(reps * 10)),
         ("large", lambda: large(n_large, 3)),
         ("pinn", lambda: pinn(50 if quick else 200, 3)),
         ("heavy", lambda: speed.section_compile(speed.QUICK if quick else speed.FULL)),
@@ -427,6 +455,15 @@ def markdown(data: dict, meta: dict) -> str:
         f"{fmt(_get(data, 'small', 'per_evaluation_us'))} µs per evaluation "
         f"({_get(data, 'small', 'evals')} evaluations).",
         "",
+        f"XLA's cost analysis counts {fmt(_get(data, 'small', 'jaxsearch_flops'))} flops in "
+        f"that program (params and num_steps) and {fmt(_get(data, 'small', 'optax_flops'))} "
+        f"in optax's; jax's CPU client runs a program of fewer than {INLINE_FLOPS} on the "
+        f"calling thread, a larger one on a worker thread. With every program run on the "
+        f"calling thread (`jax_cpu_enable_async_dispatch` off, a fresh process): jaxsearch "
+        f"{fmt(_get(data, 'small_synchronous', 'jaxsearch_params_s'))} s, optax "
+        f"{fmt(_get(data, 'small_synchronous', 'optax_s'))} s, ratio "
+        f"{fmt(_get(data, 'small_synchronous', 'ratio_params_only'))}.",
+        "",
         "| L-BFGS form | control flow | round trips / evaluation | bytes / floor | "
         "compile / optax | 2-D Rosenbrock / optax | ext. Rosenbrock wall (s) | steps |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -450,7 +487,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--small-synchronous", type=int, metavar="REPS", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.small_synchronous:  # `small_synchronous`'s process: the 2-D row alone, as JSON
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+        print(json.dumps(small(args.small_synchronous)))
+        return
     import optax
 
     meta = {
