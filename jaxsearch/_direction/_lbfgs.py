@@ -441,8 +441,13 @@ class LBFGS(AbstractDirection):
         # not take (s = 0, say), and a derivative through the unused quotient would be NaN.
         sy_, yy_ = jnp.where(keep, sy, 1), jnp.where(keep, yy, 1)
 
+        m = self.memory_size
+
         def write(buffer, new):
-            return buffer.at[state.head].set(jnp.where(keep, new, buffer[state.head]))
+            # A pair not kept goes to slot m, which does not exist, and is dropped: the write
+            # needs no read of the slot's old row to mask it (at n = 1e6, 0.45 ms against
+            # 0.73 ms per buffer for a kept pair, 0.09 ms against 0.60 ms for one not kept).
+            return buffer.at[jnp.where(keep, state.head, m)].set(new, mode="drop")
 
         def diagonal_entry(matrix, entry):  # s'y and y'y of the new pair, for `_by_differences`
             if state.follows is None:
@@ -450,7 +455,6 @@ class LBFGS(AbstractDirection):
             at = (state.head, state.head)
             return matrix.at[at].set(jnp.where(keep, entry, matrix[at]))
 
-        m = self.memory_size
         return LBFGSState(
             s=jtu.tree_map(write, state.s, s),
             y=jtu.tree_map(write, state.y, y),
