@@ -144,27 +144,3 @@ def test_the_contract_catches_a_search_that_never_ends():
 
     with pytest.raises(AssertionError, match="no end within the budget"):
         check_contract(Endless(), quadratic, jnp.float32)
-
-
-@pytest.mark.parametrize("name", ["Zoom", "MoreThuente", "HagerZhang"])
-def test_a_search_keeps_each_point_as_one_array(name):
-    """Each point (t, phi(t), phi'(t)) a search keeps in its record is one array of three
-    numbers of the search's dtype, and every trial's point agrees with phi there. Kept as
-    three scalars, a choice between two points is three outputs of the loop, and XLA's CPU
-    fusion computes the choice's predicate again for each (docs/benchmarks.md, tenth round:
-    the default 2-D Rosenbrock run counted 1806 flops with three scalars, 1637 with one
-    array)."""
-    from jaxsearch._linesearch._base import Point
-
-    trials, values, search = drive(SEARCHES[name](), quartic, jnp.float32)
-    points = [field for field in vars(search).values() if isinstance(field, Point)]
-    assert points
-    for point in points:
-        (leaf,) = jax.tree.leaves(point)
-        assert leaf.shape == (3,) and leaf.dtype == jnp.float32
-    # The newest point a search keeps is its last trial, as phi gave it.
-    last = [p for p in points if float(p.t) == float(trials[-1])]
-    assert last, "no point kept at the last trial"
-    np.testing.assert_allclose(
-        [float(last[0].phi), float(last[0].dphi)], values[-1], rtol=1e-6, atol=1e-7
-    )

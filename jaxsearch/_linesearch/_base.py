@@ -5,33 +5,17 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, PyTree, Scalar
+from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from .._misc import Setting
 
 
 class Point(eqx.Module):
-    """A trial of a search: step t, value phi(t) and slope phi'(t), of one dtype, held as
-    one array [t, phi(t), phi'(t)]. A choice between two points is then one select over
-    three numbers: held as three scalars, each would be an output of its own, and XLA's CPU
-    fusion computes the predicate again for each."""
+    """A trial of a search: step t, value phi(t) and slope phi'(t)."""
 
-    values: Float[Array, "3"]
-
-    def __init__(self, t, phi, dphi):
-        self.values = jnp.stack([t, phi, dphi])
-
-    @property
-    def t(self) -> Scalar:
-        return self.values[0]
-
-    @property
-    def phi(self) -> Scalar:
-        return self.values[1]
-
-    @property
-    def dphi(self) -> Scalar:
-        return self.values[2]
+    t: Scalar
+    phi: Scalar
+    dphi: Scalar
 
     def triple(self):
         return self.t, self.phi, self.dphi
