@@ -67,19 +67,21 @@ def test_default_run_structure_is_exact():
     ]
 
 
-def cond_branches(jaxpr) -> list[int]:
-    """The number of branches of every cond in `jaxpr`, nested ones included."""
-    found = []
+def all_eqns(jaxpr):
+    """Every equation of `jaxpr`, those of nested jaxprs included."""
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "cond":
-            found.append(len(eqn.params["branches"]))
+        yield eqn
         for value in eqn.params.values():
             for sub in value if isinstance(value, list | tuple) else (value,):
                 if isinstance(sub, jcore.ClosedJaxpr):
-                    found += cond_branches(sub.jaxpr)
+                    yield from all_eqns(sub.jaxpr)
                 elif isinstance(sub, jcore.Jaxpr):
-                    found += cond_branches(sub)
-    return found
+                    yield from all_eqns(sub)
+
+
+def cond_branches(jaxpr) -> list[int]:
+    """The number of branches of every cond in `jaxpr`, nested ones included."""
+    return [len(eqn.params["branches"]) for eqn in all_eqns(jaxpr) if eqn.primitive.name == "cond"]
 
 
 def test_f_at_x_is_one_branch_whether_fresh_or_resumed():
@@ -155,22 +157,10 @@ def test_step_and_run_trace_the_direction_once(direction, monkeypatch):
     assert len(calls) == 1, f"run traced {kind.__name__}.compute {len(calls)} times"
 
 
-def all_eqns(jaxpr):
-    """Every equation of `jaxpr`, those of nested jaxprs included."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, list | tuple) else (value,):
-                if isinstance(sub, jcore.ClosedJaxpr):
-                    yield from all_eqns(sub.jaxpr)
-                elif isinstance(sub, jcore.Jaxpr):
-                    yield from all_eqns(sub)
-
-
-def vector_eqns(solver, primitive: str, n: int = 7, **options) -> list:
+def vector_eqns(solver, primitive: str, n: int = 7) -> list:
     """The equations of `primitive` in the jaxpr of `run` from an x0 of n elements whose
     operands are all n-vectors."""
-    jaxpr = jax.make_jaxpr(lambda x: solver.run(rosenbrock, x, **options).params)(
+    jaxpr = jax.make_jaxpr(lambda x: solver.run(rosenbrock, x).params)(
         jnp.zeros(n, jnp.float32)
     ).jaxpr
     return [
