@@ -205,3 +205,22 @@ def test_steepest_descent_slope_is_taken_from_the_gradient():
         defining = {out: eqn for eqn in eqns for out in eqn.outvars}
         dots = [e for e in eqns if e.primitive.name == "dot_general" and len(e.invars) == 2]
         assert not any(negation_of_other(e, defining) for e in dots), options
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_negated_squared_norm_is_the_slope_along_minus_g_to_the_bit(dtype):
+    """The claim `prepare` rests on: -<g, g> equals <g, -g> bit for bit (negation is exact and
+    round-to-nearest is symmetric), for a pytree of leaves of several sizes."""
+    from jaxsearch._misc import tree_dot
+
+    with jax.enable_x64(dtype == "float64"):
+        keys = jax.random.split(jax.random.key(0), 3)
+        for scale in (1e-20, 1.0, 1e15):
+            g = {
+                "a": scale * jax.random.normal(keys[0], (1000,), dtype),
+                "b": jax.random.normal(keys[1], (7, 3), dtype),
+            }
+            minus_g = jax.tree.map(jnp.negative, g)
+            left = -tree_dot(g, g, jnp.dtype(dtype))
+            right = tree_dot(g, minus_g, jnp.dtype(dtype))
+            assert left.tobytes() == right.tobytes(), (scale, float(left), float(right))
