@@ -16,14 +16,17 @@ Rows (issue 17's table), each a ratio measured in this process:
                  again with the state donated to the jitted step;
   compile        compile of `run` on sum(x^2), n = 1000 float32, over optax.lbfgs's compile in
                  its documented `lax.while_loop`: `run` called as it is (its own programs, with
-                 the lean compile options on a CPU) and inside a caller's `jax.jit`;
+                 the lean compile options on a CPU) and inside a caller's `jax.jit`; and the
+                 kernels (fusions) and copies in both optimised programs (`anatomy`): XLA's
+                 CPU compile time goes with the kernels;
   small          2-D Rosenbrock `run` under `jax.jit`, wall (min over repeats), over optax's
                  jitted loop to the same gtol: the jit returning the whole `Result` (its
                  state included), and returning params and num_steps, as optax's loop does;
                  the flops XLA's cost analysis counts in both programs (jax's CPU client runs
                  one of fewer than 1000 on the calling thread, a larger one on a worker
                  thread), and the row again in a fresh process that runs every program on the
-                 calling thread (`jax_cpu_enable_async_dispatch` off);
+                 calling thread (`jax_cpu_enable_async_dispatch` off); and both programs'
+                 kernels and copies (`anatomy`);
   large          extended Rosenbrock n = 1e6 float32 to |g|_inf <= 1e-3, wall, over optax;
   pinn           the L-BFGS phase of a PINN (Equinox MLP 1-32-32-1, loss with second
                  derivatives), 200 steps each, wall, over optax;
@@ -43,6 +46,7 @@ import argparse
 import json
 import pathlib
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -177,11 +181,33 @@ def small(reps: int, direction=None) -> dict:
         "outputs": len(jax.tree.leaves(result)),
         "jaxsearch_flops": xla_flops(ours_like_optax, x0),
         "optax_flops": xla_flops(optax_solve, *optax_arguments),
+        "jaxsearch_anatomy": anatomy(ours_like_optax, x0),
+        "optax_anatomy": anatomy(optax_solve, *optax_arguments),
     }
     row["ratio"] = row["jaxsearch_s"] / row["optax_s"]
     row["ratio_params_only"] = row["jaxsearch_params_s"] / row["optax_s"]
     row["per_evaluation_us"] = 1e6 * row["jaxsearch_s"] / row["evals"]
     return row
+
+
+def anatomy(jitted, *arguments) -> dict:
+    """The kernels (fusion instructions) and copies in the optimised HLO of `jitted` on
+    `arguments`, outside the fused computations: each is a thunk XLA runs where its
+    computation runs (a loop's body at every trip), and XLA's CPU compile time goes with the
+    kernels, each compiled through its own MLIR and LLVM pipelines (docs/benchmarks.md,
+    eleventh round)."""
+    text = jitted.lower(*arguments).compile().as_text()
+    fused = set(re.findall(r"(?:calls|to_apply)=(%[\w.\-]+)", text))
+    counts = {"kernels": 0, "copies": 0}
+    inside = False
+    for line in text.splitlines():
+        header = re.match(r"^(?:ENTRY )?(%[\w.\-]+) ", line)
+        if header and line.rstrip().endswith("{"):
+            inside = header.group(1) in fused
+        elif not inside:
+            counts["kernels"] += " fusion(" in line
+            counts["copies"] += " copy(" in line
+    return counts
 
 
 def xla_flops(jitted, *arguments) -> float | None:
@@ -236,13 +262,17 @@ def compile_small(direction=None) -> dict:
     ours = speed.compile_whole_run(peers_mod._jaxsearch(solver, fn, x0, None, cfg))
     in_jit = jax.jit(lambda x: solver.run(fn, x, None).params)
     ours_in_jit = speed.compile_whole_run(lambda: jax.block_until_ready(in_jit(x0)))
-    theirs = speed.compile_whole_run(peers_mod.optax_lbfgs(fn, x0, None, cfg))
+    optax_call = peers_mod.optax_lbfgs(fn, x0, None, cfg)
+    optax_solve, optax_arguments = optax_call.program
+    theirs = speed.compile_whole_run(optax_call)
     return {
         "jaxsearch_s": ours["compile_s"],
         "jaxsearch_in_jit_s": ours_in_jit["compile_s"],
         "optax_s": theirs["compile_s"],
         "ratio": ours["compile_s"] / theirs["compile_s"],
         "ratio_in_jit": ours_in_jit["compile_s"] / theirs["compile_s"],
+        "jaxsearch_in_jit_anatomy": anatomy(in_jit, x0),
+        "optax_anatomy": anatomy(optax_solve, *optax_arguments),
     }
 
 
@@ -365,6 +395,11 @@ def _get(d, *keys):
     return d
 
 
+def _anatomy(data: dict, row: str, who: str) -> str:
+    counts = _get(data, row, f"{who}_anatomy")
+    return "—" if counts is None else f"{counts['kernels']} and {counts['copies']}"
+
+
 def markdown(data: dict, meta: dict) -> str:
     def verdict(value, target):
         return "—" if value is None else ("PASS" if value <= target else "MISS")
@@ -463,6 +498,11 @@ def markdown(data: dict, meta: dict) -> str:
         f"{fmt(_get(data, 'small_synchronous', 'jaxsearch_params_s'))} s, optax "
         f"{fmt(_get(data, 'small_synchronous', 'optax_s'))} s, ratio "
         f"{fmt(_get(data, 'small_synchronous', 'ratio_params_only'))}.",
+        "",
+        f"Kernels (fusions) and copies in the optimised programs, jaxsearch against optax: "
+        f"the compile row inside a caller's jit {_anatomy(data, 'compile', 'jaxsearch_in_jit')}"
+        f" against {_anatomy(data, 'compile', 'optax')}; the 2-D row "
+        f"{_anatomy(data, 'small', 'jaxsearch')} against {_anatomy(data, 'small', 'optax')}.",
         "",
         "| L-BFGS form | control flow | round trips / evaluation | bytes / floor | "
         "compile / optax | 2-D Rosenbrock / optax | ext. Rosenbrock wall (s) | steps |",

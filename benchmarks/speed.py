@@ -100,10 +100,24 @@ def _on_duration_event(event, duration, **kwargs):
         _COMPILES.append(duration)
 
 
+_listening = False
+
+
+def _listen_for_compiles():
+    """Count XLA backend compiles from now on; a second call adds nothing."""
+    global _listening
+    if not _listening:
+        jax.monitoring.register_event_duration_secs_listener(_on_duration_event)
+        _listening = True
+
+
 class Phase:
-    """`with Phase() as p:` measures wall seconds and XLA backend compiles (count, seconds)."""
+    """`with Phase() as p:` measures wall seconds and XLA backend compiles (count, seconds);
+    the first `Phase` starts the count of compiles, so that no script that uses it can
+    report none for want of a listener."""
 
     def __enter__(self):
+        _listen_for_compiles()
         self._first = len(_COMPILES)
         self._t0 = time.perf_counter()
         return self
@@ -826,7 +840,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     a = parse_args(argv)
-    jax.monitoring.register_event_duration_secs_listener(_on_duration_event)
     backend = jax.default_backend()
     full = a.full or (backend != "cpu" and not a.quick)
     sizes = FULL if full else QUICK
