@@ -13,7 +13,7 @@ import jaxsearch as js
 from .helpers import compute
 from .problems import rosenbrock
 from .test_directions import explicit_lbfgs_direction, random_pair
-from .test_engine import control_flow, lbfgs_memory_copies, run_jaxpr
+from .test_engine import all_eqns, control_flow, lbfgs_memory_copies, run_jaxpr
 
 COMPACT = js.LBFGS(memory_size=5, form="compact")
 
@@ -245,6 +245,37 @@ def test_compact_reads_each_buffer_by_as_many_products():
     invars = closed.jaxpr.invars
     counts = _products_reading(closed.jaxpr, {"s": invars[s_index], "y": invars[y_index]})
     assert counts == {"s": 2, "y": 2}
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_compact_bookkeeping_writes_no_small_matrix_by_index(dtype):
+    """S'Y and Y'Y take the newest pair's column (and row), and `update` its own s'y and y'y,
+    by selects on index masks, not by scatters or dynamic updates: XLA compiles each of those
+    as a kernel of its own, and the selects fuse (188 fusions -> 170 in the compact form's
+    run at n = 1000; docs/benchmarks.md, eleventh round). float32 takes the products with
+    y from those with g, bfloat16 by products with the newest y: both fold a column in."""
+    m, n = 4, 7
+    direction = js.LBFGS(memory_size=m, form="compact")
+    params = jnp.ones(n, dtype)
+    state = direction.init(params, jnp.float32)
+
+    def compute_then_update(st, g, s, y):
+        st = direction.update(st, s, y, jnp.float32)
+        return direction.compute(st, js.DirectionInfo(None, g, jnp.float32))
+
+    jaxpr = jax.make_jaxpr(compute_then_update)(state, params, params, params).jaxpr
+    writes = [
+        eqn
+        for eqn in all_eqns(jaxpr)
+        if eqn.primitive.name in ("scatter", "dynamic_update_slice")
+        and eqn.outvars[0].aval.shape == (m, m)
+    ]
+    assert writes == []
+    assert any(
+        eqn.outvars[0].aval.shape == (m, n)
+        for eqn in all_eqns(jaxpr)
+        if eqn.primitive.name == "scatter"
+    )  # the memory's own write: found by the walk
 
 
 def test_auto_form():
