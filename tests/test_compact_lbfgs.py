@@ -250,9 +250,10 @@ def test_compact_reads_each_buffer_by_as_many_products():
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_compact_bookkeeping_writes_no_small_matrix_by_index(dtype):
     """S'Y and Y'Y take the newest pair's column (and row), and `update` its own s'y and y'y,
-    by selects on index masks, not by scatters or dynamic updates: XLA compiles each of those
-    as a kernel of its own, and the selects fuse (188 fusions -> 170 in the compact form's
-    run at n = 1000; docs/benchmarks.md, eleventh round). float32 takes the products with
+    by selects on index masks, and `compute` takes its coefficients back to the slots by a
+    gather, not by scatters or dynamic updates: XLA compiles each of those as a kernel of its
+    own, and selects and gathers fuse (188 fusions -> 166 in the compact form's run at
+    n = 1000; docs/benchmarks.md, eleventh round). float32 takes the products with
     y from those with g, bfloat16 by products with the newest y: both fold a column in."""
     m, n = 4, 7
     direction = js.LBFGS(memory_size=m, form="compact")
@@ -271,6 +272,11 @@ def test_compact_bookkeeping_writes_no_small_matrix_by_index(dtype):
         and eqn.outvars[0].aval.shape == (m, m)
     ]
     assert writes == []
+    # Nor are the coefficients taken back from the pairs' order to the slots by a scatter
+    # (`compute` alone: `update` writes rho, an (m,) vector, in place by index).
+    info = js.DirectionInfo(None, params, jnp.float32)
+    alone = jax.make_jaxpr(lambda st: direction.compute(st, info))(state).jaxpr
+    assert not any(eqn.primitive.name == "scatter" for eqn in all_eqns(alone))
     assert any(
         eqn.outvars[0].aval.shape == (m, n)
         for eqn in all_eqns(jaxpr)

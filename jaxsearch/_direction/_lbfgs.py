@@ -389,9 +389,11 @@ class LBFGS(AbstractDirection):
         middle = d_diagonal * r_inv_a + gamma * (y_dot_y @ r_inv_a) - gamma * b
         p = solve(middle, True)
         q = -gamma * r_inv_a
-        # Back from positions to slots: slot order[k] gets the coefficient of position k.
-        p = jnp.zeros_like(p).at[order].set(p)
-        q = jnp.zeros_like(q).at[order].set(q)
+        # Back from positions to slots: slot order[k] gets the coefficient of position k, so
+        # slot j that of position (j - head + count) % m (a gather, which fuses; a scatter
+        # would be a kernel of its own).
+        position = (positions - state.head + state.count) % m
+        p, q = p[position], q[position]
 
         def leaf(g, s, y):
             work = at_least_float32(s.dtype)
