@@ -3,15 +3,16 @@
 An iteration computes the next point (x itself while f is unknown there, else the line
 search's trial x + t d), evaluates fn there through the single evaluation site, and hands
 phi(t), phi'(t) to the search (scalar work, always). The direction's memory takes the step's
-pair by a masked, branch-free update at every iteration (so it is written in place). Only at
-a step boundary (the evaluation at x, or a search that ended) does a `lax.cond` run the rest
-of the vector work: the step's end (the new iterate, counters, status, the best point, the
-step's record) and the start of the next (direction, initial step, search). `run` is the
-machine until a stopping criterion; `step` is it until the next step boundary, and starts its
-step at the top of the iteration that needs it, so that either program builds the next
-direction at one place. A `run` resumed from a state that has f at x starts with an iteration
-that checks it (`take_base`): its evaluation at x is compared with the state's, and the
-boundary then starts the next step, so that the direction is still built at one place.
+pair, and the state a moved step's new iterate, gradient and best point, by masked,
+branch-free updates at every iteration (so they are written in place). Only at a step
+boundary (the evaluation at x, or a search that ended) does a `lax.cond` run the rest: the
+step's end (counters, status, the best value, the step's record) and the start of the next
+(direction, initial step, search). `run` is the machine until a stopping criterion; `step`
+is it until the next step boundary, and starts its step at the top of the iteration that
+needs it, so that either program builds the next direction at one place. A `run` resumed
+from a state that has f at x starts with an iteration that checks it (`take_base`): its
+evaluation at x is compared with the state's, and the boundary then starts the next step, so
+that the direction is still built at one place.
 """
 
 import dataclasses
@@ -226,6 +227,7 @@ class Engine:
         memory = direction.update(st.direction, s, y, dtype, accept=pair)
         memory = select(taken & ~pair, direction.reset(memory), memory)
         m = _replace(m, state=_replace(m.state, direction=memory))
+        m = self.take_vectors(m, point, value, grad, aux, moved)
         operands = (m, point, value, grad, aux, taken, stayed)
         return lax.cond(ends, self.boundary, lambda m, *_: m, *operands)
 
@@ -249,6 +251,29 @@ class Engine:
         return lax.cond(go_on, self.prepare, lambda m: m, m)
 
     # ------------------------------------------------------------------ transitions
+
+    def take_vectors(self, m: Machine, point, value, grad, aux, moved) -> Machine:
+        """The vectors of a step that ends having `moved`, at every iteration and without a
+        branch: x becomes its last trial `point`, f's gradient and aux there become the
+        state's, and the best point's where `value` is the lowest yet (ties go to the newer
+        point; the best value itself, a scalar, is `end_step`'s). Selects that XLA writes in
+        place: taken inside the boundary's cond, which also reads them, each was copied back
+        into the loop's carry at every boundary (at n = 1e5, 33 n-vectors of peak memory
+        against 31; docs/benchmarks.md, eleventh round)."""
+        st, has_aux = m.state, self.solver.has_aux
+        x = select(moved, point, m.x)
+        grad = select(moved, grad, st.grad)
+        aux = select(moved, aux, st.aux) if has_aux else st.aux
+        best = st.best
+        if best is not None:
+            new_best = moved & (value <= best.value)
+            best = _replace(
+                best,
+                params=select(new_best, x, best.params),
+                grad=select(new_best, grad, best.grad),
+                aux=select(new_best, aux, best.aux) if has_aux else best.aux,
+            )
+        return _replace(m, x=x, state=_replace(st, grad=grad, aux=aux, best=best))
 
     def take_base(self, m: Machine, point, value, grad, aux, taken, stayed) -> Machine:
         """f, grad and aux at x itself: the first step, after `reevaluate`, or the first
@@ -340,19 +365,17 @@ class Engine:
         )
 
     def end_step(self, m: Machine, point, value, grad, aux, taken, stayed) -> Machine:
-        """The new iterate, counters and status after a search (the direction's memory is
-        updated in `iterate`): a search that ends with a step ends at its last trial, so
-        `point` and its f, grad and aux (not x + t d computed again, which XLA may round
-        differently) are the new iterate's. `stayed`: `point` equals x."""
+        """The counters and status after a search (the direction's memory, and the new
+        iterate's vectors, are taken in `iterate`): a search that ends with a step ends at
+        its last trial, so `point` and its f, grad and aux (not x + t d computed again, which
+        XLA may round differently) are the new iterate's. `stayed`: `point` equals x."""
         st, x, search, box, solver = m.state, m.x, m.search, self.box, self.solver
         dtype = st.prev_decrease.dtype
         # A search cut off at its trial budget takes no step (and is reported as failed).
         cut_off = ~search.done
         moved = search.done & (search.step > 0)
-        x_new = select(moved, point, x)
+        x_new, grad, aux = x, st.grad, st.aux  # the step's vectors (`take_vectors`)
         value = jnp.where(moved, value, st.value)
-        grad = select(moved, grad, st.grad)
-        aux = select(moved, aux, st.aux) if solver.has_aux else None
 
         unchanged = ~moved | stayed  # x_new equals x
         decrease = st.value.astype(dtype) - value.astype(dtype)
@@ -386,7 +409,8 @@ class Engine:
         best = st.best
         if best is not None:  # ties go to the newer point
             new_best = moved & (value <= best.value)
-            best = select(new_best, BestPoint(value, x_new, grad, aux, best.start_value), best)
+            # the best value (its vectors: `take_vectors`)
+            best = _replace(best, value=jnp.where(new_best, value, best.value))
         # What a cut-off search leaves for the next one: no step.
         search = _replace(search, step=jnp.where(search.done, search.step, 0))
         after = SolverState(
