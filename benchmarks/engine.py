@@ -351,7 +351,9 @@ def variant(direction, n: int, n_large: int, reps: int) -> dict:
 # ------------------------------------------------------------------------------ report
 
 
-def measure(quick: bool) -> dict:
+def measure(quick: bool, only=None, save=lambda data: None) -> dict:
+    """Every row (or those named in `only`), `save(data)` after each, so that a run cut off by a
+    time limit keeps the rows it measured."""
     gpu = jax.default_backend() == "gpu"
     n_bytes = 100_000
     n_large = 100_000 if quick else 1_000_000
@@ -364,6 +366,7 @@ def measure(quick: bool) -> dict:
         ("small", lambda: small(reps * 10)),
         ("small_synchronous", lambda: small_synchronous(reps * 10)),
         ("large", lambda: large(n_large, 3)),
+        ("large_1e7", lambda: large(10_000_000, 3) if gpu else None),
         ("pinn", lambda: pinn(50 if quick else 200, 3)),
         ("heavy", lambda: speed.section_compile(speed.QUICK if quick else speed.FULL)),
         ("memory", lambda: speed.section_memory(n_bytes)),
@@ -376,14 +379,15 @@ def measure(quick: bool) -> dict:
             },
         ),
     ]
-    if gpu:
-        steps.append(("large_1e7", lambda: large(10_000_000, 3)))
     for name, run in steps:
+        if only and name not in only:
+            continue
         print(f"  {name} ...", flush=True)
         t0 = time.perf_counter()
         out[name] = speed.guarded(name, run)
         speed.fresh()
         print(f"  {name}: {time.perf_counter() - t0:.1f} s", flush=True)
+        save(out)
     return out
 
 
@@ -518,7 +522,7 @@ def markdown(data: dict, meta: dict) -> str:
             f"{fmt(row.get('small_vs_optax'))} | {fmt(row.get('large_jaxsearch_s'))} | "
             f"{row.get('large_steps')} |"
         )
-    if "large_1e7" in data:
+    if data.get("large_1e7"):
         lines += ["", f"n = 1e7: {json.dumps(data['large_1e7'])}"]
     return "\n".join(lines) + "\n"
 
@@ -527,6 +531,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--only", default="", help="comma list of rows (default: all)")
     parser.add_argument("--small-synchronous", type=int, metavar="REPS", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.small_synchronous:  # `small_synchronous`'s process: the 2-D row alone, as JSON
@@ -543,14 +548,19 @@ def main(argv=None):
         "cpu": platform.processor() or platform.machine(),
         "command": " ".join(["python", "benchmarks/engine.py", *(argv or sys.argv[1:])]),
     }
-    data = measure(args.quick)
-    text = markdown(data, meta)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"engine_{meta['backend']}.json").write_text(
-        json.dumps({"meta": meta, "data": data}, indent=1, default=str)
-    )
-    (out / f"engine_{meta['backend']}.md").write_text(text)
+
+    def save(data):
+        (out / f"engine_{meta['backend']}.json").write_text(
+            json.dumps({"meta": meta, "data": data}, indent=1, default=str)
+        )
+        text = markdown(data, meta)
+        (out / f"engine_{meta['backend']}.md").write_text(text)
+        return text
+
+    only = set(filter(None, args.only.split(",")))
+    text = save(measure(args.quick, only, save))
     print(text)
 
 

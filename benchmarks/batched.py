@@ -1,0 +1,340 @@
+"""Many small problems at once: problems solved per second, plain `vmap(run)` against its peers.
+
+    python benchmarks/batched.py                    # 10,000 problems, every row
+    python benchmarks/batched.py --batch 2000 --scipy 100 --out /tmp/batched
+
+The batch: 2-D Rosenbrock-like problems f(x; a, b) = (a - x_1)^2 + b (x_2 - x_1^2)^2 with
+a ~ U[0.5, 1.5], b = 10^U[0, 3] and x0 ~ U[-2, 2]^2 (seeded), float64, to |g|_inf <= gtol: their
+step counts vary about tenfold, which is what a `lax.while_loop` under `jax.vmap` pays for (every
+problem runs until the slowest has finished). Rows:
+
+  jaxsearch vmap     `jax.jit(jax.vmap(solver.run))` over the whole batch;
+  jaxsearch chunked  the same solver run `--chunk` steps at a time: after each chunk the problems
+                     that ended are kept, the rest are resumed from their states
+                     (`run(fn, result.iterate, state=result.state)`), packed into the smallest
+                     of a few bucket sizes (halvings of the batch), so nothing compiles per chunk;
+                     each problem's result is compared with plain vmap's, bit for bit;
+  optax vmap         optax.lbfgs in its documented while loop (benchmarks/peers.py), vmapped;
+  optimistix vmap    optx.minimise with optx.LBFGS, vmapped;
+  scipy loop         scipy L-BFGS-B on a jitted value_and_grad, a Python loop over `--scipy`
+                     problems (rate extrapolated).
+
+Walls are the minimum over `--reps` calls after a compile call; compile is reported apart.
+Writes batched_<backend>.json and .md to --out and prints the markdown.
+"""
+
+import argparse
+import json
+import pathlib
+import platform
+import sys
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import jaxsearch as js  # noqa: E402
+
+GTOL = 1e-6
+MAX_STEPS = 1000
+
+
+def objective(x, ab):
+    a, b = ab[0], ab[1]
+    return (a - x[0]) ** 2 + b * (x[1] - x[0] ** 2) ** 2
+
+
+def batch(size: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.5, 1.5, size)
+    b = 10.0 ** rng.uniform(0.0, 3.0, size)
+    x0 = rng.uniform(-2.0, 2.0, (size, 2))
+    return jnp.asarray(x0), jnp.asarray(np.stack([a, b], axis=1))
+
+
+def min_wall(call, reps: int) -> tuple[float, float, object]:
+    """(compile-call wall, min wall of `reps` further calls, last output)."""
+    start = time.perf_counter()
+    out = jax.block_until_ready(call())
+    first = time.perf_counter() - start
+    walls = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        out = jax.block_until_ready(call())
+        walls.append(time.perf_counter() - start)
+    return first, min(walls), out
+
+
+def solved(x, ab) -> np.ndarray:
+    """Per problem: |g|_inf <= 10 gtol at x (the peers' own reports differ; this is one test)."""
+    grads = jax.vmap(jax.grad(objective))(x, ab)
+    return np.asarray(jnp.max(jnp.abs(grads), axis=1) <= 10 * GTOL)
+
+
+def row(name, first, wall, x, ab, size, **extra) -> dict:
+    ok = solved(x, ab)
+    return dict(
+        name=name,
+        problems=size,
+        first_call_s=first,
+        wall_s=wall,
+        solved=int(ok.sum()),
+        solved_per_s=float(ok.sum()) / wall,
+        **extra,
+    )
+
+
+def jaxsearch_vmap(x0, ab, reps):
+    solver = js.Solver(gtol=GTOL, ftol=0.0, max_steps=MAX_STEPS)
+    solve = jax.jit(jax.vmap(lambda x, p: solver.run(objective, x, p)))
+    first, wall, result = min_wall(lambda: solve(x0, ab), reps)
+    steps = np.asarray(result.num_steps)
+    return row(
+        "jaxsearch vmap",
+        first,
+        wall,
+        result.params,
+        ab,
+        len(x0),
+        steps_min=int(steps.min()),
+        steps_median=float(np.median(steps)),
+        steps_max=int(steps.max()),
+        steps_total=int(steps.sum()),
+    ), result
+
+
+def buckets(size: int, smallest: int) -> list[int]:
+    out = [size]
+    while out[-1] // 2 >= smallest:
+        out.append(out[-1] // 2)
+    return out
+
+
+def jaxsearch_chunked(x0, ab, reps, chunk: int, smallest: int, reference):
+    """Run `chunk` steps at a time; resume only the problems that have not ended."""
+    solver = js.Solver(gtol=GTOL, ftol=0.0, max_steps=chunk)
+    size = len(x0)
+    sizes = buckets(size, smallest)
+
+    @jax.jit
+    def first_chunk(x, p):
+        return jax.vmap(lambda x, p: solver.run(objective, x, p))(x, p)
+
+    @jax.jit
+    def later_chunk(x, p, state):
+        return jax.vmap(lambda x, p, s: solver.run(objective, x, p, state=s))(x, p, state)
+
+    def take(tree, index):
+        return jax.tree.map(lambda leaf: leaf[index], tree)
+
+    def put(tree, index, part):
+        return jax.tree.map(lambda whole, new: whole.at[index].set(new), tree, part)
+
+    def solve():
+        result = first_chunk(x0, ab)
+        final = result  # rows of problems that ended are final
+        active = np.arange(size)
+        chunks, evaluated = 1, size
+        while True:
+            status = np.asarray(result.status)
+            running = status == int(js.Status.MAX_STEPS)
+            active = active[running]
+            if active.size == 0 or chunks * chunk >= MAX_STEPS:
+                break
+            bucket = min(s for s in sizes if s >= active.size)
+            padded = np.concatenate([active, np.full(bucket - active.size, active[0])])
+            index = jnp.asarray(padded)
+            result = later_chunk(take(final.iterate, index), ab[index], take(final.state, index))
+            part = take(result, jnp.arange(active.size))
+            final = put(final, jnp.asarray(active), part)
+            result = part
+            chunks += 1
+            evaluated += bucket
+        return final, chunks, evaluated
+
+    first, wall, (final, chunks, evaluated) = min_wall(solve, reps)
+    same = np.ones(size, bool)
+    for a, b in zip(jax.tree.leaves(final.params), jax.tree.leaves(reference.params), strict=True):
+        same &= np.asarray(jnp.all((a == b).reshape(size, -1), axis=1))
+    same &= np.asarray(final.status == reference.status)
+    same &= np.asarray(final.num_steps == reference.num_steps)
+    return row(
+        f"jaxsearch chunked ({chunk} steps)",
+        first,
+        wall,
+        final.params,
+        ab,
+        size,
+        chunks=chunks,
+        problem_chunks=evaluated,
+        buckets=sizes,
+        bit_for_bit=int(same.sum()),
+    )
+
+
+def optax_vmap(x0, ab, reps):
+    import optax
+    import optax.tree_utils as otu
+
+    opt = optax.lbfgs()
+
+    def one(x, p):
+        fun = lambda x: objective(x, p)
+        value_and_grad = optax.value_and_grad_from_state(fun)
+
+        def step(carry):
+            params, state = carry
+            value, grad = value_and_grad(params, state=state)
+            updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=fun)
+            return optax.apply_updates(params, updates), state
+
+        def keep_going(carry):
+            _, state = carry
+            count = otu.tree_get(state, "count")
+            err = jnp.max(jnp.abs(otu.tree_get(state, "grad")))
+            return (count == 0) | ((count < MAX_STEPS) & (err > GTOL))
+
+        params, state = jax.lax.while_loop(keep_going, step, (x, opt.init(x)))
+        return params, otu.tree_get(state, "count")
+
+    solve = jax.jit(jax.vmap(one))
+    first, wall, (params, count) = min_wall(lambda: solve(x0, ab), reps)
+    return row("optax vmap", first, wall, params, ab, len(x0), steps_max=int(np.max(count)))
+
+
+def optimistix_vmap(x0, ab, reps):
+    import optimistix as optx
+
+    solver = optx.LBFGS(rtol=1e-10, atol=1e-10)
+
+    def one(x, p):
+        sol = optx.minimise(objective, solver, x, p, max_steps=MAX_STEPS, throw=False)
+        return sol.value, sol.stats["num_steps"]
+
+    solve = jax.jit(jax.vmap(one))
+    first, wall, (params, steps) = min_wall(lambda: solve(x0, ab), reps)
+    return row("optimistix vmap", first, wall, params, ab, len(x0), steps_max=int(np.max(steps)))
+
+
+def scipy_loop(x0, ab, count: int):
+    import scipy.optimize
+
+    value_and_grad = jax.jit(jax.value_and_grad(objective))
+    x0_np, ab_np = np.asarray(x0[:count]), np.asarray(ab[:count])
+
+    def solve():
+        out = []
+        for x, p in zip(x0_np, ab_np, strict=True):
+
+            def f(x, p=p):
+                v, g = value_and_grad(jnp.asarray(x), jnp.asarray(p))
+                return float(v), np.asarray(g)
+
+            options = {"gtol": GTOL, "ftol": 0.0, "maxiter": MAX_STEPS, "maxfun": 10**9}
+            res = scipy.optimize.minimize(f, x, jac=True, method="L-BFGS-B", options=options)
+            out.append(res.x)
+        return jnp.asarray(np.stack(out))
+
+    first, wall, x = min_wall(solve, 1)
+    return row("scipy loop", first, wall, x, ab[:count], count)
+
+
+def markdown(meta, rows) -> str:
+    lines = [
+        f"# Batched small problems, {meta['backend']} ({meta['device']})",
+        "",
+        f"{meta['date']}; jax {meta['jax']}; command: `{meta['command']}`",
+        "",
+        f"{meta['batch']} problems (2-D, float64, gtol {GTOL:g}); jaxsearch vmap's steps per "
+        f"problem: min {meta['steps_min']}, median {meta['steps_median']:g}, max "
+        f"{meta['steps_max']}.",
+        "",
+        "| solver | problems | solved | first call s | wall s | solved / s | vs jaxsearch vmap "
+        "| notes |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    base = rows[0]["solved_per_s"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['name']} | | | | | | | {r['error']} |")
+            continue
+        notes = []
+        if "chunks" in r:
+            notes.append(
+                f"{r['chunks']} chunks, {r['problem_chunks']} problem-chunks, buckets "
+                f"{r['buckets']}; bit for bit as vmap: {r['bit_for_bit']} of {r['problems']}"
+            )
+        if "steps_max" in r and "steps_min" not in r:
+            notes.append(f"max steps {r['steps_max']}")
+        lines.append(
+            f"| {r['name']} | {r['problems']} | {r['solved']} | {r['first_call_s']:.3g} "
+            f"| {r['wall_s']:.3g} | {r['solved_per_s']:.4g} | {r['solved_per_s'] / base:.3g} "
+            f"| {'; '.join(notes)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--batch", type=int, default=10_000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--chunk", type=int, default=8)
+    p.add_argument("--smallest", type=int, default=64, help="the smallest bucket")
+    p.add_argument("--scipy", type=int, default=200, help="problems in scipy's loop (0: none)")
+    p.add_argument("--skip", default="", help="comma list of: chunked,optax,optimistix")
+    p.add_argument("--out", default=str(HERE / "results"))
+    args = p.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    x0, ab = batch(args.batch)
+    rows = []
+    base, reference = jaxsearch_vmap(x0, ab, args.reps)
+    rows.append(base)
+    print(rows[-1], flush=True)
+    measures = [
+        (
+            "chunked",
+            lambda: jaxsearch_chunked(x0, ab, args.reps, args.chunk, args.smallest, reference),
+        ),
+        ("optax", lambda: optax_vmap(x0, ab, args.reps)),
+        ("optimistix", lambda: optimistix_vmap(x0, ab, args.reps)),
+    ]
+    if args.scipy:
+        measures.append(("scipy", lambda: scipy_loop(x0, ab, args.scipy)))
+    for key, measure in measures:
+        if key in skip:
+            continue
+        try:
+            rows.append(measure())
+        except Exception as error:  # a peer that fails is reported, not fatal
+            rows.append(dict(name=key, error=f"{type(error).__name__}: {error}"[:300]))
+        print(rows[-1], flush=True)
+    device = jax.devices()[0]
+    meta = dict(
+        date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        backend=jax.default_backend(),
+        device=getattr(device, "device_kind", str(device)),
+        jax=jax.__version__,
+        machine=platform.processor() or platform.machine(),
+        command="benchmarks/batched.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        batch=args.batch,
+        steps_min=base["steps_min"],
+        steps_median=base["steps_median"],
+        steps_max=base["steps_max"],
+    )
+    text = markdown(meta, rows)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"batched_{meta['backend']}"
+    (out / f"{stem}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    (out / f"{stem}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Where a compiled run's time goes: a `jax.profiler` trace of one call, summed by event name.
+
+    python benchmarks/trace_summary.py --out /tmp/trace      # 2-D Rosenbrock and n = 1e6
+
+For each program (the default jaxsearch `run` on extended Rosenbrock, float32, at n = 2 to
+|g|_inf <= 1e-5 and at n = 1e6 to 1e-3, each under `jax.jit`, against optax.lbfgs's jitted loop
+to the same gtol: engine.py's `small` and `large` rows), one warm call is traced
+(`create_perfetto_trace=True`) and its events summed by name per lane: device kernels and
+copies (on a GPU: the stream lanes) and host threads (XLA's thunk executor, the while loop's
+predicate round trips). Prints, per program: the call's wall, each lane's busy time (union of
+its events), and the top events by total time, so that the launch and synchronisation overhead
+(wall minus device busy) is visible. Writes trace_<backend>.md.
+"""
+
+import argparse
+import collections
+import gzip
+import json
+import pathlib
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+import peers as peers_mod  # noqa: E402
+import problems as problems_mod  # noqa: E402
+
+import jaxsearch as js  # noqa: E402
+
+
+def programs():
+    """name -> zero-argument call."""
+    out = {}
+    fn = problems_mod._ext_rosenbrock
+    for n, gtol in ((2, 1e-5), (1_000_000, 1e-3)):
+        x0 = jnp.asarray(np.tile(np.float32([-1.2, 1.0]), n // 2))
+        solver = js.Solver(gtol=gtol, ftol=0.0, max_steps=1000)
+        run = jax.jit(lambda x, solver=solver: solver.run(fn, x, None).params)
+        out[f"jaxsearch n={n}"] = lambda run=run, x0=x0: run(x0)
+        cfg = peers_mod.Config(gtol=gtol, ftol=0.0, max_steps=1000)
+        solve, arguments = peers_mod.optax_lbfgs(fn, x0, None, cfg).program
+        out[f"optax n={n}"] = lambda solve=solve, arguments=arguments: solve(*arguments)
+    return out
+
+
+def load_events(directory: pathlib.Path):
+    path = next(directory.rglob("*.trace.json.gz"))
+    with gzip.open(path) as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    names = {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            names[e["pid"]] = e.get("args", {}).get("name", str(e["pid"]))
+    # Python frames of the profiler's own call ("$file.py:line name") are not the program's.
+    keep = [e for e in events if e.get("ph") == "X" and not e.get("name", "").startswith("$")]
+    return keep, names
+
+
+def busy_us(intervals) -> float:
+    total, end = 0.0, -np.inf
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def summarise(name, call, top: int) -> list[str]:
+    jax.block_until_ready(call())  # compiled and warm
+    jax.block_until_ready(call())
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = pathlib.Path(tmp)
+        with jax.profiler.trace(str(directory), create_perfetto_trace=True):
+            start = time.perf_counter()
+            jax.block_until_ready(call())
+            wall = time.perf_counter() - start
+        events, names = load_events(directory)
+    lanes = collections.defaultdict(list)
+    for e in events:
+        lanes[names.get(e["pid"], str(e["pid"]))].append(e)
+    lines = [f"## {name}", "", f"traced call wall: {wall * 1e3:.3f} ms", ""]
+    for lane, evs in sorted(lanes.items(), key=lambda kv: -sum(e.get("dur", 0) for e in kv[1])):
+        device = "/device:" in lane or "GPU" in lane or "Stream" in lane
+        totals = collections.Counter()
+        counts = collections.Counter()
+        for e in evs:
+            totals[e["name"]] += e.get("dur", 0)
+            counts[e["name"]] += 1
+        span = busy_us((e["ts"], e["ts"] + e.get("dur", 0)) for e in evs)
+        lines += [
+            f"### {lane}{' (device)' if device else ''}: {len(evs)} events, busy "
+            f"{span / 1e3:.3f} ms",
+            "",
+            "| event | count | total ms | mean us |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for ev, total in totals.most_common(top):
+            lines.append(
+                f"| `{ev[:80]}` | {counts[ev]} | {total / 1e3:.3f} | {total / counts[ev]:.2f} |"
+            )
+        lines.append("")
+    return lines
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--top", type=int, default=15)
+    p.add_argument("--out", default=str(HERE / "results"))
+    args = p.parse_args(argv)
+    device = jax.devices()[0]
+    lines = [
+        f"# Where the time goes, {jax.default_backend()} "
+        f"({getattr(device, 'device_kind', device)})",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; jax {jax.__version__}; "
+        "command: `benchmarks/trace_summary.py`",
+        "",
+    ]
+    for name, call in programs().items():
+        try:
+            lines += summarise(name, call, args.top)
+        except Exception as error:
+            lines += [f"## {name}", "", f"failed: {type(error).__name__}: {error}"[:300], ""]
+        print("\n".join(lines[-3:]), flush=True)
+    text = "\n".join(lines) + "\n"
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"trace_{jax.default_backend()}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
