@@ -67,14 +67,14 @@ def _is_floating(dtype) -> bool:
 def _memory_times(buffers: PyTree, vectors: list[PyTree], dtype) -> Array:
     """The (m, k) matrix [<b_i, v_k>] over the slots i of `buffers` and the k trees of
     `vectors`, summed over leaves, accumulated in at least float32 at full precision (no TF32
-    on a GPU). On a CPU one matrix-vector product per vector (XLA's CPU product of an (m, n)
-    and an (n, k) matrix measured several times slower than k of them); elsewhere one
-    product with the vectors stacked, one pass over the memory."""
-    stacked = jax.default_backend() != "cpu"
+    on a GPU): one matrix-vector product per vector. (One product with the vectors stacked
+    measured slower on both backends: XLA's CPU product of an (m, n) and an (n, k) matrix runs
+    several times slower than k of them, and on an H200 the stacking copies the vectors and
+    the skinny product runs below bandwidth: extended Rosenbrock n = 1e7, 71 ms against 47 ms,
+    `benchmarks/lbfgs_products.py`.)"""
     total = jnp.zeros((), dtype)
     for i, b in enumerate(leaves(buffers)):
         work = at_least_float32(b.dtype)
-        columns = [leaves(v)[i].astype(work) for v in vectors]
         axes = tuple(range(b.ndim - 1))  # contract every param axis, with no reshape
         dims = ((tuple(a + 1 for a in axes), axes), ((), ()))
         product = functools.partial(
@@ -84,10 +84,7 @@ def _memory_times(buffers: PyTree, vectors: list[PyTree], dtype) -> Array:
             precision="highest",
             out_sharding=explicit_replicated_sharding(b),
         )
-        if stacked:
-            part = product(jnp.stack(columns, axis=-1))
-        else:
-            part = jnp.stack([product(c) for c in columns], axis=-1)
+        part = jnp.stack([product(leaves(v)[i].astype(work)) for v in vectors], axis=-1)
         total = total + part.astype(dtype)
     return total
 
@@ -142,12 +139,10 @@ def _count_up(pending, keep):
 def _by_differences(grad: PyTree) -> bool:
     """Whether the compact form takes the newest pair's S'y and Y'y from its products with the
     gradients (y = g - g_last, so S'y = S'g - S'g_last) rather than multiplying the memory by
-    y: on a CPU, where each vector the memory is multiplied by costs a pass of its own
-    (`_memory_times`; elsewhere y rides in g's pass), and for gradients of at least 32 bits
+    y, a pass over the memory of its own (`_memory_times`): for gradients of at least 32 bits
     (y computed in 16 bits is rounded more coarsely than the products, whose differences would
     then not be those of the y the memory holds)."""
-    wide = all(jnp.finfo(leaf.dtype).bits >= 32 for leaf in leaves(grad))
-    return jax.default_backend() == "cpu" and wide
+    return all(jnp.finfo(leaf.dtype).bits >= 32 for leaf in leaves(grad))
 
 
 def _newest_y(state: LBFGSState) -> PyTree:
