@@ -17,9 +17,11 @@ n, XLA's bytes accessed by one step (one trial) over the floor (4m + 8) 4n, and 
 memory (temp + argument + output) in n-vectors; and the 2-D Rosenbrock run's wall per
 evaluation. With --xla-flags, the 2-D run again in subprocesses under each XLA_FLAGS setting
 (a setting that starts with "--" needs a leading space, for argparse). Until the commit that
-added this paragraph the compact form stacked its vectors into one product off a CPU;
-benchmarks/results/lbfgs_products_gpu.json holds that variant's H200 figures ("compact,
-stacked") beside the per-vector products ("compact, per vector") that replaced it.
+added this paragraph the compact form stacked its vectors into one product off a CPU:
+benchmarks/results/lbfgs_products_gpu_before.json holds that variant's H200 figures ("compact,
+stacked") beside the per-vector products ("compact, per vector") that replaced it;
+lbfgs_products_gpu.json is this script's run after that change and after the rebuild of S'Y and
+Y'Y became a reduction (`_lbfgs._memory_products`, see benchmarks/hlo_anatomy.py).
 """
 
 import argparse

@@ -14,6 +14,8 @@ import jax.tree_util as jtu
 import numpy as np
 from jax import lax
 from jax._src.lax import lax as lax_internal
+from jax.sharding import NamedSharding, PartitionSpec
+from jaxtyping import Array, Bool, PyTree, Real, Scalar
 
 try:  # public in jax.experimental up to jax 0.10
     from jax.experimental.shard_alike import shard_alike
@@ -21,8 +23,6 @@ except ImportError:  # jax 0.11 has no shard_alike: zeros then take the partitio
 
     def shard_alike(x, y):  # type: ignore[misc]
         return x, y
-from jax.sharding import NamedSharding, PartitionSpec
-from jaxtyping import Array, Bool, PyTree, Real, Scalar
 
 
 def widest_float(*dtypes) -> np.dtype:
