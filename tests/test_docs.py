@@ -8,8 +8,9 @@ that call prints, e.g.
     print(bool(converged), batch.success)  # True [ True  True]
 
 - Words, booleans, statuses, dtypes and integers must be printed exactly as written, and a
-  NumPy integral float (`1.`) must print a number equal to it (`-0.` for `0.`). Runs of spaces and line breaks count as one space, and spaces
-  just inside brackets (NumPy's padding, `[ True  True]`) are ignored.
+  NumPy integral float (`1.`) must print a number equal to it (`-0.` for `0.`). Runs of spaces
+  and line breaks count as one space, and spaces just inside brackets (NumPy's padding,
+  `[ True  True]`) are ignored.
 - `...` stands for any text, as in doctest.
 - A number with digits after its point or with an exponent (`4.21e-05`, `0.93`) matches a
   printed number to the digits shown: within half a unit of its last digit (4.205e-05 to
@@ -240,7 +241,7 @@ def test_a_page_that_raises_fails(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("```python\nx = 1\n\nraise ValueError('from the page')\n```\n")
     (problem,) = check_page(page, tmp_path)
-    assert "page.md\", line 4" in problem and "ValueError: from the page" in problem
+    assert 'page.md", line 4' in problem and "ValueError: from the page" in problem
 
 
 def test_the_index_lists_every_example():
