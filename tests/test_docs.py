@@ -46,7 +46,7 @@ PAGES = sorted(
 RUNNER = """
 import builtins, io, json, sys
 
-script, out = sys.argv[1:3]
+script, page, out = sys.argv[1:4]
 printed = {}
 
 
@@ -59,9 +59,8 @@ def print(*values, sep=" ", end="\\n", file=None, flush=False):
 
 
 try:
-    source = open(script).read()
-    path = open(script + ".path").read()
-    exec(compile(source, path, "exec"), {"__name__": "__main__", "print": print})
+    code = compile(open(script).read(), page, "exec")
+    exec(code, {"__name__": "__main__", "print": print})
 finally:
     with open(out, "w") as file:
         json.dump(printed, file)
@@ -151,9 +150,13 @@ def check_page(path: pathlib.Path, tmp_path: pathlib.Path) -> list[str]:
     differs from the printed one, or a stated print that never ran."""
     script = page_script(path.read_text())
     (tmp_path / "page.py").write_text(script)
-    (tmp_path / "page.py.path").write_text(str(path))
     completed = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(tmp_path / "page.py"), str(tmp_path / "printed.json")],
+        [
+            sys.executable,
+            "-c",
+            RUNNER,
+            *map(str, (tmp_path / "page.py", path, tmp_path / "out.json")),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -161,7 +164,7 @@ def check_page(path: pathlib.Path, tmp_path: pathlib.Path) -> list[str]:
     )
     if completed.returncode != 0:
         return [completed.stderr[-3000:]]
-    printed = json.loads((tmp_path / "printed.json").read_text())
+    printed = json.loads((tmp_path / "out.json").read_text())
     problems = []
     for line, stated in stated_outputs(script).items():
         if str(line) not in printed:
