@@ -1,7 +1,16 @@
 """Sessions: `nox -s tests`, `nox -s lint`, `nox -s typecheck`, `nox -s docs`,
-`nox -s examples`, `nox -s bench`."""
+`nox -s examples`, `nox -s build`, `nox -s bench`."""
+
+import pathlib
+import re
+import shutil
+import tarfile
+import tempfile
+import zipfile
 
 import nox
+
+ROOT = pathlib.Path(__file__).parent
 
 nox.options.sessions = ["lint", "tests"]
 
@@ -70,3 +79,60 @@ def docs(session):
     `--strict`: any warning fails the session."""
     session.install("-e", ".[docs]")
     session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session
+def build(session):
+    """The sdist and the wheel (`python -m build`), `twine check --strict`, what they hold
+    (LICENSE, no benchmarks/results, a long description with absolute links), then the wheel
+    installed (not editable) in this session's fresh virtualenv, which runs
+    examples/quickstart.py from a folder outside the repository."""
+    session.install("build", "twine")
+    tmp = pathlib.Path(session.create_tmp()).resolve()
+    dist = tmp / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(dist), str(ROOT))
+    (sdist,), (wheel,) = dist.glob("*.tar.gz"), dist.glob("*.whl")
+    session.run("twine", "check", "--strict", str(sdist), str(wheel))
+    version = check_distributions(sdist, wheel)
+    session.install(str(wheel))
+    outside = pathlib.Path(tempfile.mkdtemp(prefix="jaxsearch-outside-"))
+    shutil.copy(ROOT / "examples" / "quickstart.py", outside)
+    session.chdir(outside)
+    session.run(
+        "python",
+        "-c",
+        "import importlib.metadata, jaxsearch; "
+        f"assert jaxsearch.__version__ == importlib.metadata.version('jaxsearch') == {version!r}; "
+        f"assert jaxsearch.__file__.startswith({str(session.virtualenv.location)!r}), "
+        "jaxsearch.__file__; print('jaxsearch', jaxsearch.__version__, 'from', jaxsearch.__file__)",
+    )
+    session.run("python", "quickstart.py")
+
+
+def check_distributions(sdist: pathlib.Path, wheel: pathlib.Path) -> str:
+    """Checks what the sdist and the wheel hold; returns the wheel's version."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (metadata_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(metadata_name).decode()
+    version = re.search(r"^Version: (.+)$", metadata, re.M)[1]
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
+    assert "jaxsearch/py.typed" in names, names
+    assert not [n for n in names if not n.startswith(("jaxsearch/", "jaxsearch-"))], names
+    headers, _, description = metadata.partition("\n\n")
+    for header in ("License-Expression: Apache-2.0", "License-File: LICENSE"):
+        assert header in headers.splitlines(), headers
+    for wrong in ("pip install -e", "DESIGN"):
+        assert wrong not in description, f"the long description has {wrong!r}"
+    relative = [
+        t for t in re.findall(r"\]\(([^)]*)\)", description) if not t.startswith("https://")
+    ]
+    assert not relative, f"links and images that are broken on a package index: {relative}"
+    assert description.startswith("# jaxsearch\n\n```bash\npip install jaxsearch\n```")
+    with tarfile.open(sdist) as archive:
+        names = [n.partition("/")[2] for n in archive.getnames()]
+    for needed in ("LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "jaxsearch/py.typed"):
+        assert needed in names, (needed, names)
+    assert not [n for n in names if n.startswith("benchmarks/results")], names
+    return version

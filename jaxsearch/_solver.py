@@ -483,9 +483,15 @@ class Solver(eqx.Module):
         `value_and_grad_from_state` returns instead of evaluating again, and the number of
         updates as `count`: what optax's documented loop reads with `optax.tree.get`. Like
         `step`, it compiles once, eagerly too. `value_and_grad_from_state` (optax's) takes
-        arrays only: for an Equinox model, partition it first (docs/optax.md).
+        arrays only: for an Equinox model, partition it first (docs/optax.md). Needs optax
+        (`pip install optax`, or `jaxsearch[optax]`), which `import jaxsearch` does not.
         """
-        from ._optax import as_optax
+        try:
+            from ._optax import as_optax
+        except ModuleNotFoundError as error:
+            if error.name != "optax":
+                raise
+            raise ImportError("as_optax() needs optax: pip install optax") from error
 
         return as_optax(self)
 

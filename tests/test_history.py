@@ -112,6 +112,10 @@ def test_callback_streams_the_history(solver, result):
     assert len(records) == len(history["step"])
     for name in FIELDS:
         np.testing.assert_allclose([r[name] for r in records], history[name], err_msg=name)
+        # as docs/history.md says: each field a 0-d NumPy array, in the history's dtype
+        for record in records:
+            assert type(record[name]) is np.ndarray and record[name].shape == (), name
+            assert record[name].dtype == history[name].dtype, name
 
 
 def test_callback_sees_float64_under_a_scoped_x64(solver):
