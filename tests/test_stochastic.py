@@ -566,32 +566,38 @@ def test_optax_update_given_value_and_grad_does_not_evaluate_them_again():
 # ------------------------------------------------------------------ a failed search recovers
 
 
-def test_a_failed_search_carries_its_shrunk_step_and_the_next_step_recovers():
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_a_failed_search_carries_its_shrunk_step_and_the_next_step_recovers(dtype):
     """f = 1e5 |x - s|^2 / 2 with every default: along -grad, Armijo (c1 = 0.1) holds iff
     t <= 2 (1 - c1) / 1e5 = 1.8e-5. The first search fails after 100 trials from 1 (no step);
     as in the reference, its shrunk step 0.9^100 is carried forward, so the second search
-    starts at 0.9^100 2^(1/500), takes 4 more shrinks and moves; the loss then falls."""
+    starts at 0.9^100 2^(1/500), takes 4 more shrinks and moves; the loss then falls. (In
+    bfloat16, whose f rounds at 3 digits, the step accepted may differ from that.)"""
     solver = js.Solver(js.Gradient(), js.StochasticArmijo())
-    s = jnp.asarray([1.0, -2.0, 0.5], jnp.float32)
-    x0 = jnp.zeros(3, jnp.float32)
 
     def f(x, s):
         return 1e5 * jnp.sum((x - s) ** 2) / 2
 
-    state = solver.init(x0, value_dtype=jnp.float32)
-    step = eqx.filter_jit(lambda x, state: solver.step(f, x, state, s))
-    x, state = step(x0, state)
-    assert js.Status(int(state.status)) == js.Status.LINESEARCH_FAILED
-    assert np.array_equal(x, x0)
-    x, state = step(x, state)
-    np.testing.assert_allclose(float(state.step_size), 0.9**104 * 2 ** (1 / 500), rtol=1e-5)
-    assert not np.array_equal(x, x0)
-    losses = [float(f(x0, s)), float(f(x, s))]
-    for _ in range(4):
+    with jax.enable_x64(dtype == "float64"):
+        s = jnp.asarray([1.0, -2.0, 0.5], dtype)
+        x0 = jnp.zeros(3, dtype)
+        state = solver.init(x0)
+        step = eqx.filter_jit(lambda x, state: solver.step(f, x, state, s))
+        x, state = step(x0, state)
+        assert js.Status(int(state.status)) == js.Status.LINESEARCH_FAILED
+        assert np.array_equal(x, x0)
         x, state = step(x, state)
-        losses.append(float(f(x, s)))
-    assert all(b < a for a, b in zip(losses, losses[1:], strict=False))
-    assert losses[-1] < 0.2 * losses[0]
+        assert js.Status(int(state.status)) == js.Status.RUNNING
+        if dtype != "bfloat16":
+            expected = 0.9**104 * 2 ** (1 / 500)
+            np.testing.assert_allclose(float(state.step_size), expected, rtol=1e-5)
+        assert x.dtype == x0.dtype and not np.array_equal(x, x0)
+        losses = [float(f(x0, s)), float(f(x, s))]
+        for _ in range(4):
+            x, state = step(x, state)
+            losses.append(float(f(x, s)))
+    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+    assert losses[-1] < 0.2 * losses[0], losses
 
 
 # ----------------------------------------------------------------------- the reset options
