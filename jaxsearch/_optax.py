@@ -11,6 +11,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PyTree, Scalar
 
+from . import _programs
 from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm
 from ._state import BestPoint, SolverState
 
@@ -20,7 +21,9 @@ class OptaxState(NamedTuple):
 
     - `value`, `grad`: f and its gradient at the params that the last update led to (inf and
       zeros before the first), which `optax.value_and_grad_from_state` returns instead of
-      evaluating fn again.
+      evaluating fn again. With a line search that `evaluates_each_step`
+      (`StochasticArmijo`), `value` is inf after every update: those are on the last
+      update's batch, so `value_and_grad_from_state` evaluates on the next one.
     - `solver`: the rest of the solver's state. Its `grad` is None: the gradient is kept once,
       above.
     - `count`: the number of updates made (int32, saturating), as optax's own states count
@@ -52,8 +55,12 @@ class _WithKeywords(eqx.Module):
         return self.fn(params, **kwargs)
 
 
-def _split(state: SolverState, count: Int[Array, ""]) -> OptaxState:
-    return OptaxState(state.value, state.grad, dataclasses.replace(state, grad=None), count)
+def _split(state: SolverState, count: Int[Array, ""], fresh: bool = False) -> OptaxState:
+    """The optax state of `state`; `fresh`: its value is not the next update's (a search that
+    evaluates each step on its own batch), so `value` is inf, which makes
+    `optax.value_and_grad_from_state` evaluate f and its gradient on the next batch."""
+    value = jnp.full_like(state.value, jnp.inf) if fresh else state.value
+    return OptaxState(value, state.grad, dataclasses.replace(state, grad=None), count)
 
 
 @jax.jit
@@ -115,12 +122,17 @@ def as_optax(solver) -> optax.GradientTransformationExtraArgs:
             st = dataclasses.replace(
                 st, value=value, grad=grad, has_eval=jnp.array(True), direction=direction
             )
-        new_params, st = solver.step(_WithKeywords(value_fn), params, st, extra_args)
+        # Given f and its gradient, a search that evaluates each step uses them (they are on
+        # this update's data) rather than evaluating them again.
+        new_params, st = _programs.step(
+            solver, _WithKeywords(value_fn), params, st, (extra_args,), None, value is not None
+        )
         updates = jax.tree.map(
             lambda new, old: new - old if eqx.is_inexact_array(old) else None,
             new_params,
             params,
         )
-        return updates, _split(st, _increment(state.count))
+        fresh = solver.linesearch.evaluates_each_step
+        return updates, _split(st, _increment(state.count), fresh)
 
     return optax.GradientTransformationExtraArgs(init, update)

@@ -229,15 +229,24 @@ def _resumed_state(state, value_dtype) -> SolverState:
 # ------------------------------------------------------------------------------------ step
 
 
-def step(solver, fn, params, state, args: tuple, bounds):
+def step(solver, fn, params, state, args: tuple, bounds, evaluated: bool = False):
     """`solver._step` compiled by `eqx.filter_jit` (lean where `lean` says so)."""
     return call(
-        _step, solver, fn, params, state, args, bounds, filtered=True, lean=lean((params, args))
+        _step,
+        solver,
+        fn,
+        params,
+        state,
+        args,
+        bounds,
+        evaluated,
+        filtered=True,
+        lean=lean((params, args)),
     )
 
 
-def _step(solver, fn, params, state, args, bounds):
-    return solver._step(fn, params, state, args, bounds)
+def _step(solver, fn, params, state, args, bounds, evaluated):
+    return solver._step(fn, params, state, args, bounds, evaluated)
 
 
 def report(history: bool, callback, verbose: bool, progress: bool) -> Report:

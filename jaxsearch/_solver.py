@@ -281,20 +281,27 @@ class Solver(eqx.Module):
         """One iteration: direction, line search, state update. Returns (params, state).
 
         The state caches f and its gradient at the returned params, so the next step evaluates
-        fn only at trial points; pass the params that `step` returned (with the same args).
+        fn only at trial points; pass the params that `step` returned (with the same args, or
+        call `reevaluate` for new ones). A line search with `evaluates_each_step`
+        (`StochasticArmijo`) evaluates f and its gradient at params on the args of each step
+        first, whatever the state caches.
         `state.status` tells how this step ended (`Status.RUNNING` if no criterion was met).
         `bounds` as in `run`; params outside them are first projected into the box (and then
         evaluated anew). Compiled by `eqx.filter_jit` (see `jaxsearch._programs`).
         """
         return _programs.step(self, fn, params, state, args, bounds)
 
-    def _step(self, fn, params, state: SolverState, args: tuple, bounds):
+    def _step(self, fn, params, state: SolverState, args: tuple, bounds, evaluated=False):
+        """`step`; `evaluated`: the state's f and gradient are at params on these args (the
+        optax transformation given them), so a search that `evaluates_each_step` uses them."""
         check_fn(fn)
         _retrace.note_trace("step", self, fn, (params, args))
         given, static = partition(params)
         diff = tree_cast_like(given, given)  # strongly typed inside; given avals on the way out
         box = self._box(bounds, diff)
         self._check_state_search(state, box is not None)
+        if self._search(box is not None).evaluates_each_step and not evaluated:
+            state = self.reevaluate(state)  # f and its gradient on this step's args
         if box is not None:
             inside = box.project(diff)
             moved = ~tree_equal(inside, diff)
@@ -310,8 +317,10 @@ class Solver(eqx.Module):
         """`state` with its cached f and gradient marked stale: the next `step` first evaluates
         fn at its params (through the same evaluation site as every other), then searches from
         there. Use it when the objective changed between steps, e.g. a new mini-batch in args;
-        otherwise the next step would start from f and gradient on the previous batch. The
-        direction's memory and the line search's state are kept. Works inside `jit`."""
+        otherwise the next step would start from f and gradient on the previous batch (a line
+        search with `evaluates_each_step`, `StochasticArmijo`, does this at every step by
+        itself). The direction's memory and the line search's state are kept. Works inside
+        `jit`."""
         return _replace(state, has_eval=jnp.zeros_like(state.has_eval))
 
     def run(

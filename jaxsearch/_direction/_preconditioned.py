@@ -40,14 +40,25 @@ class Preconditioned(AbstractDirection):
     "On the Convergence of Adam and Beyond", ICLR 2018, in optax's form
     `optax.scale_by_amsgrad`). m, v and k follow `optax.scale_by_adam` exactly.
 
-    With D = diag(sqrt(v_hat) + eps), phi'(0) = <g, d> = -<g, D^{-1} m_hat>. With `b1 = 0`
-    (m_hat = g) d = -D^{-1} g is always a descent direction and the Armijo condition of the
-    line search is the one in the preconditioned norm, f(x - t D^{-1} g) <= f(x) -
-    c t |g|^2_{D^{-1}}: AMSGrad/Adam with a stochastic line search, as Vaswani, Laradji,
-    Kunstner, Meng, Schmidt & Lacoste-Julien, "Adaptive Gradient Methods Converge Faster with
-    Over-Parameterization (but you should do a line-search)", 2020, use it (their
-    experiments: b1 = 0, b2 = 0.99, AMSGrad). With momentum (`b1 > 0`) d may point uphill
-    on a new batch; the solver then takes -g for that step and calls `reset`.
+    With D = diag(sqrt(v_hat) + eps), phi'(0) = <g, d> = -<g, D^{-1} m_hat>.
+
+    **Without momentum** (`b1 = 0`, the default) m_hat = g, so d = -D^{-1} g is always a
+    descent direction and the Armijo condition of the line search is the one in the
+    preconditioned norm, f(x - t D^{-1} g) <= f(x) - c t |g|^2_{D^{-1}}: AdaSLS, the
+    adaptive method with a stochastic line search of Vaswani, Laradji, Kunstner, Meng,
+    Schmidt & Lacoste-Julien, "Adaptive Gradient Methods Converge Faster with
+    Over-Parameterization (but you should do a line-search)", 2020, as their experiments run
+    it (momentum 0; b2 = 0.99 and `amsgrad` in their AMSGrad variant).
+
+    **With momentum** (`b1 > 0`) the search is along d = -D^{-1} m_hat, with its own slope
+    <g, d>. That is not AdaSLS's momentum, which searches along -D^{-1} g and then moves
+    along -D^{-1} m_hat, to a point its search never evaluated (here every step ends at a
+    point its search evaluated). On one objective each step still decreases f; on
+    mini-batches, where m_hat carries earlier batches' gradients, steps that pass Armijo on
+    their own batch raised the training loss of `StochasticArmijo` over whole epochs
+    (docs/stochastic.md, measured against AdaSLS's momentum), which is why the default is
+    `b1 = 0`. Where d points uphill on a new batch, the solver takes -g for that step and
+    calls `reset`.
 
     **Reset** (after a direction that was not a descent direction, or a step that failed)
     forgets the first moment m and restarts its bias correction, so that the next direction
@@ -64,13 +75,13 @@ class Preconditioned(AbstractDirection):
 
     **Arguments:**
 
-    - `b1`: decay of the first moment, in [0, 1) (0: no momentum).
+    - `b1`: decay of the first moment, in [0, 1) (default 0: no momentum; see above).
     - `b2`: decay of the second moment, in [0, 1).
     - `eps`: added to sqrt(v_hat), >= 0.
     - `amsgrad`: use the largest v_hat so far (static).
     """
 
-    b1: Setting = 0.9
+    b1: Setting = 0.0
     b2: Setting = 0.999
     eps: Setting = 1e-8
     amsgrad: bool = eqx.field(static=True, default=False)

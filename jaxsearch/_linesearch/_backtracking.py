@@ -27,8 +27,9 @@ class AbstractBacktracking(AbstractDecreaseSearch):
     `StochasticArmijo`: each rejected trial (also one where f or its slope is not finite) is
     multiplied by `shrink`; after `max_steps` rejected trials, or when the next trial would be
     below the line's resolution, no step is taken. The state between searches is the previous
-    accepted step (0 until one is accepted; a search that takes no step keeps it) and C_k.
-    A subclass says where a search starts (`first_trial`) and checks its own settings."""
+    accepted step (0 until one is accepted) and C_k. A subclass says where a search starts
+    (`first_trial`), what a search that takes no step leaves for the next
+    (`carried_after_failure`), and checks its own settings."""
 
     c1: eqx.AbstractVar[Setting]
     shrink: eqx.AbstractVar[Setting]
@@ -39,6 +40,11 @@ class AbstractBacktracking(AbstractDecreaseSearch):
     def first_trial(self, prev_step: Scalar, guess: Scalar) -> Scalar:
         """The first trial before the cap rules, from the previous accepted step (0: none yet)
         and the solver's shared initial guess."""
+
+    @abc.abstractmethod
+    def carried_after_failure(self, prev_step: Scalar, search: _BacktrackingSearch) -> Scalar:
+        """What a search that took no step leaves as `prev_step` for the next one's
+        `first_trial`, from the one before it and this search's state."""
 
     def value_scale(self, state) -> ValueScale:
         return state.scale
@@ -72,7 +78,8 @@ class AbstractBacktracking(AbstractDecreaseSearch):
 
     def finish(self, state, search) -> _BacktrackingState:
         moved = search.step > 0
-        prev_step = jnp.where(moved, search.step, state.prev_step).astype(state.prev_step.dtype)
+        failed = self.carried_after_failure(state.prev_step, search)
+        prev_step = jnp.where(moved, search.step, failed).astype(state.prev_step.dtype)
         return _BacktrackingState(prev_step, search.scale.kept_if(moved, state.scale))
 
 
@@ -124,3 +131,6 @@ class Backtracking(AbstractBacktracking):
             return guess
         grown = (prev_step * self.growth).astype(guess.dtype)
         return jnp.where(prev_step > 0, grown, guess)
+
+    def carried_after_failure(self, prev_step, search):
+        return prev_step

@@ -1,7 +1,7 @@
 """What a line search must provide to the solver."""
 
 import abc
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -104,6 +104,13 @@ class AbstractLineSearch(eqx.Module):
     """
 
     max_step_size: eqx.AbstractVar[Any]  # no trial step exceeds this (+inf: no static cap)
+
+    # True for a search on an objective that changes from step to step (a mini-batch in
+    # args): `Solver.step` then evaluates f and its gradient at its params on its own args
+    # before every search, as after `Solver.reevaluate`, rather than starting from those
+    # the state caches (on the previous step's args). `run`, whose args do not change, and
+    # the optax transformation given f and its gradient at params, do not evaluate again.
+    evaluates_each_step: ClassVar[bool] = False
 
     @property
     @abc.abstractmethod

@@ -1,5 +1,7 @@
 """The stochastic Armijo line search (SLS) of Vaswani et al. (2019) for mini-batch training."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Scalar
@@ -14,10 +16,13 @@ class StochasticArmijo(AbstractBacktracking):
     Laradji, Schmidt, Gidel & Lacoste-Julien, "Painless Stochastic Gradient: Interpolation,
     Line-Search, and Convergence Rates", NeurIPS 2019 (algorithms 1 and 2).
 
-    With f_k the objective on step k's batch (passed through `args`; call
-    `solver.reevaluate(state)` before each `step`, so that f_k and its gradient at x_k are
-    evaluated on that batch) and phi(t) = f_k(x_k + t d):
+    With f_k the objective on step k's batch (passed through `args`) and
+    phi(t) = f_k(x_k + t d):
 
+    - **Each step on its own batch** (`evaluates_each_step`). `Solver.step` first evaluates
+      f_k and its gradient at x_k on the args it is given, whatever the state caches (as
+      after `Solver.reevaluate`, which is no longer needed), so the direction and every trial
+      of the search are on that batch. `run`, whose args do not change, does not.
     - **Condition.** phi(t) <= phi(0) + c1 t phi'(0), that is
       f_k(x_k + t d) <= f_k(x_k) + c1 t <grad f_k(x_k), d> (the paper's c = `c1` = 0.1;
       for d = -grad f_k the paper's f_k(x) - c t |grad f_k(x)|^2; for a preconditioned
@@ -26,16 +31,27 @@ class StochasticArmijo(AbstractBacktracking):
     - **Backtracking.** A rejected trial (also one where f or its slope is not finite) is
       multiplied by `shrink` (the paper's beta = 0.9). After `max_steps` trials without one
       that passes, or when the next would be below the line's resolution (no parameter would
-      change), the step takes no step (`Status.LINESEARCH_FAILED`) and the step size is kept.
-    - **Reset** (the paper's option 1). The first trial of step k is
-      min(growth eta_{k-1}, `max_step_size`) with eta_{k-1} the last accepted step and
-      growth = `gamma` ** (1 / `batches_per_epoch`) (the paper's gamma^(b/n), gamma = 2): the
-      step may double over an epoch. Before any step is accepted it is `init_step` (1). The
-      solver's own initial guess is not used.
+      change), the step takes no step (`Status.LINESEARCH_FAILED`), and its last trial times
+      `shrink` is carried forward as if it had been accepted, as the authors' code carries
+      it: the next search starts there and goes on shrinking, so a step size far too large
+      for f is found over a few steps instead of being tried again from the same start.
+      (Their code also moves x by 1e-6 grad f after a failure, a step that no test checked
+      and that raises f wherever f's curvature is above 2e6; here a step always passes the
+      test.)
+    - **Reset** (the paper's algorithm 2), the first trial of step k > 1, from the last
+      step eta_{k-1} carried forward: `reset="grow"` (option 1, the default)
+      eta_{k-1} growth with growth = `gamma` ** (1 / `batches_per_epoch`) (the paper's
+      gamma^(b/n), gamma = 2: the step may double over an epoch); `"keep"` (option 0)
+      eta_{k-1}; `"init"` (option 2) `init_step`, the paper's eta_max, at every step. The
+      first search starts at `init_step` (1). The solver's own initial guess is not used.
+    - **No cap** by default: the paper's method and the authors' code bound no step, so a
+      flat objective's step grows by `gamma` per epoch for as long as Armijo holds.
+      `max_step_size` caps every trial where a bound is wanted (the eta_max of the authors'
+      AdaSLS code, off there by default too).
 
     Defaults are the paper's constants (c = 0.1, beta = 0.9, gamma = 2) and those of the
-    authors' implementation (initial step 1, cap eta_max = 10, 100 trials, 500 batches per
-    epoch). Set `batches_per_epoch` to the number of steps in an epoch of your data.
+    authors' implementation (initial step 1, 100 trials, 500 batches per epoch). Set
+    `batches_per_epoch` to the number of steps in an epoch of your data.
 
     Where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k` (rounding; see
     `Backtracking`), the test is on the slope instead, phi'(t) <= (2 c1 - 1) phi'(0);
@@ -46,10 +62,13 @@ class StochasticArmijo(AbstractBacktracking):
 
     - `c1`: the Armijo constant, in (0, 1).
     - `shrink`: the backtracking factor, in (0, 1).
-    - `gamma`: the growth of the step over an epoch, >= 1 (1: the step never grows).
+    - `gamma`: the growth of the step over an epoch with `reset="grow"`, >= 1 (1: the step
+      never grows).
     - `batches_per_epoch`: steps per epoch (an int >= 1), the paper's n / b.
-    - `init_step`: the first trial of the first search, > 0.
-    - `max_step_size`: no trial exceeds it (the paper's eta_max), > 0.
+    - `init_step`: the first trial of the first search (of every search with
+      `reset="init"`), > 0.
+    - `reset`: "grow", "keep" or "init" (static), as above.
+    - `max_step_size`: no trial exceeds it, > 0 (default +inf: no cap).
     - `max_steps`: the trial budget of a search (an int >= 1).
     - `epsilon`: the rounding tolerance (None: as `Backtracking`'s, >= 0).
     """
@@ -59,9 +78,12 @@ class StochasticArmijo(AbstractBacktracking):
     gamma: Setting = 2.0
     batches_per_epoch: int = eqx.field(static=True, default=500, converter=as_int)
     init_step: Setting = 1.0
-    max_step_size: Setting = 10.0
+    reset: str = eqx.field(static=True, default="grow")
+    max_step_size: Setting = float("inf")
     max_steps: int = eqx.field(static=True, default=100, converter=as_int)
     epsilon: Setting | None = None
+
+    evaluates_each_step: ClassVar[bool] = True
 
     def __check_init__(self):
         name = "StochasticArmijo"
@@ -72,14 +94,32 @@ class StochasticArmijo(AbstractBacktracking):
         check_setting(
             name, "init_step", self.init_step, lambda v: 0 < v < float("inf"), "be positive"
         )
+        if not (isinstance(self.reset, str) and self.reset in _RESETS):
+            raise ValueError(
+                f"{name}: reset must be one of {', '.join(map(repr, _RESETS))} (the paper's "
+                f"options 1, 0 and 2), got {self.reset!r}."
+            )
 
     @property
     def growth(self) -> Setting:
         """gamma ** (1 / batches_per_epoch): the factor between a step and the next one's
-        first trial."""
+        first trial with `reset="grow"`."""
         return self.gamma ** (1.0 / self.batches_per_epoch)
 
     def first_trial(self, prev_step: Scalar, guess: Scalar) -> Scalar:
         dtype = prev_step.dtype
-        grown = (prev_step * self.growth).astype(dtype)
-        return jnp.where(prev_step > 0, grown, jnp.asarray(self.init_step).astype(dtype))
+        init = jnp.asarray(self.init_step).astype(dtype)
+        if self.reset == "init":
+            return init
+        carried = prev_step if self.reset == "keep" else (prev_step * self.growth).astype(dtype)
+        return jnp.where(prev_step > 0, carried, init)
+
+    def carried_after_failure(self, prev_step: Scalar, search) -> Scalar:
+        # The last trial, shrunk once more, where the search tried one (a search that ended
+        # as it started, at a cap below the line's resolution, judged no step size).
+        shrunk = search.trial
+        tried = (search.num_trials > 0) & jnp.isfinite(shrunk) & (shrunk > 0)
+        return jnp.where(tried, shrunk, prev_step).astype(prev_step.dtype)
+
+
+_RESETS = ("grow", "keep", "init")
