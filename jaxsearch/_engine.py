@@ -211,7 +211,7 @@ class Engine:
         m = _replace(m, state=st, search=search, trials=trials)
         # A search ends within its trial budget; one that has not by then is cut off there.
         ends = at_base | checking | search.done | (trials >= linesearch.max_trials)
-        # A step ends here (for the step's record, which under vmap is sent for all runs).
+        # A step ends here.
         taken = ends & ~at_base & ~checking
         # A step that ends having changed x gives the direction's memory its pair (s, y); one
         # that did not resets it. Done at every iteration without a branch, so the memory is
@@ -432,10 +432,14 @@ class Engine:
         history = m.history
         if self.report.per_step:
             record = step_record(m.evals_at_start, after, dtype, m.last_step, solver.stall_steps)
+            # Under vmap the loop's body runs for every problem until the last one ends (and
+            # this branch at every iteration): a problem's step is recorded where it ended
+            # one here and its run had not ended before (`m.open`).
+            recorded = taken & m.open
             if history is not None:
-                history = history.append(record, taken)
+                history = history.append(record, recorded)
             if self.report.host:
-                self.report.send(record, taken, solver.max_steps)
+                self.report.send(record, recorded, m.open, solver.max_steps)
         return _replace(
             m, x=x_new, state=after, evals_at_start=after.num_fun_evals, history=history
         )

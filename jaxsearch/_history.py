@@ -4,6 +4,7 @@
 import dataclasses
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -117,62 +118,97 @@ class Report(eqx.Module):
     def host(self) -> bool:
         return self.callback is not None or self.verbose or self.progress
 
-    def send(self, record: dict, taken, max_steps: int) -> None:
-        """Hand `record` to the host functions asked for, from inside the compiled run, when
-        `taken` (a step was taken; under `jax.vmap`, by any run of the batch)."""
+    def send(self, record: dict, recorded, running, max_steps: int) -> None:
+        """Hand `record` to the host functions asked for, from inside the compiled run, where
+        `recorded` (a step ended in this iteration). `running`: the run had not ended before
+        this iteration. Under `jax.vmap` the host gets the whole batch (`_host.host_call`)."""
         host = _HostCalls(self.callback, self.verbose, self.progress, max_steps)
-        host_call(host, record, taken)
+        ended = ~running | (recorded & record["final"])
+        host_call(host, record, recorded, ended)
 
 
 @dataclasses.dataclass(frozen=True)
 class _HostCalls:
-    """The host side of `Report.send`; equal instances hash equal, so a compiled run is reused."""
+    """The host side of `Report.send`; equal instances hash equal, so a compiled run is reused.
+
+    Every leaf has the batch's shape: () for one run, (n,) under `jax.vmap`, (n0, n1) under
+    a vmap of a vmap. Each problem that ended a step gets its record, in the batch's order,
+    tagged with `batch_index` (an int, or a tuple under nested vmaps) when there is a batch."""
 
     callback: Callable[[dict], object] | None
     verbose: bool
     progress: bool
     max_steps: int
 
-    def __call__(self, record, taken):
-        if not np.any(taken):
+    def __call__(self, record, recorded, ended):
+        if not np.any(recorded):
             return
-        record = {name: np.asarray(value) for name, value in record.items()}
-        if self.verbose:
-            print(_line(record), flush=True)
+        batch_shape = np.shape(recorded)
+        for where in np.argwhere(recorded):  # in the batch's order
+            index = tuple(int(i) for i in where)
+            # 0-d arrays of the run's dtypes (a plain index would give NumPy scalars)
+            one: dict[str, object] = {
+                name: np.array(record[name][(*index, ...)]) for name in FIELDS
+            }
+            if batch_shape:
+                one["batch_index"] = index[0] if len(index) == 1 else index
+            if self.verbose:
+                print(_line(one), flush=True)
+            if self.callback is not None:
+                self.callback(one)
         if self.progress:
-            _progress(record, self.max_steps)
-        if self.callback is not None:
-            self.callback({name: record[name] for name in FIELDS})
+            _progress(record, recorded, ended, self.max_steps)
 
 
 def _line(record) -> str:
-    if record["step"].ndim:  # a batch: the furthest run
-        i = int(np.argmax(record["step"]))
-        record = {name: value[i] for name, value in record.items()}
-    return (
+    """One step as a line; under `jax.vmap` led by the problem's index in the batch."""
+    index = record.get("batch_index")
+    if isinstance(index, tuple):
+        index = ",".join(map(str, index))
+    return ("" if index is None else f"problem {index}  ") + (
         f"step {int(record['step']):5d}  f {float(record['value']): .6e}  "
         f"|g| {float(record['grad_norm']):.3e}  t {float(record['step_size']):.3e}  "
         f"evals {int(record['num_fun_evals'])}"
     )
 
 
-_bar = None  # the progress bar of the run in progress, if any
+@dataclasses.dataclass
+class _Bar:
+    """The tqdm bar of a run or a batch in progress, and the steps each problem has taken."""
+
+    tqdm: Any
+    steps: np.ndarray
 
 
-def _progress(record, max_steps: int) -> None:
-    """Advance a tqdm bar to the furthest step; close it after the last step."""
+_bar: _Bar | None = None  # the progress bar of the run in progress, if any
+
+
+def _progress(record, recorded, ended, max_steps: int) -> None:
+    """One tqdm bar per run, and one per batch under `jax.vmap`: it counts the steps of the
+    furthest problem (of `max_steps`; a resumed run counts from its start), and for a batch
+    shows how many problems have ended; it closes once all have. A bar left open by a run
+    that never finished is closed when a new run starts."""
     global _bar
     try:
         from tqdm.auto import tqdm
     except ImportError as error:  # checked in `run` already; kept for a direct call
         raise ImportError("progress=True needs tqdm: pip install tqdm") from error
-    step = max_steps - int(np.min(record["steps_left"]))  # steps of this run
-    if _bar is None or step <= _bar.n:
-        if _bar is not None:
-            _bar.close()
-        _bar = tqdm(total=max_steps, unit="step", file=sys.stderr, leave=True)
-    _bar.update(step - _bar.n)
-    _bar.set_postfix(f=f"{float(np.min(record['value'])):.4e}", refresh=False)
-    if np.all(record["final"]):
-        _bar.close()
+    steps = max_steps - np.asarray(record["steps_left"], np.int64)  # steps of this run
+    if _bar is not None and (
+        _bar.steps.shape != steps.shape or np.any(recorded & (steps <= _bar.steps))
+    ):
+        _bar.tqdm.close()
+        _bar = None
+    if _bar is None:
+        bar = tqdm(total=max_steps, unit="step", file=sys.stderr, leave=True)
+        _bar = _Bar(bar, np.zeros_like(steps))
+    _bar.steps = np.where(recorded, steps, _bar.steps)
+    bar = _bar.tqdm
+    bar.update(int(np.max(_bar.steps)) - bar.n)
+    if np.ndim(ended):
+        bar.set_postfix(ended=f"{int(np.sum(ended))}/{np.size(ended)}", refresh=False)
+    else:
+        bar.set_postfix(f=f"{float(record['value']):.4e}", refresh=False)
+    if np.all(ended):
+        bar.close()
         _bar = None

@@ -352,10 +352,12 @@ class Solver(eqx.Module):
           rows and a row count, under `jit` and `vmap` too; `result.history.to_numpy()` gives
           the used rows as NumPy arrays.
         - `callback=f`: `f(record)` on the host after each step, with the record as a dict of
-          NumPy scalars (arrays with a batch axis under `vmap`) of the run's dtypes, bit for
-          bit (under a scoped `jax.enable_x64(True)` too), by `jax.debug.callback`.
-        - `verbose=True`: one printed line per step.
-        - `progress=True`: a tqdm progress bar, closed when the run stops.
+          0-d NumPy arrays of the run's dtypes, bit for bit (under a scoped
+          `jax.enable_x64(True)` too), by `jax.debug.callback`. Under `jax.vmap`, each
+          problem's records alone (those of its history), with `batch_index`, its index in
+          the batch (a tuple under nested vmaps).
+        - `verbose=True`: one printed line per step (of each problem, under `vmap`).
+        - `progress=True`: a tqdm progress bar (one for a batch), closed when the run stops.
         These settings, the identity of `callback` included, are part of the compile key.
 
         `bounds=(lower, upper)` constrains lower <= params <= upper. Each is a scalar or a

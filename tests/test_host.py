@@ -56,24 +56,41 @@ def _catching(fn, errors):
 
 
 def test_under_vmap():
-    """However JAX batches the call (once with a batch axis, or once per element), the leaves
-    that arrive are the batch's, in their dtypes."""
+    """One call for the whole batch (not one per element), each leaf in its dtype with the
+    batch's axis first; a leaf the vmap does not batch is broadcast along it."""
     got = []
     with jax.enable_x64(True):
         x = jnp.arange(6.0).reshape(3, 2) / 7
         n = jnp.arange(3, dtype=jnp.int64) * 2**40
+        flag = jnp.array(True)
 
         def send(x, n):
-            host_call(lambda a, b: got.append((a, b)), x, n)
+            host_call(lambda *leaves: got.append(leaves), x, n, flag)
             return x
 
         jax.jit(jax.vmap(send))(x, n)
         jax.effects_barrier()
-        x, n = np.asarray(x), np.asarray(n)
-    assert all(a.dtype == np.float64 and b.dtype == np.int64 for a, b in got)
+        expected = [np.asarray(x), np.asarray(n), np.full(3, True)]
+    assert len(got) == 1
+    for leaf, want in zip(got[0], expected, strict=True):
+        assert leaf.dtype == want.dtype and leaf.tobytes() == want.tobytes()
 
-    def rows(xs, ns):  # per element, the calls may come in any order
-        pairs = zip(np.reshape(xs, (-1, 2)), np.reshape(ns, -1), strict=True)
-        return sorted((int(m), tuple(r)) for r, m in pairs)
 
-    assert sorted(sum((rows(a, b) for a, b in got), [])) == rows(x, n)
+def test_under_nested_vmap():
+    """Under vmap of vmap the leaves have both axes, the outer one first, whether the inner or
+    the outer vmap batches a leaf."""
+    got = []
+    inner = jnp.arange(3.0)
+    outer = jnp.arange(2, dtype=jnp.int32) * 10
+
+    def send(a, b):
+        host_call(lambda *leaves: got.append(leaves), a, b)
+        return a
+
+    jax.vmap(jax.vmap(send, in_axes=(0, None)), in_axes=(None, 0))(inner, outer)
+    jax.effects_barrier()
+    assert len(got) == 1
+    a, b = got[0]
+    np.testing.assert_array_equal(a, np.broadcast_to(np.arange(3.0, dtype=np.float32), (2, 3)))
+    np.testing.assert_array_equal(b, np.broadcast_to(np.array([[0], [10]], np.int32), (2, 3)))
+    assert a.dtype == np.float32 and b.dtype == np.int32
