@@ -7,6 +7,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from ._misc import leaves
+from ._state import SolverState
 
 
 def check_no_numbers(params) -> None:
@@ -29,11 +30,13 @@ def partition(params):
     to optimise and nothing that would be held fixed silently."""
     check_no_numbers(params)
     diff, static = eqx.partition(params, eqx.is_inexact_array)
-    for leaf in leaves(static):
+    for path, leaf in jtu.tree_flatten_with_path(static)[0]:
         if isinstance(leaf, jax.Array | np.ndarray) and not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            where = f"params{jtu.keystr(path)}"
             raise TypeError(
-                f"params has a leaf of dtype {leaf.dtype}; only floating arrays can be optimised. "
-                "Pass integer or boolean data through `args` instead."
+                f"{where} is an array of dtype {leaf.dtype}, which jaxsearch cannot optimise: "
+                "only floating arrays change. Pass it through `args` to hold it fixed, or "
+                f"cast it (`{where}.astype(jnp.float32)`) to optimise it."
             )
     if not leaves(diff):
         raise TypeError("params has no floating array leaves: there is nothing to optimise.")
@@ -68,27 +71,98 @@ def throw_setting(throw) -> bool | str:
     raise ValueError(f'Solver: throw must be True, False or "failures", got {throw!r}.')
 
 
+def check_is_state(state) -> None:
+    """Raise unless `state` is a `SolverState` (a state is refused before it is looked into)."""
+    if not isinstance(state, SolverState):
+        raise TypeError(
+            "state must be a SolverState (`solver.init(params)`'s, the one `step` returned, "
+            f"or `result.state`), got {type(state).__name__}."
+        )
+
+
 def check_fits(given, expected, what: str) -> None:
-    """Raise a TypeError naming the first leaf of `given` whose shape or dtype differs from
-    `expected` (a pytree of `jax.ShapeDtypeStruct`), or where their structures differ."""
+    """Raise a TypeError naming the first node of `given` that differs from `expected` (a
+    pytree of `jax.ShapeDtypeStruct`): a leaf of another shape or dtype, or a node of another
+    type or with other children (None where an array or a module is expected, say)."""
+    problem = misfit(given, expected, what)
+    if problem is not None:
+        raise TypeError(problem)
+
+
+def misfit(given, expected, what: str) -> str | None:
+    """What `check_fits` would say of `given` against `expected`; None where it fits."""
     given_leaves, given_tree = jtu.tree_flatten_with_path(given)
     expected_leaves, expected_tree = jtu.tree_flatten_with_path(expected)
     if str(given_tree) != str(expected_tree):
-        given_paths = {jtu.keystr(path) for path, _ in given_leaves}
-        expected_paths = {jtu.keystr(path) for path, _ in expected_leaves}
-        missing = sorted(expected_paths - given_paths)
-        extra = sorted(given_paths - expected_paths)
-        raise TypeError(
+        found = _structure_misfit(given, expected, ())
+        if found is None:  # the same nodes and keys, other static fields
+            given_paths = {jtu.keystr(path) for path, _ in given_leaves}
+            expected_paths = {jtu.keystr(path) for path, _ in expected_leaves}
+            missing = sorted(expected_paths - given_paths)
+            extra = sorted(given_paths - expected_paths)
+            where = f"(missing {missing[:3]}, unexpected {extra[:3]})"
+        else:
+            path, node, want = found
+            keys = type(node) is type(want)  # then their children differ: name them
+            where = f"({what}{jtu.keystr(path)} is {_describe(node, keys)} where this solver "
+            where += f"and params give {_describe(want, keys)})"
+        return (
             f"{what} does not fit this solver and params: its structure differs from the "
-            f"state `init` gives (missing {missing[:3]}, unexpected {extra[:3]}). A state "
-            "belongs to one solver's settings (direction, memory size, line search, "
-            "return_best, bounds or not) and to params of one structure."
+            f"state `init` gives {where}. A state belongs to one solver's settings "
+            "(direction, memory size, line search, return_best, bounds or not) and to params "
+            "of one structure."
         )
     for (path, leaf), (_, want) in zip(given_leaves, expected_leaves, strict=True):
         shape, dtype = jnp.shape(leaf), jnp.result_type(leaf)
         if shape != want.shape or dtype != want.dtype:
-            raise TypeError(
+            return (
                 f"{what}{jtu.keystr(path)} is {dtype}{list(shape)} where this solver and "
                 f"params give {want.dtype}{list(want.shape)}: the state belongs to another "
                 "solver or problem (memory size, params' shapes or dtypes, value dtype)."
             )
+    return None
+
+
+def _is_leaf(node) -> bool:
+    return node is None or jtu.treedef_is_leaf(jtu.tree_structure(node))
+
+
+def _children(node) -> list:
+    """(key, child) for each child of a pytree node; a None child is listed too."""
+    return [
+        (path[0], child)
+        for path, child in jtu.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)[0]
+    ]
+
+
+def _structure_misfit(given, expected, path: tuple):
+    """(path, given node, expected node) of the first node, depth first, whose type or
+    children's keys differ; None where the two trees have the same nodes."""
+    given_leaf, expected_leaf = _is_leaf(given), _is_leaf(expected)
+    if given_leaf and expected_leaf:
+        return (path, given, expected) if (given is None) != (expected is None) else None
+    if given_leaf or expected_leaf or type(given) is not type(expected):
+        return path, given, expected
+    given_children, expected_children = _children(given), _children(expected)
+    if [k for k, _ in given_children] != [k for k, _ in expected_children]:
+        return path, given, expected
+    for (key, child), (_, want) in zip(given_children, expected_children, strict=True):
+        found = _structure_misfit(child, want, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _describe(node, keys: bool) -> str:
+    """A node in words: None, dtype[shape] for an array, else its type (and with `keys` its
+    children's keys)."""
+    if node is None:
+        return "None"
+    if hasattr(node, "shape") and hasattr(node, "dtype"):
+        return f"{node.dtype}{list(node.shape)}"
+    name = type(node).__name__
+    article = "an" if name[0].lower() in "aeiou" else "a"
+    if not keys:
+        return f"{article} {name}"
+    children = [jtu.keystr((key,)) for key, _ in _children(node)]
+    return f"{article} {name} with {children}"
