@@ -1,4 +1,5 @@
-"""Checks of what a user hands the solver: params, fn, dtypes, `throw`, and a state's fit."""
+"""Checks of what a user hands the solver: its parts, params, fn, dtypes, `throw`, and a
+state's fit."""
 
 import equinox as eqx
 import jax
@@ -6,6 +7,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from ._direction import AbstractDirection
+from ._linesearch import AbstractLineSearch
 from ._misc import leaves
 from ._state import SolverState
 
@@ -44,6 +47,62 @@ def partition(params):
         if jnp.issubdtype(leaf.dtype, jnp.complexfloating):
             raise TypeError("params has a complex leaf; jaxsearch optimises real floating arrays.")
     return diff, static
+
+
+def _spelled(part) -> str:
+    """How a user writes `part` (an instance or a class): `js.Zoom()`, `MySearch()`."""
+    cls = part if isinstance(part, type) else type(part)
+    prefix = "js." if cls.__module__.startswith("jaxsearch") else ""
+    return f"{prefix}{cls.__name__}()"
+
+
+def _kind(part) -> str | None:
+    """ "direction" or "line search" for an instance or a subclass of either; else None."""
+    for base, kind in ((AbstractDirection, "direction"), (AbstractLineSearch, "line search")):
+        if isinstance(part, base) or (isinstance(part, type) and issubclass(part, base)):
+            return kind
+    return None
+
+
+def check_instance(name: str, part, base: type) -> None:
+    """Raise for a class given where an instance of `base` is expected, naming the call."""
+    if isinstance(part, type) and issubclass(part, base):
+        raise TypeError(
+            f"Solver: {name} is the class {part.__name__}, not an instance of it: did you "
+            f"mean `{_spelled(part)}`?"
+        )
+
+
+def check_parts(direction, linesearch) -> None:
+    """Raise unless `direction` is a direction and `linesearch` a line search (or None),
+    naming the likely mistake: the two swapped, one in the other's place, or a class."""
+    first, second = _kind(direction), _kind(linesearch)
+    if first == "line search" and second == "direction":
+        raise TypeError(
+            "Solver(direction, linesearch): the arguments are swapped; write "
+            f"js.Solver({_spelled(linesearch)}, {_spelled(direction)})."
+        )
+    if first == "line search":
+        raise TypeError(
+            f"Solver's first argument is the direction, got the line search "
+            f"{_spelled(direction)}: write js.Solver(js.LBFGS(), {_spelled(direction)}), or "
+            f"js.Solver(linesearch={_spelled(direction)}) for the default direction."
+        )
+    if second == "direction":
+        raise TypeError(
+            f"Solver's second argument is the line search, got the direction "
+            f"{_spelled(linesearch)}: write js.Solver({_spelled(linesearch)}) for its default "
+            "line search, or js.Solver(direction, linesearch)."
+        )
+    check_instance("direction", direction, AbstractDirection)
+    if not isinstance(direction, AbstractDirection):
+        raise TypeError(f"direction must be an AbstractDirection, got {type(direction).__name__}.")
+    if linesearch is not None:
+        check_instance("linesearch", linesearch, AbstractLineSearch)
+        if not isinstance(linesearch, AbstractLineSearch):
+            raise TypeError(
+                f"linesearch must be an AbstractLineSearch, got {type(linesearch).__name__}."
+            )
 
 
 def check_fn(fn) -> None:

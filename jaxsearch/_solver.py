@@ -19,7 +19,9 @@ from ._history import History, Report
 from ._inputs import (
     check_fits,
     check_fn,
+    check_instance,
     check_is_state,
+    check_parts,
     floating_dtype,
     misfit,
     partition,
@@ -58,62 +60,6 @@ _replace = dataclasses.replace
 # with `throw="failures"`, a run that could not go on: a fixed budget of steps is a normal end).
 _STEP_FAILURES = (Status.LINESEARCH_FAILED, Status.NONFINITE, Status.STALLED)
 _RUN_FAILURES = (Status.MAX_STEPS, *_STEP_FAILURES)
-
-
-def _spelled(part) -> str:
-    """How a user writes `part` (an instance or a class): `js.Zoom()`, `MySearch()`."""
-    cls = part if isinstance(part, type) else type(part)
-    prefix = "js." if cls.__module__.startswith("jaxsearch") else ""
-    return f"{prefix}{cls.__name__}()"
-
-
-def _kind(part) -> str | None:
-    """ "direction" or "line search" for an instance or a subclass of either; else None."""
-    for base, kind in ((AbstractDirection, "direction"), (AbstractLineSearch, "line search")):
-        if isinstance(part, base) or (isinstance(part, type) and issubclass(part, base)):
-            return kind
-    return None
-
-
-def _check_instance(name: str, part, base: type) -> None:
-    """Raise for a class given where an instance of `base` is expected, naming the call."""
-    if isinstance(part, type) and issubclass(part, base):
-        raise TypeError(
-            f"Solver: {name} is the class {part.__name__}, not an instance of it: did you "
-            f"mean `{_spelled(part)}`?"
-        )
-
-
-def _check_parts(direction, linesearch) -> None:
-    """Raise unless `direction` is a direction and `linesearch` a line search (or None),
-    naming the likely mistake: the two swapped, one in the other's place, or a class."""
-    first, second = _kind(direction), _kind(linesearch)
-    if first == "line search" and second == "direction":
-        raise TypeError(
-            "Solver(direction, linesearch): the arguments are swapped; write "
-            f"js.Solver({_spelled(linesearch)}, {_spelled(direction)})."
-        )
-    if first == "line search":
-        raise TypeError(
-            f"Solver's first argument is the direction, got the line search "
-            f"{_spelled(direction)}: write js.Solver(js.LBFGS(), {_spelled(direction)}), or "
-            f"js.Solver(linesearch={_spelled(direction)}) for the default direction."
-        )
-    if second == "direction":
-        raise TypeError(
-            f"Solver's second argument is the line search, got the direction "
-            f"{_spelled(linesearch)}: write js.Solver({_spelled(linesearch)}) for its default "
-            "line search, or js.Solver(direction, linesearch)."
-        )
-    _check_instance("direction", direction, AbstractDirection)
-    if not isinstance(direction, AbstractDirection):
-        raise TypeError(f"direction must be an AbstractDirection, got {type(direction).__name__}.")
-    if linesearch is not None:
-        _check_instance("linesearch", linesearch, AbstractLineSearch)
-        if not isinstance(linesearch, AbstractLineSearch):
-            raise TypeError(
-                f"linesearch must be an AbstractLineSearch, got {type(linesearch).__name__}."
-            )
 
 
 class Solver(eqx.Module):
@@ -232,7 +178,7 @@ class Solver(eqx.Module):
         adjoint: AbstractAdjoint | None = None,
     ):
         direction = LBFGS() if direction is None else direction
-        _check_parts(direction, linesearch)
+        check_parts(direction, linesearch)
         bounded_linesearch = default_search(direction, bounded=True)
         if linesearch is None:
             linesearch = default_search(direction, bounded=False)
@@ -241,7 +187,7 @@ class Solver(eqx.Module):
         for name, value in (("gtol", gtol), ("ftol", ftol)):
             check_setting("Solver", name, value, lambda v: v >= 0, "be non-negative")
         adjoint = ImplicitAdjoint() if adjoint is None else adjoint
-        _check_instance("adjoint", adjoint, AbstractAdjoint)
+        check_instance("adjoint", adjoint, AbstractAdjoint)
         if not isinstance(adjoint, AbstractAdjoint):
             raise TypeError(
                 "adjoint must be an AbstractAdjoint, js.ImplicitAdjoint() or "
