@@ -50,7 +50,7 @@ def main():
         print(
             f"  jaxsearch: f = {float(result.value):.10f}, "
             f"evaluations {int(result.num_fun_evals)}, "
-            f"status {js.Status(int(result.status)).name}, {elapsed:.3f} s"
+            f"status {js.Status(result.status)}, {elapsed:.3f} s"
         )
         print(f"  scipy    : f = {reference.fun:.10f}, evaluations {reference.nfev}")
         print(

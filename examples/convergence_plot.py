@@ -64,7 +64,7 @@ def main():
         evals = np.concatenate([[1], rows["num_fun_evals"]])
         gap = np.maximum(np.concatenate([[f0], rows["value"]]), FLOOR)
         ax.semilogy(evals, gap, label=name, linewidth=1.4)
-        status = js.Status(int(result.status)).name
+        status = js.Status(result.status)
         print(
             f"{name:<26s} status {status:<20s} steps {int(result.num_steps):5d}  "
             f"evals {int(result.num_fun_evals):5d}  f {float(result.value):.3e}"

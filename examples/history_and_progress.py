@@ -60,7 +60,7 @@ def main():
     result = solver.run(logistic_loss, w0, features, labels, lam, history=True)
     rows = result.history.to_numpy()
     print(
-        f"  status {js.Status(int(result.status)).name}, steps {int(result.num_steps)}, "
+        f"  status {js.Status(result.status)}, steps {int(result.num_steps)}, "
         f"history rows {len(rows['step'])}, evaluations {int(result.num_fun_evals)}"
     )
     print_table(rows)
@@ -81,7 +81,7 @@ def main():
     print("(c) verbose=True, max_steps=5")
     short = js.Solver(max_steps=5).run(logistic_loss, w0, features, labels, lam, verbose=True)
     jax.effects_barrier()
-    print(f"  stopped with status {js.Status(int(short.status)).name}")
+    print(f"  stopped with status {js.Status(short.status)}")
 
     # (d) A progress bar (on stderr), closed when the run stops.
     print("(d) progress=True")

@@ -54,7 +54,7 @@ def main():
 
     print(f"L2-regularised logistic regression, {n} x {d}, lam = {float(lam):g}, float64")
     print(
-        f"jaxsearch  : status {js.Status(int(result.status)).name}, "
+        f"jaxsearch  : status {js.Status(result.status)}, "
         f"f {float(result.value):.12e}, evaluations {int(result.num_fun_evals)}"
     )
     print(

@@ -26,7 +26,7 @@ def main():
         name = "leaf dtype (bfloat16)" if memory_dtype is None else "float32"
         print(f"L-BFGS memory in {name}")
         print(f"  params dtype : {result.params.dtype}, value dtype: {result.value.dtype}")
-        print(f"  status       : {js.Status(int(result.status)).name}")
+        print(f"  status       : {js.Status(result.status)}")
         evals = int(result.num_fun_evals)
         print(f"  f            : {float(result.value):.3e} after {evals} evaluations")
 

@@ -213,7 +213,7 @@ def report_agreement(first, second, whole):
 
 
 def summary(name, result):
-    status = js.Status(int(result.status)).name
+    status = js.Status(result.status)
     print(
         f"{name:<22s}: status {status}, steps {int(result.num_steps)}, "
         f"evaluations {int(result.num_fun_evals)}, loss {float(result.value):.6e}"

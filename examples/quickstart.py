@@ -20,7 +20,7 @@ def logistic_loss(w, features, labels, lam):
 
 def report(name, result):
     print(f"{name}")
-    print(f"  status     : {js.Status(int(result.status)).name} ({result.message})")
+    print(f"  status     : {js.Status(result.status)} ({result.message})")
     print(f"  f          : {float(result.value):.6e}")
     print(f"  |grad|_inf : {float(jnp.max(jnp.abs(result.grad))):.3e}")
     print(f"  steps      : {int(result.num_steps)}, evaluations of f: {int(result.num_fun_evals)}")

@@ -37,7 +37,7 @@ def report(label, solver, w0, X, y, shardings):
     result = solver.run(loss, w0_s, X_s, y_s)
     single = solver.run(loss, jnp.asarray(w0), jnp.asarray(X), jnp.asarray(y))
     diff = float(jnp.max(jnp.abs(np.asarray(result.params) - np.asarray(single.params))))
-    print(f"{label}: status {js.Status(int(result.status)).name}")
+    print(f"{label}: status {js.Status(result.status)}")
     print(f"{label}: value {float(result.value):.10f}, num_fun_evals {int(result.num_fun_evals)}")
     print(f"{label}: params sharding {result.params.sharding.spec}, data {X_s.sharding.spec}")
     print(f"{label}: max |w - w_single| = {diff:.1e}")

@@ -30,6 +30,6 @@ from ._result import Result as Result
 from ._retrace import RetraceWarning as RetraceWarning
 from ._solver import Solver as Solver
 from ._state import BestPoint as BestPoint, SolverState as SolverState
-from ._status import Status as Status
+from ._status import Status as Status, StatusArray as StatusArray
 
 __version__ = "0.1.0"

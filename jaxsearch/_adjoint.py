@@ -20,6 +20,7 @@ from ._misc import (
     at_least_float32,
     check_count,
     leaves,
+    renamed_keyword,
     tree_add_scaled,
     tree_cast_like,
     tree_dot,
@@ -50,6 +51,15 @@ class AbstractAdjoint(eqx.Module):
         derivatives; `problem` states the optimality conditions of its solution."""
 
 
+def _cg_steps_of_max_steps(cls, steps):
+    """`max_cg_steps` of the deprecated `max_steps` (the same count, checked as given)."""
+    steps = as_int(steps)
+    if steps is not None:
+        check_count(cls.__name__, "max_steps", steps)
+    return steps
+
+
+@renamed_keyword("max_steps", "max_cg_steps", _cg_steps_of_max_steps)
 class ImplicitAdjoint(AbstractAdjoint):
     """Derivatives of the solution by the implicit function theorem (the default).
 
@@ -64,7 +74,7 @@ class ImplicitAdjoint(AbstractAdjoint):
     over reverse differentiation of fn), in each param leaf's dtype widened to at least
     float32, inside `lax.custom_linear_solve` (H is symmetric), so both forward mode
     (`jax.jvp`, `jax.jacfwd`) and reverse mode (`jax.grad`, `jax.vjp`) work, under `vmap` too.
-    CG starts from 0 and stops when |r|_2 <= `rtol` |b|_2, after `max_steps` iterations
+    CG starts from 0 and stops when |r|_2 <= `rtol` |b|_2, after `max_cg_steps` iterations
     (default: 10 n, n the number of parameters, as scipy's `cg`), or when p'Hp <= 0 (H not
     positive definite there: the derivative assumes it is). `rtol` defaults to
     max(1e-10, 10 eps) with eps the machine epsilon of the widest work dtype.
@@ -74,13 +84,13 @@ class ImplicitAdjoint(AbstractAdjoint):
     """
 
     rtol: float | None = eqx.field(static=True, default=None)
-    max_steps: int | None = eqx.field(static=True, default=None, converter=as_int)
+    max_cg_steps: int | None = eqx.field(static=True, default=None, converter=as_int)
 
     def __check_init__(self):
         if self.rtol is not None and not 0 < self.rtol < 1:
             raise ValueError(f"ImplicitAdjoint: rtol must lie in (0, 1), got {self.rtol}.")
-        if self.max_steps is not None:
-            check_count("ImplicitAdjoint", "max_steps", self.max_steps)
+        if self.max_cg_steps is not None:
+            check_count("ImplicitAdjoint", "max_cg_steps", self.max_cg_steps)
 
     def while_loop(self, cond, body, init, max_steps=None):
         return lax.while_loop(cond, body, init)
@@ -106,7 +116,7 @@ class ImplicitAdjoint(AbstractAdjoint):
         dtype = jnp.result_type(*(at_least_float32(x.dtype) for x in leaves(b)))
         rtol = max(1e-10, 10 * float(jnp.finfo(dtype).eps)) if self.rtol is None else self.rtol
         size = sum(x.size for x in leaves(b))
-        max_steps = 10 * size if self.max_steps is None else self.max_steps
+        max_steps = 10 * size if self.max_cg_steps is None else self.max_cg_steps
         bb = tree_dot(b, b, dtype)
         target = (rtol**2) * bb
 

@@ -79,8 +79,9 @@ def split_output(out, has_aux: bool):
     if has_aux:
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TypeError(
-                "fn must return a pair (value, aux) when has_aux=True; got "
-                f"{type(out).__name__}. Pass has_aux=False if fn returns only the value."
+                "fn must return a pair (value, aux) when has_aux=True; it returned "
+                f"{_described(out)}. Return (value, aux), or build the solver with "
+                "has_aux=False if fn returns only the value."
             )
         return out
     if isinstance(out, tuple | list):
@@ -89,6 +90,16 @@ def split_output(out, has_aux: bool):
             "If fn returns (value, aux), build the solver with has_aux=True."
         )
     return out, None
+
+
+def _described(out) -> str:
+    """fn's output in words: an array by its shape and dtype (a tracer's type says nothing)."""
+    if hasattr(out, "shape") and hasattr(out, "dtype"):
+        kind = "a scalar" if out.shape == () else f"an array of shape {tuple(out.shape)}"
+        return f"{kind} of dtype {out.dtype}"
+    if isinstance(out, tuple | list):
+        return f"a {type(out).__name__} of {len(out)} elements"
+    return f"a {type(out).__name__}"
 
 
 def check_value(value) -> None:

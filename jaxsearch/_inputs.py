@@ -1,4 +1,5 @@
-"""Checks of what a user hands the solver: params, fn, dtypes, `throw`, and a state's fit."""
+"""Checks of what a user hands the solver: its parts, params, fn, dtypes, `throw`, and a
+state's fit."""
 
 import equinox as eqx
 import jax
@@ -6,7 +7,10 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from ._direction import AbstractDirection
+from ._linesearch import AbstractLineSearch
 from ._misc import leaves
+from ._state import SolverState
 
 
 def check_no_numbers(params) -> None:
@@ -29,11 +33,13 @@ def partition(params):
     to optimise and nothing that would be held fixed silently."""
     check_no_numbers(params)
     diff, static = eqx.partition(params, eqx.is_inexact_array)
-    for leaf in leaves(static):
+    for path, leaf in jtu.tree_flatten_with_path(static)[0]:
         if isinstance(leaf, jax.Array | np.ndarray) and not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            where = f"params{jtu.keystr(path)}"
             raise TypeError(
-                f"params has a leaf of dtype {leaf.dtype}; only floating arrays can be optimised. "
-                "Pass integer or boolean data through `args` instead."
+                f"{where} is an array of dtype {leaf.dtype}, which jaxsearch cannot optimise: "
+                "only floating arrays change. Pass it through `args` to hold it fixed, or "
+                f"cast it (`{where}.astype(jnp.float32)`) to optimise it."
             )
     if not leaves(diff):
         raise TypeError("params has no floating array leaves: there is nothing to optimise.")
@@ -41,6 +47,62 @@ def partition(params):
         if jnp.issubdtype(leaf.dtype, jnp.complexfloating):
             raise TypeError("params has a complex leaf; jaxsearch optimises real floating arrays.")
     return diff, static
+
+
+def _spelled(part) -> str:
+    """How a user writes `part` (an instance or a class): `js.Zoom()`, `MySearch()`."""
+    cls = part if isinstance(part, type) else type(part)
+    prefix = "js." if cls.__module__.startswith("jaxsearch") else ""
+    return f"{prefix}{cls.__name__}()"
+
+
+def _kind(part) -> str | None:
+    """ "direction" or "line search" for an instance or a subclass of either; else None."""
+    for base, kind in ((AbstractDirection, "direction"), (AbstractLineSearch, "line search")):
+        if isinstance(part, base) or (isinstance(part, type) and issubclass(part, base)):
+            return kind
+    return None
+
+
+def check_instance(name: str, part, base: type) -> None:
+    """Raise for a class given where an instance of `base` is expected, naming the call."""
+    if isinstance(part, type) and issubclass(part, base):
+        raise TypeError(
+            f"Solver: {name} is the class {part.__name__}, not an instance of it: did you "
+            f"mean `{_spelled(part)}`?"
+        )
+
+
+def check_parts(direction, linesearch) -> None:
+    """Raise unless `direction` is a direction and `linesearch` a line search (or None),
+    naming the likely mistake: the two swapped, one in the other's place, or a class."""
+    first, second = _kind(direction), _kind(linesearch)
+    if first == "line search" and second == "direction":
+        raise TypeError(
+            "Solver(direction, linesearch): the arguments are swapped; write "
+            f"js.Solver({_spelled(linesearch)}, {_spelled(direction)})."
+        )
+    if first == "line search":
+        raise TypeError(
+            f"Solver's first argument is the direction, got the line search "
+            f"{_spelled(direction)}: write js.Solver(js.LBFGS(), {_spelled(direction)}), or "
+            f"js.Solver(linesearch={_spelled(direction)}) for the default direction."
+        )
+    if second == "direction":
+        raise TypeError(
+            f"Solver's second argument is the line search, got the direction "
+            f"{_spelled(linesearch)}: write js.Solver({_spelled(linesearch)}) for its default "
+            "line search, or js.Solver(direction, linesearch)."
+        )
+    check_instance("direction", direction, AbstractDirection)
+    if not isinstance(direction, AbstractDirection):
+        raise TypeError(f"direction must be an AbstractDirection, got {type(direction).__name__}.")
+    if linesearch is not None:
+        check_instance("linesearch", linesearch, AbstractLineSearch)
+        if not isinstance(linesearch, AbstractLineSearch):
+            raise TypeError(
+                f"linesearch must be an AbstractLineSearch, got {type(linesearch).__name__}."
+            )
 
 
 def check_fn(fn) -> None:
@@ -68,27 +130,98 @@ def throw_setting(throw) -> bool | str:
     raise ValueError(f'Solver: throw must be True, False or "failures", got {throw!r}.')
 
 
+def check_is_state(state) -> None:
+    """Raise unless `state` is a `SolverState` (a state is refused before it is looked into)."""
+    if not isinstance(state, SolverState):
+        raise TypeError(
+            "state must be a SolverState (`solver.init(params)`'s, the one `step` returned, "
+            f"or `result.state`), got {type(state).__name__}."
+        )
+
+
 def check_fits(given, expected, what: str) -> None:
-    """Raise a TypeError naming the first leaf of `given` whose shape or dtype differs from
-    `expected` (a pytree of `jax.ShapeDtypeStruct`), or where their structures differ."""
+    """Raise a TypeError naming the first node of `given` that differs from `expected` (a
+    pytree of `jax.ShapeDtypeStruct`): a leaf of another shape or dtype, or a node of another
+    type or with other children (None where an array or a module is expected, say)."""
+    problem = misfit(given, expected, what)
+    if problem is not None:
+        raise TypeError(problem)
+
+
+def misfit(given, expected, what: str) -> str | None:
+    """What `check_fits` would say of `given` against `expected`; None where it fits."""
     given_leaves, given_tree = jtu.tree_flatten_with_path(given)
     expected_leaves, expected_tree = jtu.tree_flatten_with_path(expected)
     if str(given_tree) != str(expected_tree):
-        given_paths = {jtu.keystr(path) for path, _ in given_leaves}
-        expected_paths = {jtu.keystr(path) for path, _ in expected_leaves}
-        missing = sorted(expected_paths - given_paths)
-        extra = sorted(given_paths - expected_paths)
-        raise TypeError(
+        found = _structure_misfit(given, expected, ())
+        if found is None:  # the same nodes and keys, other static fields
+            given_paths = {jtu.keystr(path) for path, _ in given_leaves}
+            expected_paths = {jtu.keystr(path) for path, _ in expected_leaves}
+            missing = sorted(expected_paths - given_paths)
+            extra = sorted(given_paths - expected_paths)
+            where = f"(missing {missing[:3]}, unexpected {extra[:3]})"
+        else:
+            path, node, want = found
+            keys = type(node) is type(want)  # then their children differ: name them
+            where = f"({what}{jtu.keystr(path)} is {_describe(node, keys)} where this solver "
+            where += f"and params give {_describe(want, keys)})"
+        return (
             f"{what} does not fit this solver and params: its structure differs from the "
-            f"state `init` gives (missing {missing[:3]}, unexpected {extra[:3]}). A state "
-            "belongs to one solver's settings (direction, memory size, line search, "
-            "return_best, bounds or not) and to params of one structure."
+            f"state `init` gives {where}. A state belongs to one solver's settings "
+            "(direction, memory size, line search, return_best, bounds or not) and to params "
+            "of one structure."
         )
     for (path, leaf), (_, want) in zip(given_leaves, expected_leaves, strict=True):
         shape, dtype = jnp.shape(leaf), jnp.result_type(leaf)
         if shape != want.shape or dtype != want.dtype:
-            raise TypeError(
+            return (
                 f"{what}{jtu.keystr(path)} is {dtype}{list(shape)} where this solver and "
                 f"params give {want.dtype}{list(want.shape)}: the state belongs to another "
                 "solver or problem (memory size, params' shapes or dtypes, value dtype)."
             )
+    return None
+
+
+def _is_leaf(node) -> bool:
+    return node is None or jtu.treedef_is_leaf(jtu.tree_structure(node))
+
+
+def _children(node) -> list:
+    """(key, child) for each child of a pytree node; a None child is listed too."""
+    return [
+        (path[0], child)
+        for path, child in jtu.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)[0]
+    ]
+
+
+def _structure_misfit(given, expected, path: tuple):
+    """(path, given node, expected node) of the first node, depth first, whose type or
+    children's keys differ; None where the two trees have the same nodes."""
+    given_leaf, expected_leaf = _is_leaf(given), _is_leaf(expected)
+    if given_leaf and expected_leaf:
+        return (path, given, expected) if (given is None) != (expected is None) else None
+    if given_leaf or expected_leaf or type(given) is not type(expected):
+        return path, given, expected
+    given_children, expected_children = _children(given), _children(expected)
+    if [k for k, _ in given_children] != [k for k, _ in expected_children]:
+        return path, given, expected
+    for (key, child), (_, want) in zip(given_children, expected_children, strict=True):
+        found = _structure_misfit(child, want, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _describe(node, keys: bool) -> str:
+    """A node in words: None, dtype[shape] for an array, else its type (and with `keys` its
+    children's keys)."""
+    if node is None:
+        return "None"
+    if hasattr(node, "shape") and hasattr(node, "dtype"):
+        return f"{node.dtype}{list(node.shape)}"
+    name = type(node).__name__
+    article = "an" if name[0].lower() in "aeiou" else "a"
+    if not keys:
+        return f"{article} {name}"
+    children = [jtu.keystr((key,)) for key, _ in _children(node)]
+    return f"{article} {name} with {children}"

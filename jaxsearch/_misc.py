@@ -4,6 +4,9 @@ All inner products and norms accumulate in at least float32, whatever the leaf d
 and every helper casts explicitly, so the package runs under strict dtype promotion.
 """
 
+import functools
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -272,3 +275,50 @@ def check_count(owner: str, name: str, value) -> None:
         )
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{owner}: {name} must be an integer >= 1, got {value!r}.")
+
+
+_NOT_GIVEN = object()
+
+
+def _caller_stacklevel() -> int:
+    """The `stacklevel` of `warnings.warn` (called by this function's caller) that points at
+    the first frame outside jaxsearch and the libraries it is built with: the user's line."""
+    frame, level = sys._getframe(1), 1
+    library = ("jaxsearch", "equinox", "jaxtyping", "beartype", "typeguard")
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(library):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def renamed_keyword(
+    old: str,
+    new: str,
+    convert: Callable[[Any, Any], Any],
+    note: Callable[[Any], str] = lambda cls: "",
+):
+    """A class decorator: `cls(old=v)` still works as `cls(new=convert(cls, v))`, with a
+    `DeprecationWarning` that says what to write instead (and `note(cls)`); both at once
+    raise a TypeError. `convert` sees the value as given (it checks it)."""
+
+    def decorate(cls):
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            value = kwargs.pop(old, _NOT_GIVEN)
+            if value is not _NOT_GIVEN:
+                if new in kwargs:
+                    raise TypeError(f"{cls.__name__}: pass {new} only ({old} is its old name).")
+                kwargs[new] = convert(cls, value)
+                warnings.warn(
+                    f"{cls.__name__}({old}={value!r}) is deprecated: write "
+                    f"{cls.__name__}({new}={kwargs[new]!r}).{note(cls)}",
+                    DeprecationWarning,
+                    stacklevel=_caller_stacklevel(),
+                )
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__
+        return cls
+
+    return decorate

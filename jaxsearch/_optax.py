@@ -84,6 +84,35 @@ def _restart_best(state: SolverState, x: PyTree, value, grad) -> SolverState:
     return dataclasses.replace(state, best=best, steps_since_best=since, lowest_grad_norm=lowest)
 
 
+def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, extra_args):
+    """`update` once its arguments are checked: one `step` from `state`, after `value` and
+    `grad` (when given) replace the cached f and gradient at params."""
+    st = dataclasses.replace(state.solver, grad=state.grad)
+    solver._check_state(st, params, None, (), bounded=False)
+    if value is not None:  # f and its gradient at params, e.g. from value_and_grad_from_state
+        value = jnp.asarray(value).astype(st.value.dtype)
+        grad = tree_cast_like(eqx.filter(grad, eqx.is_inexact_array), st.grad)
+        # A value other than the cached one: the objective changed (a new batch, say), so
+        # the record of the best point starts again here, as after `Solver.reevaluate`.
+        st = _restart_best(st, eqx.filter(params, eqx.is_inexact_array), value, grad)
+        kept = (value == st.value) & tree_equal(grad, st.grad)
+        replaced = solver.direction.gradient_replaced(st.direction)
+        direction = select(kept, st.direction, replaced)
+        st = dataclasses.replace(
+            st, value=value, grad=grad, has_eval=jnp.array(True), direction=direction
+        )
+    # Given f and its gradient, a search that evaluates each step uses them (they are on
+    # this update's data) rather than evaluating them again.
+    new_params, st = solver._step(fn, params, st, (extra_args,), None, value is not None)
+    updates = jax.tree.map(
+        lambda new, old: new - old if eqx.is_inexact_array(old) else None,
+        new_params,
+        params,
+    )
+    fresh = solver.linesearch.evaluates_each_step
+    return updates, _split(st, _increment(state.count), fresh)
+
+
 def as_optax(solver) -> optax.GradientTransformationExtraArgs:
     """See `Solver.as_optax`."""
 
@@ -93,7 +122,7 @@ def as_optax(solver) -> optax.GradientTransformationExtraArgs:
 
     def update(
         updates,
-        state: OptaxState,
+        state,  # an OptaxState: checked below, with a message that names the mistake
         params=None,
         *,
         value=None,
@@ -107,32 +136,18 @@ def as_optax(solver) -> optax.GradientTransformationExtraArgs:
                 "jaxsearch's optax transformation needs `params` and `value_fn`: call "
                 "update(grad, state, params, value=value, grad=grad, value_fn=fn)."
             )
-        st = dataclasses.replace(state.solver, grad=state.grad)
         if (value is None) != (grad is None):
             raise ValueError("Pass both `value` and `grad` at params, or neither.")
-        if value is not None:  # f and its gradient at params, e.g. from value_and_grad_from_state
-            value = jnp.asarray(value).astype(st.value.dtype)
-            grad = tree_cast_like(eqx.filter(grad, eqx.is_inexact_array), st.grad)
-            # A value other than the cached one: the objective changed (a new batch, say), so
-            # the record of the best point starts again here, as after `Solver.reevaluate`.
-            st = _restart_best(st, eqx.filter(params, eqx.is_inexact_array), value, grad)
-            kept = (value == st.value) & tree_equal(grad, st.grad)
-            replaced = solver.direction.gradient_replaced(st.direction)
-            direction = select(kept, st.direction, replaced)
-            st = dataclasses.replace(
-                st, value=value, grad=grad, has_eval=jnp.array(True), direction=direction
+        if not isinstance(state, OptaxState):
+            raise TypeError(
+                "state must be the state of this transformation (its `init`'s, or the one "
+                f"`update` returned), got {type(state).__name__}."
             )
-        # Given f and its gradient, a search that evaluates each step uses them (they are on
-        # this update's data) rather than evaluating them again.
-        new_params, st = _programs.step(
-            solver, _WithKeywords(value_fn), params, st, (extra_args,), None, value is not None
+        # One compiled program (eager updates too): the state is checked while it is traced.
+        fn = _WithKeywords(value_fn)
+        arguments = (solver, fn, params, state, value, grad, extra_args)
+        return _programs.call(
+            _update, *arguments, filtered=True, lean=_programs.lean((params, extra_args))
         )
-        updates = jax.tree.map(
-            lambda new, old: new - old if eqx.is_inexact_array(old) else None,
-            new_params,
-            params,
-        )
-        fresh = solver.linesearch.evaluates_each_step
-        return updates, _split(st, _increment(state.count), fresh)
 
     return optax.GradientTransformationExtraArgs(init, update)

@@ -26,6 +26,7 @@ import jax
 
 from . import _evaluate
 from ._history import Report
+from ._inputs import check_is_state
 from ._misc import leaves
 from ._state import SolverState
 
@@ -211,11 +212,7 @@ def _init_state(solver, fn, x0, args, value_dtype, bounded: bool) -> SolverState
 def _resumed_state(state, value_dtype) -> SolverState:
     """`state`, checked to be a `SolverState` of the value dtype asked for, with its leaves
     as arrays (NumPy leaves, of a checkpoint say, become new device buffers)."""
-    if not isinstance(state, SolverState):
-        raise TypeError(
-            f"state must be a SolverState (`result.state`, or `init`'s), got "
-            f"{type(state).__name__}."
-        )
+    check_is_state(state)
     if value_dtype is not None and jax.numpy.dtype(value_dtype) != state.value.dtype:
         raise TypeError(
             f"value_dtype {jax.numpy.dtype(value_dtype)} differs from the state's value dtype "

@@ -5,7 +5,10 @@ import jax
 import numpy as np
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
-from ._status import Status
+from ._misc import leaves
+from ._state import SolverState
+from ._status import Status, stop_message
+from ._stopping import stop_cause
 
 
 class Result(eqx.Module):
@@ -61,24 +64,39 @@ class Result(eqx.Module):
 
     @property
     def message(self) -> str | list:
-        """Why the run stopped, in words: read on the host, from a concrete `status`. For a
-        batched result (from `jax.vmap`) a list of messages, one per problem (nested lists
-        for more than one batch axis). Inside `jax.jit` there is no text: use `status` or
-        `success` there, and `js.Status(int(status)).message` after the compiled call."""
+        """Why the run stopped, in words, naming the one cause that ended it (of a `STALLED`
+        run: its last step rounded away, its search found no step that changes x, no
+        progress for `stall_steps` steps, or gtol held only above the lowest f; of a
+        `NONFINITE` one: x0, f at x0 or its gradient there). Read on the host, from a
+        concrete result. For a batched result (from `jax.vmap`) a list of messages, one per
+        problem (nested lists for more than one batch axis). Inside `jax.jit` there is no
+        text: use `status` or `success` there, and read the message of the result the
+        compiled call returns."""
         if isinstance(self.status, jax.core.Tracer):
             raise TypeError(
                 "Result.message is text, read on the host from a concrete status; inside "
-                "jax.jit (or vmap) use result.status or result.success, and return them to "
-                "read `js.Status(int(status)).message` outside."
+                "jax.jit (or vmap) use result.status or result.success, and return the "
+                "result to read `result.message` outside."
             )
         codes = np.asarray(self.status)
-        if codes.ndim == 0:
-            return Status(int(codes)).message
-        return _messages(codes)
+        causes = np.broadcast_to(self._causes(codes.shape), codes.shape)
+        messages = np.frompyfunc(lambda s, c: stop_message(s, c, "x0"), 2, 1)(codes, causes)
+        return messages if codes.ndim == 0 else messages.tolist()
 
-
-def _messages(codes: np.ndarray) -> list:
-    """The message of each code of a batch, as (nested) lists."""
-    if codes.ndim == 1:
-        return [Status(int(c)).message for c in codes]
-    return [_messages(row) for row in codes]
+    def _causes(self, batch: tuple) -> np.ndarray:
+        """The `Cause` of each problem's end, read from the state (`stop_cause`)."""
+        state = self.state
+        if not isinstance(state, SolverState):
+            return np.zeros(batch, np.int32)
+        x_finite = np.ones(batch, bool)
+        for leaf in leaves(eqx.filter(self.iterate, eqx.is_inexact_array)):
+            values = np.asarray(leaf).reshape(*batch, -1)
+            x_finite &= np.isfinite(values).all(axis=-1)
+        return stop_cause(
+            np,
+            np.asarray(self.status),
+            np.asarray(state.status),
+            np.asarray(state.step_size),
+            x_finite,
+            np.isfinite(np.asarray(state.value)),
+        )

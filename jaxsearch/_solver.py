@@ -16,7 +16,17 @@ from ._box import Box, check_order
 from ._direction import LBFGS, AbstractDirection, NewtonCG
 from ._engine import Engine, gradient_norm
 from ._history import History, Report
-from ._inputs import check_fits, check_fn, floating_dtype, partition, throw_setting
+from ._inputs import (
+    check_fits,
+    check_fn,
+    check_instance,
+    check_is_state,
+    check_parts,
+    floating_dtype,
+    misfit,
+    partition,
+    throw_setting,
+)
 from ._linesearch import AbstractLineSearch
 from ._misc import (
     Setting,
@@ -27,6 +37,7 @@ from ._misc import (
     leaves,
     scalar,
     select,
+    tree_all_finite,
     tree_cast_like,
     tree_cast_to_avals,
     tree_equal,
@@ -37,8 +48,8 @@ from ._misc import (
 from ._pairing import default_search
 from ._result import Result
 from ._state import BestPoint, SolverState
-from ._status import Status
-from ._stopping import returned_status, returns_last, run_status
+from ._status import CAUSES, Cause, Status, stop_message
+from ._stopping import returned_status, returns_last, run_status, stop_cause
 
 _SCIPY_FTOL = 2.220446049250313e-09  # scipy L-BFGS-B: factr = 1e7 times float64 epsilon
 
@@ -52,15 +63,50 @@ _RUN_FAILURES = (Status.MAX_STEPS, *_STEP_FAILURES)
 
 
 class Solver(eqx.Module):
-    """Minimise f(params, *args) by a descent direction composed with a line search.
+    """Minimise f(params, *args) over params, any pytree of floating arrays, by a descent
+    direction composed with a line search.
 
-    Each step computes a direction d from the gradient, then a line search along d chooses the
-    step size from values and slopes of phi(t) = f(x + t d). Stopping criteria, as scipy's
-    L-BFGS-B: `gtol` on the infinity norm of the gradient, `ftol` on the relative decrease
-    (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1) (`ftol=0` switches it off), and `max_steps`.
-    A step that changes no parameter ends with `Status.STALLED`, never as converged; a step
-    after which f did not change does not pass `ftol` when `ftol` is below the value dtype's
-    resolution (the run goes on: near a minimiser the line searches judge steps by slopes).
+    `js.Solver()` is L-BFGS (`js.LBFGS()`, 10 pairs of memory) with a strong Wolfe line
+    search (`js.Zoom()`), stopping when the gradient's largest entry is at most `gtol`
+    (1e-5) or after `max_steps` (1000) steps. `js.Solver(direction, linesearch)` composes
+    another pair. It is called in one of two ways:
+
+    - `result = solver.run(fn, x0, *args)`: a whole minimisation, one compiled loop. The
+      `js.Result` holds `params`, `value`, `grad`, `status`, `success` and `message`.
+    - `state = solver.init(params)`, then `params, state = solver.step(fn, params, state,
+      *args)` in your own (jitted) loop, one iteration per call.
+
+    ```python
+    import jax.numpy as jnp
+    import jaxsearch as js
+
+
+    def rosenbrock(x):
+        return jnp.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+    result = js.Solver().run(rosenbrock, jnp.zeros(4))
+    print(result.success, result.params.round(3))  # True [1. 1. 1. 1.]
+    print(result.message)  # why it stopped, e.g. "Converged: the relative decrease ..."
+    ```
+
+    **Arguments** (all but the first two by keyword):
+
+    - `direction`: an `AbstractDirection` (default `js.LBFGS()`).
+    - `linesearch`: an `AbstractLineSearch` (default: the direction's own, `js.Zoom()` for
+      L-BFGS; when none is given, runs with `bounds` use `js.MoreThuente()` with L-BFGS, as
+      L-BFGS-B does).
+    - `gtol` (1e-5), `ftol` (2.2e-9, scipy's), `max_steps` (1000), `stall_steps` (100):
+      the stopping rules below.
+    - `return_best` (True), `has_aux` (False: fn returns f alone), `throw` (False),
+      `adjoint` (`js.ImplicitAdjoint()`): below.
+
+    **Stopping.** As scipy's L-BFGS-B: `gtol` on the infinity norm of the gradient, `ftol`
+    on the relative decrease (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1) (`ftol=0` switches
+    it off), and `max_steps`. A step that changes no parameter ends with `Status.STALLED`,
+    never as converged; a step after which f did not change does not pass `ftol` when
+    `ftol` is below the value dtype's resolution (the run goes on: near a minimiser the line
+    searches judge steps by slopes). `result.message` says which rule ended a run.
 
     **The best point.** Near a minimiser, where the decrease of f is lost in its rounding
     error, the line searches judge a step by its slope and may accept one that raises f
@@ -81,9 +127,9 @@ class Solver(eqx.Module):
 
     With `throw=True`, a run that ends in `MAX_STEPS`, `LINESEARCH_FAILED`, `NONFINITE` or
     `STALLED`, and a step that ends in one of the last three, raise a runtime error naming the
-    status (`eqx.branched_error_if`) instead of returning it. `throw="failures"` raises on
-    the last three only, in `run` as in `step`: a run that uses up its `max_steps` returns
-    `MAX_STEPS` as a normal end, for a fixed budget of steps (a phase of a training
+    status and its cause (`eqx.branched_error_if`) instead of returning it. `throw="failures"`
+    raises on the last three only, in `run` as in `step`: a run that uses up its `max_steps`
+    returns `MAX_STEPS` as a normal end, for a fixed budget of steps (a phase of a training
     schedule, say) that should still stop on a real failure.
 
     After a step that did not move (its search failed, or it rounded away), the direction's
@@ -132,22 +178,16 @@ class Solver(eqx.Module):
         adjoint: AbstractAdjoint | None = None,
     ):
         direction = LBFGS() if direction is None else direction
-        if not isinstance(direction, AbstractDirection):
-            raise TypeError(
-                f"direction must be an AbstractDirection, got {type(direction).__name__}."
-            )
+        check_parts(direction, linesearch)
         bounded_linesearch = default_search(direction, bounded=True)
         if linesearch is None:
             linesearch = default_search(direction, bounded=False)
         else:
             bounded_linesearch = linesearch
-        if not isinstance(linesearch, AbstractLineSearch):
-            raise TypeError(
-                f"linesearch must be an AbstractLineSearch, got {type(linesearch).__name__}."
-            )
         for name, value in (("gtol", gtol), ("ftol", ftol)):
             check_setting("Solver", name, value, lambda v: v >= 0, "be non-negative")
         adjoint = ImplicitAdjoint() if adjoint is None else adjoint
+        check_instance("adjoint", adjoint, AbstractAdjoint)
         if not isinstance(adjoint, AbstractAdjoint):
             raise TypeError(
                 "adjoint must be an AbstractAdjoint, js.ImplicitAdjoint() or "
@@ -227,19 +267,29 @@ class Solver(eqx.Module):
         """The line search of a run with (or without) bounds."""
         return self.bounded_linesearch if bounded else self.linesearch
 
-    def _check_state_search(self, state: SolverState, bounded: bool) -> None:
-        """Raise unless `state` holds the state of the line search for `bounded`."""
-        if self.linesearch is self.bounded_linesearch:
-            return
-        dtype = state.prev_decrease.dtype
-        expected = jax.eval_shape(lambda: self._search(bounded).init(dtype))
-        if str(jtu.tree_structure(expected)) != str(jtu.tree_structure(state.linesearch)):
-            given, other = ("with", "without") if bounded else ("without", "with")
-            raise TypeError(
-                f"step was called {given} bounds on a state that init made {other} them; with "
-                "bounds the default line search is another one (L-BFGS-B's): pass the same "
-                "bounds to init and step."
+    def _check_state(self, state, params, fn, args: tuple, bounded: bool) -> None:
+        """Raise unless `state` is a `SolverState` with the structure, shapes and dtypes of
+        the state `init` gives for params, fn and args with the state's own value dtype (so
+        a value dtype other than params' fits): a TypeError that names the first leaf or node
+        that differs, what it is and what this solver and params give; a state made with
+        bounds for a step without them (or the reverse) is said so. `run`, `step` and the
+        optax update call it while they are traced: it costs nothing per call."""
+        check_is_state(state)
+        value_dtype = jnp.result_type(state.value)
+        expected = jax.eval_shape(lambda: self._init(params, value_dtype, fn, args, bounded))
+        if self.linesearch is not self.bounded_linesearch:
+            other = jax.eval_shape(
+                lambda: self._search(not bounded).init(at_least_float32(value_dtype))
             )
+            searches = state.linesearch, expected.linesearch
+            if misfit(*searches, "") is not None and misfit(state.linesearch, other, "") is None:
+                given, made = ("with", "without") if bounded else ("without", "with")
+                raise TypeError(
+                    f"step was called {given} bounds on a state that init made {made} them; "
+                    "with bounds the default line search is another one (L-BFGS-B's): pass "
+                    "the same bounds to init and step."
+                )
+        check_fits(state, expected, "state")
 
     @eqx.filter_jit
     def _fresh_state(self, diff, value_dtype, aux_shapes, bounded=False) -> SolverState:
@@ -287,19 +337,22 @@ class Solver(eqx.Module):
         first, whatever the state caches.
         `state.status` tells how this step ended (`Status.RUNNING` if no criterion was met).
         `bounds` as in `run`; params outside them are first projected into the box (and then
-        evaluated anew). Compiled by `eqx.filter_jit` (see `jaxsearch._programs`).
+        evaluated anew). Compiled by `eqx.filter_jit`, so an eager call compiles once too.
         """
         return _programs.step(self, fn, params, state, args, bounds)
 
-    def _step(self, fn, params, state: SolverState, args: tuple, bounds, evaluated=False):
-        """`step`; `evaluated`: the state's f and gradient are at params on these args (the
-        optax transformation given them), so a search that `evaluates_each_step` uses them."""
+    def _step(self, fn, params, state, args: tuple, bounds, evaluated=False):
+        """`step`, its state checked here; `evaluated`: the state's f and gradient are at
+        params on these args (the optax transformation was given them), so a search that
+        `evaluates_each_step` uses them."""
         check_fn(fn)
         _retrace.note_trace("step", self, fn, (params, args))
         given, static = partition(params)
         diff = tree_cast_like(given, given)  # strongly typed inside; given avals on the way out
         box = self._box(bounds, diff)
-        self._check_state_search(state, box is not None)
+        # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
+        fn = _evaluate.TracedOnce(fn, params, *args)
+        self._check_state(state, params, fn, args, box is not None)
         if self._search(box is not None).evaluates_each_step and not evaluated:
             state = self.reevaluate(state)  # f and its gradient on this step's args
         if box is not None:
@@ -310,7 +363,7 @@ class Solver(eqx.Module):
         engine = Engine(weak_settings(self), fn, static, args, box, until_step=True)
         machine = engine.loop(engine.start(diff, state))
         diff, state = machine.x, machine.state
-        diff = self._raise_on_failure(diff, state.status, _STEP_FAILURES)
+        diff = self._raise_on_failure(diff, state.status, _STEP_FAILURES, state, diff, "params")
         return eqx.combine(tree_cast_to_avals(diff, given), static), state
 
     def reevaluate(self, state: SolverState) -> SolverState:
@@ -337,7 +390,7 @@ class Solver(eqx.Module):
         state: SolverState | None = None,
     ) -> Result:
         """Minimise fn from x0: one compiled `lax.while_loop` of which each iteration evaluates
-        fn once (see `jaxsearch._engine`).
+        fn once.
 
         New `x0` or `args` values of the same shapes and dtypes reuse the compiled program;
         the identity of `fn` is part of the compile key, so pass data through `args` rather
@@ -384,7 +437,7 @@ class Solver(eqx.Module):
         `eqx.filter_jit`, with non-array leaves static. Both compile the same program; the first
         dispatches in microseconds, which is most of the run time of a small problem. On a
         CPU, a problem whose x0 and args hold less than 1 MiB is compiled with options that
-        halve the compile (`jaxsearch._programs`).
+        halve the compile (docs/recompiles.md).
         """
         check_fn(fn)
         if value_dtype is not None:  # any spelling of a dtype shares one compiled program
@@ -404,7 +457,7 @@ class Solver(eqx.Module):
         _retrace.note_trace("run", self, fn, (x0, args))
         # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
         fn = _evaluate.TracedOnce(fn, x0, *args)
-        self._check_run_state(state, fn, x0, args, box is not None)
+        self._check_state(state, x0, fn, args, box is not None)
         # The solution does not depend on where the run starts (as on x0, see the adjoints).
         state = lax.stop_gradient(state)
         solver = weak_settings(self)  # numeric settings given as arrays, for any dtype
@@ -412,14 +465,6 @@ class Solver(eqx.Module):
         minimise = jtu.Partial(Solver._minimise, solver, fn, box=box, report=report, state=state)
         problem = Problem(fn, solver.has_aux, box)
         return solver.adjoint.apply(minimise, x0, args, problem)
-
-    def _check_run_state(self, state, fn, x0, args, bounded: bool) -> None:
-        """Raise unless `state` has the structure, shapes and dtypes of the state `init` gives
-        for x0, fn and args (with the state's value dtype): a state of another solver or
-        problem, said leaf by leaf. Runs while `run` is traced, so it costs nothing per call."""
-        value_dtype = state.value.dtype
-        expected = jax.eval_shape(lambda: self._init(x0, value_dtype, fn, args, bounded))
-        check_fits(state, expected, "state")
 
     def _minimise(self, fn, x0, args, *, box, report: Report, state: SolverState) -> Result:
         """The whole run: the engine's loop from x0 (and `state`) to a stopping criterion, and
@@ -437,6 +482,7 @@ class Solver(eqx.Module):
         engine = Engine(self, fn, static, args, box, until_step=False, report=report)
         machine = engine.loop(engine.start(diff, state, history))
         diff, state, history = machine.x, machine.state, machine.history
+        last = diff
         iterate = eqx.combine(tree_cast_to_avals(diff, given), static)
         status, no_progress = run_status(state.status, state.steps_since_best, self.stall_steps)
         value, grad, aux = state.value, state.grad, state.aux
@@ -445,7 +491,7 @@ class Solver(eqx.Module):
                 diff, state, box, status, no_progress
             )
         failures = _STEP_FAILURES if self.throw == "failures" else _RUN_FAILURES
-        diff = self._raise_on_failure(diff, status, failures)
+        diff = self._raise_on_failure(diff, status, failures, state, last, "x0")
         return Result(
             params=eqx.combine(tree_cast_to_avals(diff, given), static),
             value=value,
@@ -522,12 +568,25 @@ class Solver(eqx.Module):
         check_order(box)
         return box
 
-    def _raise_on_failure(self, diff, status, failures: tuple[Status, ...]):
+    def _raise_on_failure(
+        self, diff, status, failures: tuple[Status, ...], state: SolverState, x, point: str
+    ):
         """With `throw` set: `diff`, with a runtime error (`eqx.branched_error_if`) that names
-        the status when `status` is one of `failures`."""
+        the status and its cause (`stop_cause`, from `state` and the last iterate `x`, where
+        the start point is called `point`) when `status` is one of `failures`."""
         if not self.throw:
             return diff
-        codes = jnp.array([int(s) for s in failures], jnp.int32)
-        messages = tuple(f"jaxsearch: {s.name}. {s.message}" for s in failures)
-        index = jnp.argmax(status == codes)
-        return eqx.branched_error_if(diff, jnp.any(status == codes), index, messages)
+        cause = stop_cause(
+            jnp,
+            status,
+            state.status,
+            state.step_size,
+            tree_all_finite(x),
+            jnp.isfinite(state.value),
+        )
+        ends = [(s, c) for s in failures for c in CAUSES.get(s, (Cause.NONE,))]
+        statuses = jnp.array([int(s) for s, _ in ends], jnp.int32)
+        causes = jnp.array([int(c) for _, c in ends], jnp.int32)
+        messages = tuple(f"jaxsearch: {s.name}. {stop_message(s, c, point)}" for s, c in ends)
+        found = (status == statuses) & (cause == causes)
+        return eqx.branched_error_if(diff, jnp.any(found), jnp.argmax(found), messages)

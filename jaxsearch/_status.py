@@ -2,13 +2,42 @@
 
 import enum
 
+import jax
+import numpy as np
 
-class Status(enum.IntEnum):
+
+class _StatusType(enum.EnumMeta):
+    """`Status(code)` as for any enum, and `Status(codes)` for an array of codes (a batch's
+    `result.status`): a `StatusArray` of members of the same shape."""
+
+    def __call__(cls, value, *args, **kwargs):
+        if args or kwargs:  # the functional API of enums
+            return super().__call__(value, *args, **kwargs)
+        if isinstance(value, jax.core.Tracer):
+            raise TypeError(
+                "Status(...) reads a concrete status on the host; inside jax.jit (or vmap) "
+                "compare the status with the members (status == js.Status.CONVERGED_GTOL), "
+                "or use result.success."
+            )
+        if isinstance(value, jax.Array | np.ndarray | np.generic | list | tuple):
+            codes = np.asarray(value)
+            if codes.ndim > 0:
+                members = np.frompyfunc(lambda code: super(_StatusType, cls).__call__(code), 1, 1)
+                return members(codes.astype(int)).view(StatusArray)
+            if np.issubdtype(codes.dtype, np.integer):
+                value = int(codes)
+        return super().__call__(value)
+
+
+class Status(enum.IntEnum, metaclass=_StatusType):
     """Outcome of a step or a run, stored as an int32 in the state and the result.
 
     Compare with the members directly (`result.status == js.Status.CONVERGED_GTOL`), or read
-    `result.message`. Only `CONVERGED_GTOL` and `CONVERGED_FTOL` count as success: a step that
-    rounded away to nothing is `STALLED`, never converged.
+    `result.message`, which says why the run stopped. `js.Status(result.status)` is the
+    member, which prints as its name (`CONVERGED_GTOL`); for a batch of runs (`jax.vmap`) it
+    is a `StatusArray` of members, which prints their names. Only `CONVERGED_GTOL` and
+    `CONVERGED_FTOL` count as success: a step that rounded away to nothing is `STALLED`,
+    never converged.
     """
 
     RUNNING = 0
@@ -19,13 +48,52 @@ class Status(enum.IntEnum):
     NONFINITE = 5
     STALLED = 6
 
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        """The name, formatted as a string (`f"{status:>16}"`); a numeric format (`:d`) formats
+        the code."""
+        try:
+            return format(self.name, spec)
+        except ValueError:
+            return format(int(self), spec)
+
     @property
     def message(self) -> str:
+        """What the status means, in general; `result.message` says what ended a run."""
         return _MESSAGES[self]
 
     @property
     def converged(self) -> bool:
         return self in (Status.CONVERGED_GTOL, Status.CONVERGED_FTOL)
+
+
+class StatusArray(np.ndarray):
+    """The statuses of a batch of runs, `js.Status(result.status)` under `jax.vmap`: a NumPy
+    array of `Status` members (compare it with a member, elementwise) that prints their
+    names, `[CONVERGED_GTOL STALLED]`."""
+
+    def __str__(self) -> str:
+        return np.array2string(np.asarray(self), formatter={"all": str})
+
+    def __repr__(self) -> str:
+        names = np.array2string(np.asarray(self), separator=", ", formatter={"all": str})
+        return f"StatusArray({names})"
+
+
+class Cause(enum.IntEnum):
+    """Which of the causes of a `STALLED` or `NONFINITE` end it was (`NONE` for the other
+    statuses): read from the state by `_stopping.stop_cause`, recorded nowhere."""
+
+    NONE = 0
+    ROUNDED_AWAY = 1  # the last step changed no parameter
+    BELOW_RESOLUTION = 2  # its search gave up: every step left to try rounds to x
+    NO_PROGRESS = 3  # stall_steps steps without a new lowest f nor a new least |g|
+    GTOL_ABOVE_BEST = 4  # gtol held only at a point above the lowest f seen
+    X_NOT_FINITE = 5  # the start point holds NaN or inf
+    VALUE_NOT_FINITE = 6  # f is not finite at the start point
+    GRAD_NOT_FINITE = 7  # its gradient is not finite there
 
 
 _MESSAGES = {
@@ -37,11 +105,47 @@ _MESSAGES = {
         "Stopped: the line search found no acceptable point (sufficient decrease; for "
         "FixedStep, a finite value); params are the last accepted point."
     ),
-    Status.NONFINITE: "Stopped: f or its gradient is not finite at the current point.",
-    Status.STALLED: (
-        "Stopped: no progress at this precision (the step rounded away, every step left to try "
-        "would, f did not decrease while ftol is below the value dtype's resolution, no new "
-        "lowest f nor least gradient norm for stall_steps steps, or gtol was met only at a "
-        "point above the best value seen); not converged."
-    ),
+    Status.NONFINITE: "Stopped: the start point, f or its gradient there is not finite.",
+    Status.STALLED: "Stopped: no progress at this precision; not converged.",
 }
+
+# `{x}` is the start point's name: x0 for a run, params for a step.
+_CAUSE_MESSAGES = {
+    Cause.ROUNDED_AWAY: (
+        "Stopped: the last step changed no parameter (x + t d rounded to x at this "
+        "precision); not converged."
+    ),
+    Cause.BELOW_RESOLUTION: (
+        "Stopped: the line search gave up below the resolution of x: every step left to "
+        "try would change no parameter at this precision; not converged."
+    ),
+    Cause.NO_PROGRESS: (
+        "Stopped: no new lowest f nor least gradient norm for stall_steps steps; not converged."
+    ),
+    Cause.GTOL_ABOVE_BEST: (
+        "Stopped: gtol was met only above the lowest f seen, and the point returned (the "
+        "lowest) misses it: the precision of f is exhausted; not converged."
+    ),
+    Cause.X_NOT_FINITE: "Stopped: {x} is not finite (it holds NaN or inf).",
+    Cause.VALUE_NOT_FINITE: "Stopped: f is not finite at {x}.",
+    Cause.GRAD_NOT_FINITE: "Stopped: the gradient of f is not finite at {x} (f is).",
+}
+
+# The causes each status may have (the others have none).
+CAUSES = {
+    Status.STALLED: (
+        Cause.ROUNDED_AWAY,
+        Cause.BELOW_RESOLUTION,
+        Cause.NO_PROGRESS,
+        Cause.GTOL_ABOVE_BEST,
+    ),
+    Status.NONFINITE: (Cause.X_NOT_FINITE, Cause.VALUE_NOT_FINITE, Cause.GRAD_NOT_FINITE),
+}
+
+
+def stop_message(status: int, cause: int, point: str) -> str:
+    """Why a run or step stopped with `status` and `cause`, in words; `point` names the
+    start point (x0, params)."""
+    if cause == Cause.NONE:
+        return Status(status).message
+    return _CAUSE_MESSAGES[Cause(cause)].format(x=point)

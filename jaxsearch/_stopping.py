@@ -4,7 +4,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
 from ._misc import Setting
-from ._status import Status
+from ._status import Cause, Status
 
 
 def step_status(
@@ -108,3 +108,40 @@ def returned_status(status: Int[Array, ""], grad_norm: Scalar, gtol: Setting) ->
     "precision loss")."""
     stalled = (status == Status.CONVERGED_GTOL) & ~(grad_norm <= gtol)
     return jnp.where(stalled, Status.STALLED, status).astype(jnp.int32)
+
+
+def stop_cause(xp, status, last_status, step_size, x_finite, value_finite):
+    """Which cause ended a run or step with `status` (a `Cause`; `NONE` unless `STALLED` or
+    `NONFINITE`), read from what the state holds: `last_status` and `step_size` are the
+    state's (its last step's status and step size, 0 where it took none), `x_finite` and
+    `value_finite` tell whether the start point and f there are finite. `xp` is `numpy` (on
+    the host, `Result.message`) or `jax.numpy` (in the compiled run, for `throw`).
+
+    A run ends `STALLED` when its last step did (the step moved, `step_size > 0`, yet changed
+    no parameter; or its search gave up below the line's resolution, no step), when it
+    stopped `RUNNING` for want of progress (`run_status`), or when `CONVERGED_GTOL` held
+    only above the lowest f (`returned_status`). `NONFINITE` is decided at the start point
+    only (no search accepts a non-finite trial): the point, else f, else its gradient."""
+    stalled = status == Status.STALLED
+    nonfinite = status == Status.NONFINITE
+    return xp.select(
+        [
+            stalled & (last_status == Status.CONVERGED_GTOL),
+            stalled & (last_status == Status.RUNNING),
+            stalled & (step_size > 0),
+            stalled,
+            nonfinite & ~x_finite,
+            nonfinite & ~value_finite,
+            nonfinite,
+        ],
+        [
+            Cause.GTOL_ABOVE_BEST,
+            Cause.NO_PROGRESS,
+            Cause.ROUNDED_AWAY,
+            Cause.BELOW_RESOLUTION,
+            Cause.X_NOT_FINITE,
+            Cause.VALUE_NOT_FINITE,
+            Cause.GRAD_NOT_FINITE,
+        ],
+        Cause.NONE,
+    ).astype(xp.int32)

@@ -126,11 +126,11 @@ def test_array_settings_are_checked_when_built():
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: js.Zoom(max_steps=jnp.asarray(5)),
+        lambda: js.Zoom(max_trials=jnp.asarray(5)),
         lambda: js.LBFGS(memory_size=jnp.asarray(5)),
         lambda: js.Solver(max_steps=jnp.asarray(5)),
     ],
-    ids=["zoom-max_steps", "lbfgs-memory_size", "solver-max_steps"],
+    ids=["zoom-max_trials", "lbfgs-memory_size", "solver-max_steps"],
 )
 def test_integer_settings_refuse_arrays(make):
     with pytest.raises(TypeError, match=r"(?i)int"):

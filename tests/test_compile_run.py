@@ -123,6 +123,27 @@ def test_value_dtype_spellings_share_one_program(compiles):
     assert compiles.count == 2  # the run and its fresh state
 
 
+def quartic_per_dtype(x):
+    """Used by one test only, so that its first compile is counted there."""
+    return jnp.sum((x.astype(jnp.float32) - 1.0) ** 4)
+
+
+def test_once_per_dtype_setting(compiles):
+    """ "Compiles once" is per dtype setting: each params dtype compiles its program (the run
+    and its fresh state) once, and later runs in any dtype already seen compile nothing."""
+    solver = make_solver("LBFGS", "Zoom")
+    starts = {d: [jnp.full(3, v, d) for v in (0.5, -0.5)] for d in (jnp.float32, jnp.bfloat16)}
+    for dtype, x0s in starts.items():
+        compiles.reset()
+        block(solver.run(quartic_per_dtype, x0s[0]))
+        assert compiles.count == 2, dtype  # a dtype setting of its own
+    compiles.reset()
+    for x0s in starts.values():
+        for x0 in x0s:
+            block(solver.run(quartic_per_dtype, x0))
+    assert compiles.count == 0
+
+
 def _quadratic(x, scale):
     return jnp.sum(scale * (x - 1.0) ** 2)
 

@@ -29,7 +29,7 @@ def test_every_sufficient_decrease_search_has_the_base(name):
 @pytest.mark.parametrize(
     "setting, value, rule",
     [
-        ("max_steps", 0, "max_steps must be an integer >= 1"),
+        ("max_trials", 0, "max_trials must be an integer >= 1"),
         ("max_step_size", 0.0, "max_step_size must be positive"),
         ("max_step_size", -1.0, "max_step_size must be positive"),
         ("epsilon", -1e-3, "epsilon must be None or >= 0"),
@@ -40,11 +40,50 @@ def test_the_base_checks_the_shared_settings(name, setting, value, rule):
         SEARCHES[name](**{setting: value})
 
 
-@pytest.mark.parametrize("name", list(SEARCHES))
-def test_trial_budget_counts_the_fallback_evaluation(name):
-    search = SEARCHES[name](max_steps=7)
-    refines = name != "Backtracking"  # backtracking's only sufficient decrease is its last trial
+BUDGETED = {**SEARCHES, "StochasticArmijo": js.StochasticArmijo}
+
+
+@pytest.mark.parametrize("max_trials", [1, 2, 3, 5])
+@pytest.mark.parametrize("name", list(BUDGETED))
+def test_max_trials_is_the_evaluations_a_search_may_use(name, max_trials):
+    """`max_trials=k`: no search evaluates phi more than k times (`drive` asserts it), the
+    re-evaluation of a failed search's best trial included, and searches far from their
+    step judge all the trials they may. A search that re-evaluates its best trial judges
+    k - 1 trials (one for k = 1) and keeps the k-th evaluation for that (the out-of-trials
+    tests of each search check that it takes it); it is never needed after a single trial
+    (that trial is the best, or there is none), so k = 2 evaluates at most once."""
+    search = BUDGETED[name](max_trials=max_trials)
+    guesses = (1e3, 1e-3, 0.5)
+    used = [len(drive(search, phi, jnp.float32, guess=g)[0]) for phi in PHIS for g in guesses]
+    judged = max(max_trials - 1, 1) if search.refines_best else max_trials
+    assert search.judged_trials == judged
+    assert judged <= max(used) <= max_trials, used  # (drive checks every search)
+
+
+@pytest.mark.parametrize("name", list(BUDGETED))
+def test_max_steps_is_deprecated_for_max_trials(name):
+    """The old keyword keeps the old budget: max_steps trials judged, and for a search that
+    re-evaluates its best trial (all but the backtracking ones) one evaluation more."""
+    with pytest.warns(DeprecationWarning, match=rf"{name}\(max_steps=7\).*max_trials="):
+        search = BUDGETED[name](max_steps=7)
+    refines = "Backtracking" not in name and name != "StochasticArmijo"
     assert search.max_trials == 7 + refines
+    assert search == BUDGETED[name](max_trials=7 + refines)
+    assert search.judged_trials == 7
+    with pytest.raises(TypeError, match="max_trials only"):
+        BUDGETED[name](max_steps=7, max_trials=8)
+
+
+def test_zoom_max_steps_25_is_the_default_budget():
+    with pytest.warns(DeprecationWarning):
+        assert js.Zoom(max_steps=25) == js.Zoom()
+    assert js.Zoom().max_trials == 26
+
+
+def test_the_adjoint_s_cg_steps_are_max_cg_steps():
+    with pytest.warns(DeprecationWarning, match=r"ImplicitAdjoint\(max_cg_steps=4\)"):
+        adjoint = js.ImplicitAdjoint(max_steps=4)
+    assert adjoint == js.ImplicitAdjoint(max_cg_steps=4)
 
 
 @pytest.mark.parametrize("name", list(SEARCHES))

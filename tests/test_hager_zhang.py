@@ -218,8 +218,9 @@ OUT_OF_TRIALS_CASES = [(FUNCTIONS_1D[name], t0) for name, t0 in CASES_1D] + [(ST
 @pytest.mark.parametrize("max_steps", [1, 3])
 def test_out_of_trials(max_steps):
     """With too few trials the search follows the same trials as with enough, then returns
-    a checked point (re-evaluated last if need be) or no step; every outcome occurs."""
-    ls = HagerZhang(max_steps=max_steps)
+    a checked point (re-evaluated last if need be) or no step; every outcome occurs.
+    `max_steps` trials are judged, within a budget of `max_trials` = `max_steps + 1`."""
+    ls = HagerZhang(max_trials=max_steps + 1)
     outcomes = set()
     for fn, t0 in OUT_OF_TRIALS_CASES:
         full = run_1d(HZ, fn, t0, "float64")
@@ -249,7 +250,7 @@ def test_out_of_trials(max_steps):
         (dict(psi1=1.0), r"\bpsi1 must"),
         (dict(psi2=0.0), r"\bpsi2 must"),
         (dict(rho=1.0), r"\brho must"),
-        (dict(max_steps=0), r"\bmax_steps must"),
+        (dict(max_trials=0), r"\bmax_trials must"),
         (dict(max_step_size=0.0), r"\bmax_step_size must"),
     ],
 )

@@ -145,22 +145,22 @@ def test_adjoint_settings_are_checked():
         js.Solver(js.NewtonCG(), adjoint=js.UnrolledAdjoint())
     with pytest.raises(ValueError, match="rtol must lie in"):
         js.ImplicitAdjoint(rtol=2.0)
-    with pytest.raises(ValueError, match="max_steps"):
-        js.ImplicitAdjoint(max_steps=0)
+    with pytest.raises(ValueError, match="max_cg_steps"):
+        js.ImplicitAdjoint(max_cg_steps=0)
     with pytest.raises(ValueError, match="checkpoints"):
         js.UnrolledAdjoint(checkpoints=0)
 
 
 def test_conjugate_gradients_solve_stop_and_bound():
     """The linear solve behind ImplicitAdjoint: exact on an SPD system, its first iterate with
-    max_steps=1, and a finite stop where the matrix is not positive definite."""
+    max_cg_steps=1, and a finite stop where the matrix is not positive definite."""
     with jax.enable_x64(True):
         m = jnp.asarray(A.T @ A + 0.1 * np.eye(5))
         b = jnp.asarray(B[:5])
         solve = js.ImplicitAdjoint()._conjugate_gradients
         v = solve(lambda x: m @ x, b)
         assert np.max(np.abs(v - np.linalg.solve(m, b))) <= 1e-10 * np.max(np.abs(v))
-        first = js.ImplicitAdjoint(max_steps=1)._conjugate_gradients(lambda x: m @ x, b)
+        first = js.ImplicitAdjoint(max_cg_steps=1)._conjugate_gradients(lambda x: m @ x, b)
         assert np.allclose(first, (b @ b) / (b @ m @ b) * b, rtol=1e-14)
         indefinite = jnp.diag(jnp.asarray([1.0, -1.0, 2.0, 3.0, 4.0]))
         stopped = solve(lambda x: indefinite @ x, jnp.ones(5))

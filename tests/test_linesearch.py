@@ -265,7 +265,7 @@ class Run:
 @functools.cache
 def driver(ls: js.AbstractLineSearch, f):
     """Jitted `(x, d, guess, args) -> dict`: one search along d from x with f(x, *args)."""
-    capacity = ls.max_steps + 2  # Zoom may re-evaluate its fallback point once
+    capacity = ls.max_trials + 1  # a search ends within its budget: one slot to spare
 
     def phi(x, d, t, args):
         value, grad = jax.value_and_grad(f)(x + t * d, *args)
@@ -373,7 +373,7 @@ def check_point(run: Run, i: int, true_phi, c1: float, c2: float | None):
 def check_contract(run: Run, ls):
     """The interface contract that holds for every search, successful or not."""
     assert run.done, f"search not done after {run.n} evaluations"
-    assert 1 <= run.n <= ls.max_steps + 1
+    assert 1 <= run.n <= ls.max_trials
     assert run.step >= 0
     if run.step > 0:
         # The last evaluated trial is the accepted step, and it is finite.
@@ -408,7 +408,7 @@ def check_backtracking(run: Run, ls: js.Backtracking, t0: float, true_phi):
     if run.success:
         assert run.step > 0 and last_ok, f"accepted step {run.step} fails Armijo"
     else:
-        assert run.step == 0 and run.n == ls.max_steps
+        assert run.step == 0 and run.n == ls.max_trials
 
 
 def _armijo_strictly(run: Run, i: int, true_phi, c1: float) -> bool:
@@ -802,12 +802,12 @@ def test_zoom_fails_honestly_when_wolfe_points_are_all_nonfinite(name, dtype):
     assert run.values[-1] == np.min(run.values[finite])
 
 
-def _out_of_trials_outcome(run: Run, max_steps: int) -> str:
+def _out_of_trials_outcome(run: Run, judged: int) -> str:
     if run.success:
         return "success"
     if run.step == 0:
         return "no step"
-    return "re-evaluated best" if run.n == max_steps + 1 else "last trial"
+    return "re-evaluated best" if run.n == judged + 1 else "last trial"
 
 
 # mt2 from 0.5 expands once and then overshoots, so two trials end in the zoom phase with an
@@ -815,17 +815,19 @@ def _out_of_trials_outcome(run: Run, max_steps: int) -> str:
 OUT_OF_TRIALS_CASES = [*CASES_1D, ("mt2", 0.5)]
 
 
-@pytest.mark.parametrize("max_steps", [1, 2])
+@pytest.mark.parametrize("max_trials", [1, 2, 3])
 @pytest.mark.parametrize("name,t0", OUT_OF_TRIALS_CASES)
-def test_zoom_out_of_trials(name, t0, max_steps):
+def test_zoom_out_of_trials(name, t0, max_trials):
     """With too few trials Zoom follows the same trials as with enough, then returns no step
     or an already-evaluated step with sufficient decrease (re-evaluated last if need be), and
-    success False; when the full search needed no more trials, the same success."""
+    success False; when the full search needed no more trials, the same success. It judges
+    `max_trials - 1` trials (one with `max_trials=1`) and evaluates at most `max_trials`."""
     fn = FUNCTIONS_1D[name]
-    ls = js.Zoom(max_steps=max_steps)
+    ls = js.Zoom(max_trials=max_trials)
+    max_steps = max(max_trials - 1, 1)  # the trials judged
     full = run_1d(ZOOM, fn, t0, "float64")
     run = run_1d(ls, fn, t0, "float64")
-    check_zoom(run, ls, fn.np)  # done, n <= max_steps + 1, step 0 or sufficient decrease
+    check_zoom(run, ls, fn.np)  # done, n <= max_trials, step 0 or sufficient decrease
     k = min(run.n, max_steps)
     np.testing.assert_array_equal(run.trials[:k], full.trials[:k])
     if full.success and full.n <= max_steps:
@@ -847,11 +849,11 @@ def test_zoom_out_of_trials(name, t0, max_steps):
 def test_zoom_out_of_trials_exercises_every_outcome():
     """The cases above cover no step, the last trial, and a re-evaluated earlier trial."""
     outcomes = set()
-    for max_steps in (1, 2):
-        ls = js.Zoom(max_steps=max_steps)
+    for max_trials in (2, 3):
+        ls = js.Zoom(max_trials=max_trials)
         for name, t0 in OUT_OF_TRIALS_CASES:
             run = run_1d(ls, FUNCTIONS_1D[name], t0, "float64")
-            outcomes.add(_out_of_trials_outcome(run, max_steps))
+            outcomes.add(_out_of_trials_outcome(run, max_trials - 1))
     assert outcomes >= {"no step", "last trial", "re-evaluated best"}, outcomes
 
 
@@ -860,11 +862,13 @@ def test_zoom_out_of_trials_exercises_every_outcome():
     "search,name", [("zoom", "steep"), ("backtracking", "steep"), ("backtracking", "quadratic")]
 )
 def test_no_sufficient_decrease_within_max_steps_gives_no_step(search, name, dtype):
-    """From t0 = 1e3 with max_steps = 3, no trial has sufficient decrease (-t + 1e6 t^4 needs
-    t <= 0.01, and Zoom's trials shrink by at most 10x; (t - 1)^2 needs t < 2, Backtracking
-    tries 1e3, 500, 250): no step, no success, and no extra evaluation."""
+    """From t0 = 1e3 with three trials judged (Zoom's max_trials = 4 leaves room for the
+    re-evaluation of a best trial, Backtracking's 3 does not), no trial has sufficient
+    decrease (-t + 1e6 t^4 needs t <= 0.01, and Zoom's trials shrink by at most 10x;
+    (t - 1)^2 needs t < 2, Backtracking tries 1e3, 500, 250): no step, no success, and no
+    extra evaluation."""
     fn = STEEP if name == "steep" else FUNCTIONS_1D["quadratic"]
-    ls = js.Zoom(max_steps=3) if search == "zoom" else js.Backtracking(max_steps=3)
+    ls = js.Zoom(max_trials=4) if search == "zoom" else js.Backtracking(max_trials=3)
     run = run_1d(ls, fn, 1e3, dtype)
     check(run, ls, 1e3, fn.np)
     for i in range(run.n):  # the premise
@@ -878,7 +882,7 @@ def test_no_sufficient_decrease_within_max_steps_gives_no_step(search, name, dty
         pytest.param(lambda: js.Zoom(c1=0.0), r"\bc1 must", id="zoom-c1=0"),
         pytest.param(lambda: js.Zoom(c1=0.5, c2=0.4), r"\bc2 must", id="zoom-c2<c1"),
         pytest.param(lambda: js.Zoom(c2=1.0), r"\bc2 must", id="zoom-c2=1"),
-        pytest.param(lambda: js.Zoom(max_steps=0), r"\bmax_steps must", id="zoom-max_steps=0"),
+        pytest.param(lambda: js.Zoom(max_trials=0), r"\bmax_trials must", id="zoom-max_trials=0"),
         pytest.param(lambda: js.Backtracking(shrink=1.5), r"\bshrink must", id="bt-shrink=1.5"),
         pytest.param(lambda: js.Backtracking(c1=1.0), r"\bc1 must", id="bt-c1=1"),
     ],

@@ -89,7 +89,7 @@ def dcsrch(true_phi, ls: MoreThuente, t0: float):
 
     phi0, dphi0 = true_phi(0.0)
     search = DCSRCH(phi, dphi, ls.ftol, ls.gtol, ls.xtol, 0.0, ls.max_step_size)
-    step, _, _, task = search(t0, phi0=phi0, derphi0=dphi0, maxiter=ls.max_steps + 1)
+    step, _, _, task = search(t0, phi0=phi0, derphi0=dphi0, maxiter=ls.max_trials)
     return np.asarray(trials), step, task
 
 
@@ -171,7 +171,7 @@ def test_paper_tolerances_float32(name, t0):
     check_more_thuente(run, ls, fn.np)
     if name == "mt2":
         assert not run.success and run.step > 0
-        assert run.n < ls.max_steps, "ended by max_steps, not by the bracket"
+        assert run.n < ls.judged_trials, "ended by its budget, not by the bracket"
     else:
         assert run.success, f"no strong Wolfe point after {run.n} trials; best step {run.step}"
 
@@ -256,9 +256,10 @@ _OUT_OF_TRIALS_FUNCTIONS = {**FUNCTIONS_1D, "steep": STEEP}
 def test_out_of_trials(name, t0, max_steps):
     """With too few trials the search follows the same trials as with enough, then returns the
     best sufficient-decrease step (re-evaluated last if need be) or no step, success False;
-    when the full search needed no more trials, the same outcome."""
+    when the full search needed no more trials, the same outcome. `max_steps` trials are
+    judged, within a budget of `max_trials` = `max_steps + 1` evaluations."""
     fn = _OUT_OF_TRIALS_FUNCTIONS[name]
-    ls = MoreThuente(max_steps=max_steps)
+    ls = MoreThuente(max_trials=max_steps + 1)
     full = run_1d(DEFAULT, fn, t0, "float64")
     run = run_1d(ls, fn, t0, "float64")
     check_more_thuente(run, ls, fn.np)
@@ -276,7 +277,7 @@ def test_out_of_trials_exercises_every_outcome():
     """The cases above cover no step, the last trial, and a re-evaluated earlier trial."""
     outcomes = set()
     for max_steps in (1, 3):
-        ls = MoreThuente(max_steps=max_steps)
+        ls = MoreThuente(max_trials=max_steps + 1)
         for name, t0 in OUT_OF_TRIALS_CASES:
             run = run_1d(ls, _OUT_OF_TRIALS_FUNCTIONS[name], t0, "float64")
             if run.success:
@@ -307,7 +308,7 @@ def _drive_by_hand(ls: MoreThuente, fn, t0: float, min_step: float):
             cast(min_step, dtype),
         )
         trials = []
-        while not bool(search.done) and len(trials) <= ls.max_steps:
+        while not bool(search.done) and len(trials) < ls.max_trials:
             t = float(search.trial)
             trials.append(t)
             value, slope = fn.np(t)
@@ -338,7 +339,7 @@ def test_max_step_size_reached():
     warning; the step there has sufficient decrease and is returned, success False."""
     ls = MoreThuente(max_step_size=100.0)
     trials, search = _drive_by_hand(ls, _Linear(), 1.0, 0.0)
-    assert trials[-1] == 100.0 and len(trials) < ls.max_steps, trials
+    assert trials[-1] == 100.0 and len(trials) < ls.judged_trials, trials
     assert bool(search.done) and not bool(search.success)
     assert float(search.step) == 100.0
 
@@ -356,7 +357,7 @@ class _Linear:
         pytest.param(lambda: MoreThuente(ftol=0.5, gtol=0.4), r"\bgtol must", id="gtol<ftol"),
         pytest.param(lambda: MoreThuente(gtol=1.0), r"\bgtol must", id="gtol=1"),
         pytest.param(lambda: MoreThuente(xtol=-1.0), r"\bxtol must", id="xtol<0"),
-        pytest.param(lambda: MoreThuente(max_steps=0), r"\bmax_steps must", id="max_steps=0"),
+        pytest.param(lambda: MoreThuente(max_trials=0), r"\bmax_trials must", id="max_trials=0"),
         pytest.param(
             lambda: MoreThuente(max_step_size=0.0), r"\bmax_step_size must", id="max_step=0"
         ),

@@ -121,7 +121,7 @@ def sls(b1=0.9, b2=0.999, c1=0.1, shrink=0.9, init_step=1.0):
         shrink=_f32(shrink),
         init_step=_f32(init_step),
         batches_per_epoch=20,
-        max_steps=60,
+        max_trials=60,
         epsilon=0,
     )
     return js.Solver(direction, search)
@@ -287,7 +287,7 @@ def test_steps_keep_dtypes(dtype):
         (dict(init_step=0.0), "init_step"),
         (dict(batches_per_epoch=0), "batches_per_epoch"),
         (dict(max_step_size=-1.0), "max_step_size"),
-        (dict(max_steps=0), "max_steps"),
+        (dict(max_trials=0), "max_trials"),
         (dict(epsilon=-1.0), "epsilon"),
     ],
 )

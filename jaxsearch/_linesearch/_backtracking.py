@@ -9,7 +9,7 @@ from jaxtyping import Scalar
 
 from .._misc import Setting, as_int, check_setting, scalar
 from ._conditions import ValueScale
-from ._decrease import AbstractDecreaseSearch, AbstractDecreaseSearchState
+from ._decrease import AbstractDecreaseSearch, AbstractDecreaseSearchState, accepts_max_steps
 
 
 class _BacktrackingState(eqx.Module):
@@ -25,7 +25,7 @@ class AbstractBacktracking(AbstractDecreaseSearch):
     """Backtracking on the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) (within the
     rounding allowance of `AbstractDecreaseSearch`), shared by `Backtracking` and
     `StochasticArmijo`: each rejected trial (also one where f or its slope is not finite) is
-    multiplied by `shrink`; after `max_steps` rejected trials, or when the next trial would be
+    multiplied by `shrink`; after `max_trials` rejected trials, or when the next trial would be
     below the line's resolution, no step is taken. The state between searches is the previous
     accepted step (0 until one is accepted) and C_k. A subclass says where a search starts
     (`first_trial`), what a search that takes no step leaves for the next
@@ -63,7 +63,7 @@ class AbstractBacktracking(AbstractDecreaseSearch):
         accept, _ = self.decrease(search, t, phi, dphi, self.c1)
         num_trials = search.num_trials + 1
         shrunk = (t * self.shrink).astype(t.dtype)
-        give_up = ~accept & ((num_trials >= self.max_steps) | (shrunk < search.min_step))
+        give_up = ~accept & ((num_trials >= self.judged_trials) | (shrunk < search.min_step))
         return eqx.tree_at(
             lambda s: (s.trial, s.done, s.step, s.success, s.num_trials),
             search,
@@ -83,12 +83,13 @@ class AbstractBacktracking(AbstractDecreaseSearch):
         return _BacktrackingState(prev_step, search.scale.kept_if(moved, state.scale))
 
 
+@accepts_max_steps
 class Backtracking(AbstractBacktracking):
     """Backtracking until the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) holds.
 
     Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 3.1. Each rejected trial
     (including one where f or its slope is not finite) multiplies t by `shrink`. After
-    `max_steps` rejected trials, or when the next trial would be below the line's resolution
+    `max_trials` rejected trials, or when the next trial would be below the line's resolution
     `min_step` (it would change no parameter), no step is taken (`step == 0`).
 
     The first trial is the solver's shared initial guess (1 for quasi-Newton directions); with
@@ -114,7 +115,7 @@ class Backtracking(AbstractBacktracking):
 
     c1: Setting = 1e-4
     shrink: Setting = 0.5
-    max_steps: int = eqx.field(static=True, default=30, converter=as_int)
+    max_trials: int = eqx.field(static=True, default=30, converter=as_int)
     growth: Setting | None = None
     max_step_size: Setting = float("inf")
     epsilon: Setting | None = None

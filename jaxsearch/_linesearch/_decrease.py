@@ -8,7 +8,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, PyTree, Scalar
 
-from .._misc import Setting, check_count, check_setting
+from .._misc import Setting, as_int, check_count, check_setting, renamed_keyword
 from ._base import (
     AbstractLineSearch,
     AbstractSearchState,
@@ -33,11 +33,13 @@ class AbstractDecreaseSearch(AbstractLineSearch):
     c t phi'(0), where values lost in rounding (within epsilon C_k, Hager & Zhang 2005,
     section 4) are judged by the slope instead (`sufficient_decrease`).
 
-    - **Settings.** `max_steps` (an int >= 1) bounds the trials, `max_step_size` (> 0)
+    - **Settings.** `max_trials` (an int >= 1) bounds the trials, `max_step_size` (> 0)
       caps them, `epsilon` (None or >= 0) sets the rounding allowance; all three are
       checked here.
-    - **Budget.** A search with `refines_best` ends a failed search on its best trial,
-      evaluated once more: its budget is `max_steps + 1` evaluations, else `max_steps`.
+    - **Budget.** A search evaluates phi at most `max_trials` times. A search with
+      `refines_best` ends a failed search on its best trial, evaluated once more when it was
+      not the last: it judges at most `judged_trials` = `max_trials - 1` trials (at least
+      one), so that the re-evaluation fits the budget; any other judges `max_trials`.
     - **Monotone.** With `epsilon = 0` nothing is lost in rounding: no accepted step raises f.
     - **Cap and first trial** (`open`): cap = min(max_step_size, max_step), first trial
       max(min(first, cap), min_step); a cap below `min_step`, <= 0 or NaN ends the search
@@ -48,14 +50,14 @@ class AbstractDecreaseSearch(AbstractLineSearch):
     - **Best-point fallback** (`settle`).
     """
 
-    max_steps: eqx.AbstractVar[int]
+    max_trials: eqx.AbstractVar[int]
     max_step_size: eqx.AbstractVar[Setting]
     epsilon: eqx.AbstractVar[Setting | None]
     refines_best: ClassVar[bool] = True
 
     def __check_init__(self):
         name = type(self).__name__
-        check_count(name, "max_steps", self.max_steps)
+        check_count(name, "max_trials", self.max_trials)
         check_setting(name, "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
         if self.epsilon is not None:
             check_setting(name, "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
@@ -76,8 +78,11 @@ class AbstractDecreaseSearch(AbstractLineSearch):
         return self.value_scale(state).allowance(self.epsilon)
 
     @property
-    def max_trials(self) -> int:
-        return self.max_steps + int(self.refines_best)
+    def judged_trials(self) -> int:
+        """The trials a search judges before it fails: `max_trials`, less the re-evaluation
+        of the best trial for a search that `refines_best` (none is needed after a first
+        trial: the best trial is then that one, or none)."""
+        return max(self.max_trials - int(self.refines_best), 1)
 
     def open(self, first: Scalar, phi0, dphi0, min_step, max_step, scale: ValueScale) -> dict:
         """The `AbstractDecreaseSearchState` fields of a search from phi(0), phi'(0) whose
@@ -127,3 +132,24 @@ def settle(
     taken = jnp.where(refining, finite, accept | (fail & has_best & is_current))
     trial = jnp.where(refining, t, jnp.where(refine, best, next_trial))
     return done, taken, refine, trial
+
+
+def _budget_of_max_steps(cls: type[AbstractDecreaseSearch], steps) -> int:
+    """The `max_trials` of the deprecated `max_steps` (the trials judged): the same budget."""
+    steps = as_int(steps)
+    check_count(cls.__name__, "max_steps", steps)
+    return steps + int(cls.refines_best)
+
+
+def _budget_note(cls: type[AbstractDecreaseSearch]) -> str:
+    if cls.refines_best:
+        return (
+            " max_trials counts the evaluations of f a search may use, the re-evaluation of a "
+            "failed search's best trial included; max_steps counted the trials before it."
+        )
+    return " max_trials counts the evaluations of f a search may use."
+
+
+# `max_steps`, the trial budget's old name, with a DeprecationWarning (a decorator for each
+# concrete search: equinox writes a class's `__init__` when it is created).
+accepts_max_steps = renamed_keyword("max_steps", "max_trials", _budget_of_max_steps, _budget_note)

@@ -7,7 +7,12 @@ from jaxtyping import Array, Bool, Int, Scalar
 from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
 from ._base import Point, at_capped_edge
 from ._conditions import ValueScale, armijo, value_tolerance
-from ._decrease import AbstractDecreaseSearch, AbstractDecreaseSearchState, settle
+from ._decrease import (
+    AbstractDecreaseSearch,
+    AbstractDecreaseSearchState,
+    accepts_max_steps,
+    settle,
+)
 from ._interpolate import quadratic_minimiser, secant_minimiser
 
 # Phases: what the trial being evaluated is.
@@ -50,6 +55,7 @@ def _inside(c, a, b):
     return jnp.isfinite(c) & (c > a) & (c < b)
 
 
+@accepts_max_steps
 class HagerZhang(AbstractDecreaseSearch):
     """Approximate Wolfe line search of W. W. Hager and H. Zhang, "A new conjugate gradient
     method with guaranteed descent and an efficient line search", *SIAM J. Optim.* 16(1),
@@ -93,7 +99,7 @@ class HagerZhang(AbstractDecreaseSearch):
     bisects towards the lower end a. Trials are capped at `max_step_size` and never lie below
     the line's resolution `min_step`.
 
-    The search fails after `max_steps` trials, when the expansion reaches `max_step_size`,
+    It fails after `judged_trials` (max_trials - 1) trials, when expansion reaches `max_step_size`,
     when the next trial would not lie strictly inside the bracket (it collapsed in floating
     point), when the bracket is narrower than `min_step`, or when the next trial would lie
     below `min_step`. When a search in Wolfe (T1) mode fails, CG_DESCENT switches to approximate
@@ -110,7 +116,7 @@ class HagerZhang(AbstractDecreaseSearch):
     `epsilon = None` (the default) is the paper's 1e-6 in float64 and 3.5e-4 in float32, whose
     rounding errors 1e-6 would not cover (`value_tolerance`).
     Requires 0 < delta < 0.5, delta <= sigma < 1, epsilon >= 0, 0 < theta < 1, 0 < gamma < 1,
-    omega >= 0, 0 <= Delta <= 1, 0 < psi1 < 1, psi2 > 0, rho > 1, max_steps >= 1.
+    omega >= 0, 0 <= Delta <= 1, 0 < psi1 < 1, psi2 > 0, rho > 1, max_trials >= 1.
 
     With a dynamic cap `max_step` passed to `start`, cap = min(max_step_size, max_step)
     replaces max_step_size above (clipping of the first trial, QuadStep's and the expansion's,
@@ -143,7 +149,7 @@ class HagerZhang(AbstractDecreaseSearch):
     psi2: Setting = 2.0
     rho: Setting = 5.0
     quad_step: bool = eqx.field(static=True, default=True)
-    max_steps: int = eqx.field(static=True, default=50, converter=as_int)
+    max_trials: int = eqx.field(static=True, default=51, converter=as_int)
     max_step_size: Setting = float("inf")
 
     def __check_init__(self):
@@ -293,7 +299,7 @@ class HagerZhang(AbstractDecreaseSearch):
         below = next_trial < s.min_step
         collapsed = bracketed & (~_inside(next_trial, a.t, b.t) | (width < s.min_step))
         exhausted = (
-            (num_trials >= self.max_steps) | (expand & (t >= s.max_step)) | collapsed | below
+            (num_trials >= self.judged_trials) | (expand & (t >= s.max_step)) | collapsed | below
         )
         fail = ~accept & ~in_fallback & exhausted
         at_max = expand & (t >= s.max_step)

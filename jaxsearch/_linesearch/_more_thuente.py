@@ -7,7 +7,12 @@ from jaxtyping import Array, Bool, Int, Scalar
 from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
 from ._base import Point
 from ._conditions import ValueScale
-from ._decrease import AbstractDecreaseSearch, AbstractDecreaseSearchState, settle
+from ._decrease import (
+    AbstractDecreaseSearch,
+    AbstractDecreaseSearchState,
+    accepts_max_steps,
+    settle,
+)
 from ._interpolate import quadratic_minimiser, scaled_cubic, secant_minimiser
 
 _SEARCH, _FALLBACK = 0, 1
@@ -86,6 +91,7 @@ def _shift(point: Point, slope) -> Point:
     return Point(point.t, point.phi - point.t * slope, point.dphi - slope)
 
 
+@accepts_max_steps
 class MoreThuente(AbstractDecreaseSearch):
     """Line search for the strong Wolfe conditions
 
@@ -95,7 +101,8 @@ class MoreThuente(AbstractDecreaseSearch):
     guaranteed sufficient decrease", *ACM Trans. Math. Software* 20(3), 286–307 (1994), as
     in MINPACK-2's `dcsrch` and `dcstep` (the search inside L-BFGS-B and scipy's
     `line_search_wolfe1`). The defaults are L-BFGS-B's: ftol, gtol and xtol as it calls
-    `dcsrch`, and `max_steps = 20` as its limit on evaluations per search.
+    `dcsrch`, and its limit of 20 trials per search: `max_trials = 21`, which counts the
+    re-evaluation of the best trial of a failed search (where L-BFGS-B takes no step).
 
     The search keeps an interval [t_x, t_y] (in either order) and, while nothing is
     bracketed, extrapolates: each next trial lies in t + [1.1, 4] (t - t_x). In the first
@@ -121,13 +128,14 @@ class MoreThuente(AbstractDecreaseSearch):
     or phi'(t) >= ftol phi'(0); when the next trial would not lie strictly inside the bracket
     (rounding errors); when the bracket's width is at most `xtol` times its upper end, or
     below the line's resolution `min_step`; when the next trial would lie below `min_step`;
-    or after `max_steps` trials. It then returns the trial with the lowest value that
-    satisfies sufficient decrease (re-evaluating it once if it was not the last trial), or no
-    step when there is none; `success` is False in both cases.
+    or after `judged_trials` (`max_trials` - 1) trials. It then returns the trial with the
+    lowest value that satisfies sufficient decrease (re-evaluating it once if it was not the
+    last trial: the `max_trials`-th evaluation), or no step when there is none; `success` is
+    False in both cases.
 
     Requires 0 < ftol <= gtol < 1. The paper runs its tests with ftol = gtol; with
     ftol <= gtol a minimiser of psi where psi < 0 satisfies both conditions, so an acceptable
-    step exists whenever phi is bounded below. `xtol >= 0`, `max_steps >= 1`.
+    step exists whenever phi is bounded below. `xtol >= 0`, `max_trials >= 1`.
 
     An addition to `dcsrch`: where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k`
     (C_k: Hager & Zhang's average of |f| over the iterates, `ValueScale`; `epsilon = None`:
@@ -154,7 +162,7 @@ class MoreThuente(AbstractDecreaseSearch):
     ftol: Setting = 1e-3
     gtol: Setting = 0.9
     xtol: Setting = 0.1
-    max_steps: int = eqx.field(static=True, default=20, converter=as_int)
+    max_trials: int = eqx.field(static=True, default=21, converter=as_int)
     max_step_size: Setting = float("inf")
     epsilon: Setting | None = None
 
@@ -246,7 +254,7 @@ class MoreThuente(AbstractDecreaseSearch):
         )
         at_max = (t >= s.max_step) & decrease & (dphi <= slope_test)
         at_min = (t <= s.min_step) & (~decrease | (dphi >= slope_test))
-        fail = ~converged & (at_max | at_min | stuck | below | (num_trials >= self.max_steps))
+        fail = ~converged & (at_max | at_min | stuck | below | (num_trials >= self.judged_trials))
 
         best = select(decrease & (phi < s.best.phi), current, s.best)
         in_fallback = s.phase == _FALLBACK  # re-evaluation of the best point: take it

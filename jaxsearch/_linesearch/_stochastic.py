@@ -8,8 +8,10 @@ from jaxtyping import Scalar
 
 from .._misc import Setting, as_int, check_count, check_setting
 from ._backtracking import AbstractBacktracking
+from ._decrease import accepts_max_steps
 
 
+@accepts_max_steps
 class StochasticArmijo(AbstractBacktracking):
     """Backtracking on the Armijo condition of the step's mini-batch, with the step size
     carried over from step to step: SGD with Armijo line-search (SLS) of Vaswani, Mishkin,
@@ -29,7 +31,7 @@ class StochasticArmijo(AbstractBacktracking):
       d = -D^{-1} grad f_k it is the Armijo condition in the D^{-1}-norm of Vaswani et al.
       2020).
     - **Backtracking.** A rejected trial (also one where f or its slope is not finite) is
-      multiplied by `shrink` (the paper's beta = 0.9). After `max_steps` trials without one
+      multiplied by `shrink` (the paper's beta = 0.9). After `max_trials` trials without one
       that passes, or when the next would be below the line's resolution (no parameter would
       change), the step takes no step (`Status.LINESEARCH_FAILED`), and its last trial times
       `shrink` is carried forward as if it had been accepted, as the authors' code carries
@@ -69,7 +71,8 @@ class StochasticArmijo(AbstractBacktracking):
       `reset="init"`), > 0.
     - `reset`: "grow", "keep" or "init" (static), as above.
     - `max_step_size`: no trial exceeds it, > 0 (default +inf: no cap).
-    - `max_steps`: the trial budget of a search (an int >= 1).
+    - `max_trials`: the trial budget of a search (an int >= 1): the evaluations of f it may
+      use (`max_steps`, its old name, is deprecated).
     - `epsilon`: the rounding tolerance (None: as `Backtracking`'s, >= 0).
     """
 
@@ -80,7 +83,7 @@ class StochasticArmijo(AbstractBacktracking):
     init_step: Setting = 1.0
     reset: str = eqx.field(static=True, default="grow")
     max_step_size: Setting = float("inf")
-    max_steps: int = eqx.field(static=True, default=100, converter=as_int)
+    max_trials: int = eqx.field(static=True, default=100, converter=as_int)
     epsilon: Setting | None = None
 
     evaluates_each_step: ClassVar[bool] = True

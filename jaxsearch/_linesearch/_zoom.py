@@ -7,7 +7,12 @@ from jaxtyping import Array, Int
 from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
 from ._base import Point
 from ._conditions import ValueScale
-from ._decrease import AbstractDecreaseSearch, AbstractDecreaseSearchState, settle
+from ._decrease import (
+    AbstractDecreaseSearch,
+    AbstractDecreaseSearchState,
+    accepts_max_steps,
+    settle,
+)
 from ._interpolate import expansion_trial, zoom_trial
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
@@ -20,6 +25,7 @@ class _ZoomSearch(AbstractDecreaseSearchState):
     hi: Point
 
 
+@accepts_max_steps
 class Zoom(AbstractDecreaseSearch):
     """Line search for the strong Wolfe conditions
 
@@ -31,11 +37,14 @@ class Zoom(AbstractDecreaseSearch):
     extrapolation. A trial with a non-finite value or slope fails sufficient decrease, so the
     search backs off from it.
 
-    The search fails after `max_steps` trials, when the bracket shrinks below `xtol` relative to
+    It fails after `judged_trials` trials, when the bracket shrinks below `xtol` relative to
     its position or below the line's resolution `min_step` (or the next trial would lie below
     it), or when expansion reaches `max_step_size`. It then returns the trial with the
     lowest value that satisfies sufficient decrease (re-evaluating it once if it was not the
-    last trial), or no step when there is none; `success` is False in both cases.
+    last trial), or no step when there is none; `success` is False in both cases. So a search
+    evaluates phi at most `max_trials` times (default 26): `judged_trials` = `max_trials` - 1
+    trials, and the re-evaluation (`max_trials=1` judges one trial: after a single trial the
+    best is that one or none).
 
     Where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k` (C_k: Hager & Zhang's
     average of |f| over the iterates, `ValueScale`; `epsilon = None`: 1e-6 in float64,
@@ -60,7 +69,7 @@ class Zoom(AbstractDecreaseSearch):
 
     c1: Setting = 1e-4
     c2: Setting = 0.9
-    max_steps: int = eqx.field(static=True, default=25, converter=as_int)
+    max_trials: int = eqx.field(static=True, default=26, converter=as_int)
     safeguard: Setting = 0.1
     xtol: Setting = 1e-7
     max_step_size: Setting = float("inf")
@@ -120,7 +129,7 @@ class Zoom(AbstractDecreaseSearch):
         num_trials = search.num_trials + 1
         width = jnp.abs(hi.t - lo.t)
         exhausted = (
-            (num_trials >= self.max_steps)
+            (num_trials >= self.judged_trials)
             | (expand & (t >= search.max_step))
             | (~expand & (width <= self.xtol * jnp.maximum(lo.t, hi.t)))
             | (~expand & ((width < search.min_step) | (next_trial < search.min_step)))
