@@ -1,17 +1,35 @@
 """Safeguarded one-dimensional interpolation steps used by the Wolfe searches."""
 
 import jax.numpy as jnp
-from jaxtyping import Scalar
+from jaxtyping import Array, Bool, Scalar
 
 from .._misc import Setting
 
 
 def cubic_minimiser(a, fa, da, b, fb, db) -> Scalar:
-    """Minimiser of the cubic matching f and f' at a and b (N&W eq. 3.59); NaN if none."""
-    d1 = da + db - 3 * (fa - fb) / (a - b)
-    radicand = d1 * d1 - da * db
-    d2 = jnp.sign(b - a) * jnp.sqrt(jnp.where(radicand >= 0, radicand, jnp.nan))
-    return b - (b - a) * (db + d2 - d1) / (db - da + 2 * d2)
+    """Minimiser of the cubic matching f and f' at a and b (N&W eq. 3.59); NaN if none.
+
+    With t = a + u (b - a) the cubic is fa + delta u + beta u^2 + gamma u^3, where
+    delta = da (b - a), beta = 3 (fb - fa) - (2 da + db) (b - a) and gamma = (da + db) (b - a)
+    - 2 (fb - fa); its local minimiser, the root of delta + 2 beta u + 3 gamma u^2 where the
+    second derivative is positive, is u = -delta / (beta + r) for beta >= 0 and
+    (r - beta) / (3 gamma) otherwise, r = sqrt(beta^2 - 3 gamma delta): the two forms of
+    the same root, each taken where it does not cancel. So a minimiser near a (u ~ 1e-30, a
+    first trial far beyond the minimiser of a quadratic) comes out to full relative
+    precision, where b - (b - a) (...) would keep only an absolute error of eps |b - a|.
+    The coefficients are divided by the largest of their magnitudes first, as Moré &
+    Thuente's dcstep does, so that beta^2 does not overflow.
+    """
+    width, change = b - a, fb - fa
+    delta = da * width
+    beta = 3 * change - (2 * da + db) * width
+    gamma = (da + db) * width - 2 * change
+    scale = jnp.maximum(jnp.maximum(jnp.abs(delta), jnp.abs(beta)), jnp.abs(gamma))
+    delta, beta, gamma = delta / scale, beta / scale, gamma / scale
+    radicand = beta * beta - 3 * gamma * delta
+    r = jnp.sqrt(jnp.where(radicand >= 0, radicand, jnp.nan))
+    u = jnp.where(beta >= 0, -delta / (beta + r), (r - beta) / (3 * gamma))
+    return jnp.where(jnp.isfinite(u), a + u * width, jnp.nan)
 
 
 def quadratic_minimiser(a, fa, da, b, fb) -> Scalar:
@@ -20,12 +38,17 @@ def quadratic_minimiser(a, fa, da, b, fb) -> Scalar:
     return jnp.where(curvature > 0, a - da * (b - a) ** 2 / (2 * curvature), jnp.nan)
 
 
-def zoom_trial(lo, hi, safeguard: Setting) -> Scalar:
+def zoom_trial(lo, hi, safeguard: Setting, near_end: Bool[Array, ""], resolution: Scalar) -> Scalar:
     """Next trial strictly inside the bracket [lo, hi] (points are (t, phi, dphi) triples).
 
-    Cubic interpolation if its minimiser lies at least `safeguard` times the bracket width from
-    either end, else the quadratic through phi(lo), phi'(lo), phi(hi) under the same test,
-    else bisection. Non-finite data at `hi` (a failed trial) falls through to bisection.
+    The cubic's minimiser if it lies at least `safeguard` times the bracket width from either
+    end, else the quadratic's (through phi(lo), phi'(lo), phi(hi)) under the same test. Where
+    neither does and `near_end` is True, the cubic's minimiser if it lies strictly inside the
+    bracket and at least `resolution` from either end; otherwise bisection. On a quadratic
+    phi the cubic is phi, so its minimiser is exact wherever it lies; the quadratic, which
+    ignores phi'(hi), is not trusted near an end (where f grows faster than a quadratic it
+    puts its minimiser next to lo). Non-finite data at `hi` (a failed trial) falls through
+    to bisection.
     """
     (a, fa, da), (b, fb, db) = lo, hi
     low, high = jnp.minimum(a, b), jnp.maximum(a, b)
@@ -34,10 +57,15 @@ def zoom_trial(lo, hi, safeguard: Setting) -> Scalar:
     def inside(t):
         return jnp.isfinite(t) & (t >= low + margin) & (t <= high - margin)
 
+    def apart(t):  # strictly inside, and at least `resolution` from either end
+        gap = jnp.minimum(t - low, high - t)
+        return near_end & jnp.isfinite(t) & (gap > 0) & (gap >= resolution)
+
     cubic = cubic_minimiser(a, fa, da, b, fb, db)
     quadratic = quadratic_minimiser(a, fa, da, b, fb)
     middle = (a + b) / 2
-    return jnp.where(inside(cubic), cubic, jnp.where(inside(quadratic), quadratic, middle))
+    near = jnp.where(apart(cubic), cubic, middle)
+    return jnp.where(inside(cubic), cubic, jnp.where(inside(quadratic), quadratic, near))
 
 
 def expansion_trial(prev, current, max_step_size: Setting | Scalar) -> Scalar:

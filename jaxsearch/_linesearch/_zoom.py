@@ -2,7 +2,7 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Int
+from jaxtyping import Array, Int, Scalar
 
 from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
 from ._base import Point
@@ -16,6 +16,10 @@ from ._decrease import (
 from ._interpolate import expansion_trial, zoom_trial
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
+# An interpolated trial near an end of the bracket is taken only while the bracket shrinks to
+# this fraction of its width every two trials: Moré & Thuente's (1994) bisection rule (dcsrch's
+# p66; Hager & Zhang's gamma = 0.66).
+_SHRINK = 0.66
 
 
 class _ZoomSearch(AbstractDecreaseSearchState):
@@ -23,6 +27,8 @@ class _ZoomSearch(AbstractDecreaseSearchState):
     prev: Point  # previous trial while bracketing
     lo: Point  # lowest value with sufficient decrease so far (N&W's alpha_lo)
     hi: Point
+    width: Scalar  # |hi - lo| after the last trial (+inf while bracketing) ...
+    width_before: Scalar  # ... and after the one before it
 
 
 @accepts_max_steps
@@ -32,10 +38,16 @@ class Zoom(AbstractDecreaseSearch):
         phi(t) <= phi(0) + c1 t phi'(0)   and   |phi'(t)| <= c2 |phi'(0)|,
 
     following Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithms 3.5 (bracketing
-    by expansion) and 3.6 (zoom). Zoom trials come from safeguarded cubic interpolation with a
-    quadratic and then a bisection fallback; expansion trials from safeguarded cubic
-    extrapolation. A trial with a non-finite value or slope fails sufficient decrease, so the
-    search backs off from it.
+    by expansion) and 3.6 (zoom). A zoom trial is the minimiser of the cubic through the
+    bracket's ends (values and slopes), else of the quadratic through phi(lo), phi'(lo) and
+    phi(hi), where it lies at least `safeguard` times the bracket's width from either end.
+    A cubic minimiser nearer an end (but inside, and at least the line's resolution
+    `min_step` from either end) is taken while the bracket's width is below 0.66 of its width
+    two trials before (Moré & Thuente's 1994 rule), else the trial bisects. So on a
+    quadratic, where the cubic is phi itself, a first trial however far beyond the minimiser
+    costs one more trial. Expansion trials come from safeguarded cubic extrapolation. A trial
+    with a non-finite value or slope fails sufficient decrease, so the search backs off from
+    it (by bisection).
 
     It fails after `judged_trials` trials, when the bracket shrinks below `xtol` relative to
     its position or below the line's resolution `min_step` (or the next trial would lie below
@@ -91,6 +103,8 @@ class Zoom(AbstractDecreaseSearch):
             prev=origin,
             lo=origin,
             hi=origin,
+            width=scalar(jnp.inf, phi0.dtype),
+            width_before=scalar(jnp.inf, phi0.dtype),
         )
 
     def update(self, search, t, phi, dphi) -> _ZoomSearch:
@@ -121,13 +135,15 @@ class Zoom(AbstractDecreaseSearch):
         lo = select(bracketing, lo_if_bracket, lo_if_zoom)
         hi = select(bracketing, hi_if_bracket, hi_if_zoom)
 
+        width = jnp.abs(hi.t - lo.t)
+        zoom_width = jnp.where(expand, jnp.inf, width).astype(dtype)
+        near_end = zoom_width < _SHRINK * search.width_before
         next_trial = jnp.where(
             expand,
             expansion_trial(search.prev.triple(), current.triple(), search.max_step),
-            zoom_trial(lo.triple(), hi.triple(), self.safeguard),
+            zoom_trial(lo.triple(), hi.triple(), self.safeguard, near_end, search.min_step),
         ).astype(dtype)
         num_trials = search.num_trials + 1
-        width = jnp.abs(hi.t - lo.t)
         exhausted = (
             (num_trials >= self.judged_trials)
             | (expand & (t >= search.max_step))
@@ -162,6 +178,8 @@ class Zoom(AbstractDecreaseSearch):
             prev=current,
             lo=lo,
             hi=hi,
+            width=zoom_width,
+            width_before=search.width,
         )
 
     def finish(self, state, search) -> ValueScale:
