@@ -15,7 +15,7 @@ one a call takes, how it is compiled, and the state a fresh run starts from.
   LLVM pipelines, and the solver's scalar logic is made of many small fusions: the lean
   options take about `LEAN_SAVES_SECONDS` off a small problem's compile (more off a network's),
   and run the solver's own logic no slower, but an objective's elementwise work, a network's
-  tanh most of all, can run up to 1.45 times slower. So a run is priced at `max_steps`
+  tanh most of all, can run up to 1.5 times slower. So a run is priced at `max_steps`
   steps of `EVALUATIONS_PER_STEP` evaluations, each slowed by what `jaxsearch._cost`
   estimates from fn's jaxpr (`benchmarks/compile_options.py` measures both sides). `step`
   called at the top level and `js.jit` price their program as a run of the solver's
