@@ -1,7 +1,8 @@
-"""solver.step inside your own eqx.filter_jit training step.
+"""solver.step inside your own training step, compiled by `js.jit`.
 
-The state's dtypes are fixed by `init`, so the step compiles once; the script counts the
-backend compiles to show it.
+`js.jit` is `eqx.filter_jit` with the compile options that `step` called by itself gets (on a
+CPU, about half the compile time for a step as cheap as this one). The state's dtypes are
+fixed by `init`, so the step compiles once; the script counts the backend compiles to show it.
 
     python examples/training_loop.py
 """
@@ -33,7 +34,7 @@ def main():
     solver = js.Solver(js.LBFGS(memory_size=10), js.Zoom())
     state = solver.init(model, value_dtype=jnp.float32)
 
-    @eqx.filter_jit
+    @js.jit
     def train_step(model, state, x, y):
         return solver.step(loss, model, state, x, y)
 

@@ -16,6 +16,7 @@ from ._direction import (
     Preconditioned as Preconditioned,
 )
 from ._history import History as History
+from ._jit import jit as jit
 from ._linesearch import (
     AbstractLineSearch as AbstractLineSearch,
     AbstractSearchState as AbstractSearchState,

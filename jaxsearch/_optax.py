@@ -146,8 +146,7 @@ def as_optax(solver) -> optax.GradientTransformationExtraArgs:
         # One compiled program (eager updates too): the state is checked while it is traced.
         fn = _WithKeywords(value_fn)
         arguments = (solver, fn, params, state, value, grad, extra_args)
-        return _programs.call(
-            _update, *arguments, filtered=True, lean=_programs.lean((params, extra_args))
-        )
+        chosen = _programs.options("auto", solver, fn, params, (extra_args,))
+        return _programs.call(_update, *arguments, filtered=True, options=chosen)
 
     return optax.GradientTransformationExtraArgs(init, update)

@@ -7,24 +7,33 @@ one a call takes, how it is compiled, and the state a fresh run starts from.
   same program.
 - **Donation.** A run donates a state of at least `DONATE_BYTES` (its buffers become the
   loop's and the result's; a resumed run's caller keeps its own, as a copy is donated).
-- **Compile options.** On a CPU, a call whose params and args together hold fewer than
-  `LEAN_BYTES` is compiled with `LEAN_OPTIONS`: XLA's elemental fusion emitters and LLVM at
-  -O1. XLA CPU compiles each fusion through its own MLIR and LLVM pipelines, and the
-  solver's scalar logic is made of many small fusions: these options take about half the
-  compile time off a small problem's run, which runs no slower (docs/benchmarks.md, "Fifth
-  round"). Larger problems, whose elementwise work the default pipeline vectorises better,
-  and other backends keep XLA's defaults. Where this jaxlib lacks an option, every program
-  is compiled with the defaults. Inside a caller's trace the caller's compile decides.
+- **Compile options.** `run(..., compiler_options=...)` chooses them: a dict is passed to
+  XLA as given, None keeps XLA's defaults, and "auto" (the default) compiles with
+  `LEAN_OPTIONS` (XLA's elemental fusion emitters and LLVM at -O1) on a CPU, at the top
+  level, for params and args under `LEAN_BYTES`, when the run time these options may add is
+  below the compile time they save. XLA CPU compiles each fusion through its own MLIR and
+  LLVM pipelines, and the solver's scalar logic is made of many small fusions: the lean
+  options take about `LEAN_SAVES_SECONDS` off a small problem's compile (more off a network's),
+  and run the solver's own logic no slower, but an objective's elementwise work, a network's
+  tanh most of all, can run up to 1.5 times slower. So a run is priced at `max_steps`
+  steps of `EVALUATIONS_PER_STEP` evaluations, each slowed by what `jaxsearch._cost`
+  estimates from fn's jaxpr (`benchmarks/compile_options.py` measures both sides). `step`
+  called at the top level and `js.jit` price their program as a run of the solver's
+  `max_steps` steps. Where this jaxlib lacks a lean option, "auto" compiles every program
+  with the defaults. Inside a caller's trace the caller's compile decides.
 """
 
+import contextvars
 import functools
 import math
 from typing import Any, Literal
 
 import equinox as eqx
 import jax
+import jax.tree_util as jtu
+from jax.interpreters import partial_eval
 
-from . import _evaluate
+from . import _cost, _evaluate
 from ._history import Report
 from ._inputs import check_is_state
 from ._misc import leaves
@@ -33,18 +42,26 @@ from ._state import SolverState
 DONATE_BYTES = 1 << 20
 LEAN_BYTES = 1 << 20
 LEAN_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
+LEAN_SAVES_SECONDS = 0.4  # the compile time they take off sum(x^2)'s run (2-core AMD EPYC)
+EVALUATIONS_PER_STEP = 2  # L-BFGS averages 1.1 to 1.2 (benchmarks/compile_options.py)
+LEAN_ITEMS = tuple(sorted(LEAN_OPTIONS.items()))  # as `setting` gives them
 _lean_options_supported = True  # until this jaxlib refuses one of them
+
+# Within `js.jit`'s pricing trace: the run time the lean options may add to each solver
+# call in it (see `price`).
+pricing: contextvars.ContextVar[list | None] = contextvars.ContextVar("pricing", default=None)
 
 
 def _bytes(tree) -> int:
-    return sum(math.prod(jax.numpy.shape(x)) * x.dtype.itemsize for x in leaves(tree))
+    """The bytes of the arrays among the leaves of `tree`."""
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in leaves(tree) if eqx.is_array(x))
 
 
 def _traced(tree) -> bool:
     return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves(tree))
 
 
-def _top_level() -> bool:
+def top_level() -> bool:
     """Whether no trace is under way (jax accepts compile options on top-level jits only)."""
     try:
         from jax._src.core import trace_state_clean
@@ -53,50 +70,152 @@ def _top_level() -> bool:
     return trace_state_clean()
 
 
-def lean(arrays) -> bool:
-    """Whether a call on `arrays` (params and args) is compiled with `LEAN_OPTIONS`: at the
-    top level, on a CPU, for fewer than `LEAN_BYTES` of arrays."""
-    return (
-        _lean_options_supported
-        and jax.default_backend() == "cpu"
-        and _top_level()
-        and _bytes(eqx.filter(arrays, eqx.is_array)) < LEAN_BYTES
+def setting(compiler_options):
+    """`compiler_options` as `options` takes it: "auto", None, or a dict's sorted items."""
+    if isinstance(compiler_options, str) and compiler_options == "auto":
+        return "auto"
+    if compiler_options is None:
+        return None
+    if isinstance(compiler_options, dict) and all(isinstance(k, str) for k in compiler_options):
+        return tuple(sorted(compiler_options.items())) or None
+    raise TypeError(
+        'compiler_options must be "auto", None (XLA\'s defaults) or a dict of XLA options, '
+        f"got {compiler_options!r}."
     )
 
 
+def lean_eligible(arrays) -> bool:
+    """Whether a call on `arrays` (params and args) may be compiled with `LEAN_OPTIONS`: at
+    the top level, on a CPU, for fewer than `LEAN_BYTES` of arrays."""
+    return _lean_backend() and _bytes(arrays) < LEAN_BYTES
+
+
+def _lean_backend() -> bool:
+    return _lean_options_supported and jax.default_backend() == "cpu" and top_level()
+
+
+def lean_extra_seconds(solver, fn, params, args: tuple) -> float:
+    """The run time the lean options may add to a run of `solver` (all its `max_steps`
+    steps, `EVALUATIONS_PER_STEP` evaluations each) on fn at params and args; infinite where
+    the arrays hold `LEAN_BYTES` or more, or where params are batched (by `jax.vmap`, say)."""
+    return solver.max_steps * EVALUATIONS_PER_STEP * _extra_per_evaluation(fn, params, args)
+
+
+# The estimate per evaluation, kept by fn and the avals (and other leaves) of params and args.
+_extra_kept: dict = {}
+_EXTRA_KEPT = 64
+
+
+def _extra_per_evaluation(fn, params, args: tuple) -> float:
+    flat, treedef = jtu.tree_flatten((params, args))
+    arrays = [leaf for leaf in flat if eqx.is_array(leaf)]
+    if sum(math.prod(x.shape) * x.dtype.itemsize for x in arrays) >= LEAN_BYTES:
+        return math.inf
+    batched = any(
+        isinstance(leaf, jax.core.Tracer) and not isinstance(leaf, partial_eval.DynamicJaxprTracer)
+        for leaf in arrays
+    )
+    if batched:  # a transformation's tracers: the cost of one problem times an unknown batch
+        return math.inf
+    try:
+        key = (fn, treedef, tuple(jax.typeof(x) if eqx.is_array(x) else (type(x), x) for x in flat))
+        kept = _extra_kept.get(key)
+    except TypeError:  # unhashable: estimated anew
+        key, kept = None, None
+    if kept is not None:
+        return kept
+    try:
+        jaxpr = _evaluate.TracedOnce(fn, params, *args).jaxpr.jaxpr  # shared with the run's
+    except Exception:  # noqa: BLE001 - the call itself raises it, with the solver's message
+        return math.inf
+    parameters = sum(x.size for x in leaves(eqx.filter(params, eqx.is_inexact_array)))
+    extra = _cost.lean_extra_seconds(_cost.work(jaxpr), parameters)
+    if key is not None:
+        if len(_extra_kept) >= _EXTRA_KEPT:
+            _extra_kept.pop(next(iter(_extra_kept)))
+        _extra_kept[key] = extra
+    return extra
+
+
+def options(compiler_options, solver, fn, params, args: tuple):
+    """The options (sorted items, or None for XLA's defaults) of a call of `solver` on fn at
+    params and args, for the `setting` `compiler_options`: "auto" as the module docstring
+    says. Options given inside a trace are refused, as jax refuses them."""
+    if compiler_options == "auto":
+        cheap = _lean_backend() and (
+            lean_extra_seconds(solver, fn, params, args) < LEAN_SAVES_SECONDS
+        )
+        return LEAN_ITEMS if cheap else None
+    check_top_level(compiler_options)
+    return compiler_options
+
+
+def check_top_level(compiler_options) -> None:
+    """Refuse options given for a call inside a trace, as jax refuses them."""
+    if compiler_options not in ("auto", None) and not top_level():
+        raise ValueError(
+            "compiler_options apply to a call at the top level; inside your own jax.jit (or "
+            "vmap), that jit's options apply: pass them to it, or use js.jit."
+        )
+
+
+def price(solver, fn, params, args: tuple) -> bool:
+    """Within `js.jit`'s pricing trace, record what the lean options may add to this call of
+    `solver` (`lean_extra_seconds`) and return True; elsewhere False."""
+    priced = pricing.get()
+    if priced is None:
+        return False
+    priced.append(lean_extra_seconds(solver, fn, params, args))
+    return True
+
+
 @functools.cache
-def _compiled(fun, filtered: bool, donated: int | None, lean: bool, static_argnums: tuple):
+def _compiled(fun, filtered: bool, donated: int | None, options, static_argnums: tuple):
     """`fun` under `eqx.filter_jit` (`filtered`: all arguments but the first donated when
     `donated` is not None) or `jax.jit` with `static_argnums` (argument `donated` donated);
-    with `LEAN_OPTIONS` when `lean`. One object per setting, so that every call with it hits
-    one compile cache."""
-    options = LEAN_OPTIONS if lean else None
+    with `options` (sorted items, or None). One object per setting, so that every call with
+    it hits one compile cache."""
+    compiler_options = None if options is None else dict(options)
     if filtered:
         donate: Literal["none", "all-except-first"] = (
             "none" if donated is None else "all-except-first"
         )
-        jit_options: dict[str, Any] = {"compiler_options": options}  # passed on to jax.jit
+        jit_options: dict[str, Any] = {"compiler_options": compiler_options}  # to jax.jit
         return eqx.filter_jit(fun, donate=donate, **jit_options)
     donate_argnums = () if donated is None else (donated,)
     return jax.jit(
-        fun, static_argnums=static_argnums, donate_argnums=donate_argnums, compiler_options=options
+        fun,
+        static_argnums=static_argnums,
+        donate_argnums=donate_argnums,
+        compiler_options=compiler_options,
     )
 
 
-def call(fun, *args, filtered: bool, donate: bool = False, lean: bool, static_argnums=()):
-    """`fun(*args)` compiled as `_compiled` says, its last argument donated when `donate`;
-    where this jaxlib refuses a lean option, the defaults from then on (the compiler refuses
+def with_fallback(compile_and_call, options):
+    """`compile_and_call(options)`; where `options` are `LEAN_OPTIONS` and this jaxlib
+    refuses one, `compile_and_call(None)`, and the defaults from then on (the compiler refuses
     before any buffer is used)."""
     global _lean_options_supported
-    donated = len(args) - 1 if donate else None
-    if lean and _lean_options_supported:
+    if options == LEAN_ITEMS:
+        if not _lean_options_supported:
+            return compile_and_call(None)
         try:
-            return _compiled(fun, filtered, donated, True, static_argnums)(*args)
+            return compile_and_call(options)
         except jax.errors.JaxRuntimeError as error:
             if "compile option" not in str(error):
                 raise
             _lean_options_supported = False
-    return _compiled(fun, filtered, donated, False, static_argnums)(*args)
+            return compile_and_call(None)
+    return compile_and_call(options)
+
+
+def call(fun, *args, filtered: bool, donate: bool = False, options, static_argnums=()):
+    """`fun(*args)` compiled as `_compiled` says, its last argument donated when `donate`,
+    with `options` (falling back to the defaults where `with_fallback` says)."""
+    donated = len(args) - 1 if donate else None
+    return with_fallback(
+        lambda chosen: _compiled(fun, filtered, donated, chosen, static_argnums)(*args), options
+    )
 
 
 # ------------------------------------------------------------------------------------ run
@@ -126,15 +245,20 @@ def donated(state) -> bool:
     return not _traced(state) and _bytes(state) >= DONATE_BYTES
 
 
-def run(solver, fn, x0, args: tuple, value_dtype, box, report: Report, state):
+def run(solver, fn, x0, args: tuple, value_dtype, box, report: Report, state, compiler_options):
     """`solver._run` on these arguments, from `state` (None: a fresh run), compiled and
-    dispatched as the module docstring says."""
+    dispatched as the module docstring says (`compiler_options` as `setting` gives it)."""
     # equinox turns a `throw=True` error into a clean exception under its own jit only
     plain = not solver.throw and plain_call(fn, (x0, args)) and hashable(solver)
-    small = lean((x0, args))
-    with _evaluate.sharing_traces():  # fn is traced once for the state and the run
+    with _evaluate.sharing_traces():  # fn is traced once for its price, the state and the run
+        price(solver, fn, x0, args)
+        chosen = state_options = options(compiler_options, solver, fn, x0, args)
+        if compiler_options == "auto" and chosen is None and lean_eligible((x0, args)):
+            state_options = LEAN_ITEMS  # the fresh state's program evaluates no fn
         if state is None:
-            state, donate = _fresh_run_state(solver, fn, x0, args, value_dtype, box, plain, small)
+            state, donate = _fresh_run_state(
+                solver, fn, x0, args, value_dtype, box, plain, state_options
+            )
         else:
             state = _resumed_state(state, value_dtype)
             donate = donated(state)
@@ -147,11 +271,11 @@ def run(solver, fn, x0, args: tuple, value_dtype, box, report: Report, state):
                 *arguments,
                 filtered=False,
                 donate=donate,
-                lean=small,
+                options=chosen,
                 static_argnums=(0, 1, 5),
             )
         settings = (solver, fn, x0, args, box, report)
-        return call(_run_bundled, settings, state, filtered=True, donate=donate, lean=small)
+        return call(_run_bundled, settings, state, filtered=True, donate=donate, options=chosen)
 
 
 def _run_settled(solver, fn, x0, args, box, report: Report, state):
@@ -174,17 +298,22 @@ _fresh_states: dict = {}
 _FRESH_STATES_KEPT = 16
 
 
-def _fresh_run_state(solver, fn, x0, args, value_dtype, box, plain: bool, small: bool):
-    """The state a fresh `run` starts from, and whether the run donates it."""
+def _fresh_run_state(solver, fn, x0, args, value_dtype, box, plain: bool, options):
+    """The state a fresh `run` starts from (built with `options`), and whether the run
+    donates it."""
     bounded = box is not None
 
     def build():
         arguments = (solver, fn, x0, args, value_dtype, bounded)
         if plain:
             return call(
-                _init_state, *arguments, filtered=False, lean=small, static_argnums=(0, 1, 4, 5)
+                _init_state,
+                *arguments,
+                filtered=False,
+                options=options,
+                static_argnums=(0, 1, 4, 5),
             )
-        return call(_init_state, *arguments, filtered=True, lean=small)
+        return call(_init_state, *arguments, filtered=True, options=options)
 
     if not plain or _traced((x0, args)):
         state = build()
@@ -227,18 +356,14 @@ def _resumed_state(state, value_dtype) -> SolverState:
 
 
 def step(solver, fn, params, state, args: tuple, bounds, evaluated: bool = False):
-    """`solver._step` compiled by `eqx.filter_jit` (lean where `lean` says so)."""
+    """`solver._step` compiled by `eqx.filter_jit` with the options "auto" chooses; within
+    `js.jit`'s pricing trace, only priced (params and state come back as they went in).
+    `evaluated`: as `Solver._step`'s."""
+    if price(solver, fn, params, args):
+        return params, state
+    chosen = options("auto", solver, fn, params, args)
     return call(
-        _step,
-        solver,
-        fn,
-        params,
-        state,
-        args,
-        bounds,
-        evaluated,
-        filtered=True,
-        lean=lean((params, args)),
+        _step, solver, fn, params, state, args, bounds, evaluated, filtered=True, options=chosen
     )
 
 

@@ -388,6 +388,7 @@ class Solver(eqx.Module):
         progress: bool = False,
         bounds=None,
         state: SolverState | None = None,
+        compiler_options="auto",
     ) -> Result:
         """Minimise fn from x0: one compiled `lax.while_loop` of which each iteration evaluates
         fn once.
@@ -435,9 +436,12 @@ class Solver(eqx.Module):
         When every leaf of `x0` and `args` is a `jax.Array`, `fn` is hashable and `throw` is
         off, the call is dispatched by `jax.jit` with the solver and fn static; otherwise by
         `eqx.filter_jit`, with non-array leaves static. Both compile the same program; the first
-        dispatches in microseconds, which is most of the run time of a small problem. On a
-        CPU, a problem whose x0 and args hold less than 1 MiB is compiled with options that
-        halve the compile (docs/recompiles.md).
+        dispatches in microseconds, which is most of the run time of a small problem.
+        `compiler_options` are XLA's options for those programs (as `jax.jit`'s): None keeps
+        XLA's defaults; "auto" (the default), on a CPU, compiles a problem whose x0 and args
+        hold less than 1 MiB with options that halve the compile where the run time they may
+        add (estimated from fn's jaxpr and `max_steps`) is below the compile time they save
+        (docs/recompiles.md). Inside your own `jax.jit` that jit's options apply.
         """
         check_fn(fn)
         if value_dtype is not None:  # any spelling of a dtype shares one compiled program
@@ -451,7 +455,8 @@ class Solver(eqx.Module):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}.")
         report = _programs.report(bool(history), callback, bool(verbose), bool(progress))
         box = None if bounds is None else self._box(bounds, partition(x0)[0])
-        return _programs.run(self, fn, x0, args, value_dtype, box, report, state)
+        options = _programs.setting(compiler_options)
+        return _programs.run(self, fn, x0, args, value_dtype, box, report, state, options)
 
     def _run(self, fn, x0, args, box, report: Report, state: SolverState) -> Result:
         _retrace.note_trace("run", self, fn, (x0, args))

@@ -25,9 +25,9 @@ def compiled_as(monkeypatch):
     """The `lean` flag of every program `_programs.call` compiles or reuses, in order."""
     seen = []
 
-    def recorded(fun, filtered, donated, lean, static_argnums):
-        seen.append((fun.__name__, lean))
-        return compiled(fun, filtered, donated, lean, static_argnums)
+    def recorded(fun, filtered, donated, options, static_argnums):
+        seen.append((fun.__name__, options == _programs.LEAN_ITEMS))
+        return compiled(fun, filtered, donated, options, static_argnums)
 
     monkeypatch.setattr(_programs, "_compiled", recorded)
     return seen
@@ -36,13 +36,13 @@ def compiled_as(monkeypatch):
 @on_cpu
 def test_lean_below_a_mebibyte_at_the_top_level():
     small, large = jnp.zeros(1000, jnp.float32), jnp.zeros(1 << 18, jnp.float32)  # 4 kB, 1 MiB
-    assert _programs.lean((small, ()))
-    assert not _programs.lean((large, ()))
-    assert not _programs.lean((small, (large,)))  # data in args counts
-    assert _programs.lean((small, (2.0, "static")))  # non-array leaves do not
+    assert _programs.lean_eligible((small, ()))
+    assert not _programs.lean_eligible((large, ()))
+    assert not _programs.lean_eligible((small, (large,)))  # data in args counts
+    assert _programs.lean_eligible((small, (2.0, "static")))  # non-array leaves do not
     inside = []
-    jax.jit(lambda x: inside.append(_programs.lean((x, ()))) or x)(small)
-    jax.vmap(lambda x: inside.append(_programs.lean((x, ()))) or x)(small[:4])
+    jax.jit(lambda x: inside.append(_programs.lean_eligible((x, ()))) or x)(small)
+    jax.vmap(lambda x: inside.append(_programs.lean_eligible((x, ()))) or x)(small[:4])
     assert inside == [False, False]  # jax takes compile options at the top level only
 
 
@@ -90,7 +90,9 @@ def test_lean_and_default_programs_find_the_same_minimiser():
 def test_a_refused_option_falls_back_to_the_defaults(monkeypatch, compiled_as):
     """A jaxlib without one of the options: the call compiles with the defaults, and so does
     every later one."""
-    monkeypatch.setattr(_programs, "LEAN_OPTIONS", {"xla_no_such_option_in_any_jaxlib": True})
+    bogus = {"xla_no_such_option_in_any_jaxlib": True}
+    monkeypatch.setattr(_programs, "LEAN_OPTIONS", bogus)
+    monkeypatch.setattr(_programs, "LEAN_ITEMS", tuple(bogus.items()))
     monkeypatch.setattr(_programs, "_lean_options_supported", True)
     compiled.cache_clear()
     try:

@@ -1,0 +1,91 @@
+"""`js.jit`: a training step compiled with the options jaxsearch chooses for its own programs."""
+
+import functools
+from typing import Any, Literal
+
+import equinox as eqx
+import jax
+import jax.tree_util as jtu
+
+from . import _programs
+
+Donate = Literal["all", "all-except-first", "warn", "warn-except-first", "none"]
+
+
+def jit(fun=None, *, compiler_options="auto", donate: Donate = "none"):
+    """`eqx.filter_jit(fun, donate=donate)`, compiled with the XLA options that `run` and
+    `step` choose for their own programs: a training step that calls `solver.step` compiles
+    as fast as `step` called by itself.
+
+    `compiler_options` as in `Solver.run`: None keeps XLA's defaults, a dict is passed to XLA
+    as given, and "auto" (the default) compiles with the lean options (XLA's elemental fusion
+    emitters and LLVM at -O1, about half the compile time on a CPU) where every solver call
+    in `fun` (`step`, `run`, `as_optax().update`) is cheap enough: on a CPU, with its params
+    and args under 1 MiB, the run time the options may add to `max_steps` steps of that
+    solver below the compile time they save (docs/recompiles.md); otherwise, and where `fun`
+    calls no solver, XLA's defaults. To choose, "auto" traces `fun` once more for each new
+    signature of its arguments (the solver calls in it are only priced, not traced), then
+    compiles once, as `eqx.filter_jit` does. Called inside another trace (a `jax.jit` or
+    `jax.vmap` of it), that trace's compile decides, and options other than "auto" are
+    refused, as jax refuses them. Usable as a decorator, with or without keywords.
+    """
+    if fun is None:
+        return functools.partial(jit, compiler_options=compiler_options, donate=donate)
+    return _Jitted(fun, _programs.setting(compiler_options), donate)
+
+
+class _Jitted:
+    """`fun` with its `eqx.filter_jit` per set of options and its choice per signature."""
+
+    def __init__(self, fun, setting, donate: Donate):
+        self._fun, self._setting, self._donate = fun, setting, donate
+        self._jitted: dict = {}  # options -> eqx.filter_jit(fun, ...)
+        self._chosen: dict = {}  # signature of the arguments -> options
+        functools.update_wrapper(self, fun)
+
+    def _jit(self, options):
+        if options not in self._jitted:
+            jit_options: dict[str, Any] = {  # passed on to jax.jit
+                "compiler_options": None if options is None else dict(options)
+            }
+            self._jitted[options] = eqx.filter_jit(self._fun, donate=self._donate, **jit_options)
+        return self._jitted[options]
+
+    def __call__(self, *args, **kwargs):
+        if not _programs.top_level():
+            _programs.check_top_level(self._setting)
+            return self._jit(None)(*args, **kwargs)
+        options = self._setting
+        if options == "auto":
+            options = self._auto(args, kwargs)
+        return _programs.with_fallback(lambda chosen: self._jit(chosen)(*args, **kwargs), options)
+
+    def _auto(self, args, kwargs):
+        """The options "auto" chooses for these arguments: the lean ones where every solver
+        call in `fun` is priced below the compile time they save."""
+        if not _programs.lean_eligible(()):  # another backend, or a jaxlib without them
+            return None
+        flat, treedef = jtu.tree_flatten((args, kwargs))
+        try:
+            signature = (
+                treedef,
+                tuple(jax.typeof(x) if eqx.is_array(x) else (type(x), x) for x in flat),
+            )
+            return self._chosen[signature]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable leaf: chosen anew (eqx.filter_jit hashes it too)
+            signature = None
+        token = _programs.pricing.set([])
+        try:
+            # a new function each time: a trace no cache answers, so that the solver calls run
+            eqx.filter_eval_shape(lambda *a, **k: self._fun(*a, **k), *args, **kwargs)
+            priced = _programs.pricing.get()
+        finally:
+            _programs.pricing.reset(token)
+        assert priced is not None
+        cheap = bool(priced) and sum(priced) < _programs.LEAN_SAVES_SECONDS
+        chosen = _programs.LEAN_ITEMS if cheap else None
+        if signature is not None:
+            self._chosen[signature] = chosen
+        return chosen

@@ -1,0 +1,274 @@
+"""`compiler_options` of `run`, "auto"'s choice by the estimated cost of a run
+(`jaxsearch._cost`, `jaxsearch._programs`), and `js.jit`, which compiles a training step with
+the options `step` gets. Structure only (which options reach the compiler, how many compiles,
+what the cost counter counts): the timings are in benchmarks/compile_options.py."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsearch as js
+from jaxsearch import _cost, _programs
+
+on_cpu = pytest.mark.skipif(jax.default_backend() != "cpu", reason="lean options are CPU's")
+LEAN = _programs.LEAN_ITEMS
+
+
+def bowl(x):
+    return jnp.sum((x - 1.0) ** 2)
+
+
+def network_loss(model, x, y):
+    return jnp.mean((jax.vmap(model)(x) - y) ** 2)
+
+
+def network_problem(points: int, dtype=jnp.float32):
+    key_model, key_data = jax.random.split(jax.random.key(0))
+    model = eqx.nn.MLP(2, 1, 16, 2, activation=jnp.tanh, key=key_model, dtype=dtype)
+    x = jax.random.normal(key_data, (points, 2), dtype)
+    return model, x, jnp.sin(x[:, :1])
+
+
+@pytest.fixture
+def compiled_as(monkeypatch):
+    """The options of every program `_programs.call` compiles or reuses, in order."""
+    seen = []
+    compiled = _programs._compiled
+
+    def recorded(fun, filtered, donated, options, static_argnums):
+        seen.append((fun.__name__, options))
+        return compiled(fun, filtered, donated, options, static_argnums)
+
+    monkeypatch.setattr(_programs, "_compiled", recorded)
+    return seen
+
+
+@pytest.fixture
+def filter_jits(monkeypatch):
+    """The `compiler_options` of every `eqx.filter_jit` that `js.jit` builds (of a function
+    defined in this module)."""
+    seen = []
+    original = eqx.filter_jit
+
+    def recorded(fun, **kwargs):
+        if getattr(fun, "__module__", None) == __name__:
+            seen.append(kwargs.get("compiler_options"))
+        return original(fun, **kwargs)
+
+    monkeypatch.setattr(eqx, "filter_jit", recorded)
+    return seen
+
+
+# ----------------------------------------------------------------------------- the counter
+
+
+def test_work_counts_a_network_layer_exactly():
+    """tanh(A x + b), summed: one matrix-vector product of 2 m n flops, m tanh, and the add and
+    the sum over m elements each."""
+    m, n = 7, 5
+
+    def layer(x, a, b):
+        return jnp.sum(jnp.tanh(a @ x + b))
+
+    jaxpr = jax.make_jaxpr(layer)(jnp.ones(n), jnp.ones((m, n)), jnp.ones(m)).jaxpr
+    assert _cost.work(jaxpr) == _cost.Work(elementwise=2 * m, transcendental=m, dot_flops=2 * m * n)
+
+
+def test_work_counts_a_scan_once_per_trip_and_nested_jits():
+    def body(carry, _):
+        return jnp.exp(carry), None
+
+    def repeated(x):
+        return jnp.sum(jax.jit(lambda x: jax.lax.scan(body, x, None, length=6)[0])(x))
+
+    counted = _cost.work(jax.make_jaxpr(repeated)(jnp.ones(4)).jaxpr)
+    assert counted.transcendental == 6 * 4
+    assert counted.elementwise == 4  # the sum
+
+
+def test_lean_extra_seconds_is_the_documented_sum():
+    counted = _cost.Work(elementwise=1000, transcendental=100, dot_flops=10_000)
+    expected = 1e-9 * (
+        _cost.EXTRA_NS_PER_ELEMENTWISE * 1000
+        + _cost.EXTRA_NS_PER_TRANSCENDENTAL * 100
+        + _cost.EXTRA_NS_PER_DOT_FLOP * 10_000
+        + _cost.EXTRA_NS_PER_PARAMETER * 50
+    )
+    assert _cost.lean_extra_seconds(counted, 50) == pytest.approx(expected, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- "auto"
+
+
+@on_cpu
+def test_auto_prices_the_run_by_its_steps_and_its_objective():
+    """A cheap objective is lean at any budget; a network's loss is lean for a short run and
+    keeps XLA's defaults for a long one, or on more data; the price is `max_steps` steps of
+    `EVALUATIONS_PER_STEP` evaluations of fn, each as `_cost` estimates it."""
+    model, x, y = network_problem(256)
+    per_evaluation = _programs.lean_extra_seconds(
+        js.Solver(max_steps=1), network_loss, model, (x, y)
+    )
+    per_evaluation /= _programs.EVALUATIONS_PER_STEP
+    assert per_evaluation > 0
+    affordable = int(
+        _programs.LEAN_SAVES_SECONDS / (_programs.EVALUATIONS_PER_STEP * per_evaluation)
+    )
+    short, long = js.Solver(max_steps=affordable), js.Solver(max_steps=affordable + 1)
+    assert _programs.options("auto", short, network_loss, model, (x, y)) == LEAN
+    assert _programs.options("auto", long, network_loss, model, (x, y)) is None
+    model, x, y = network_problem(4096)  # 16 times the points: 16 times the price
+    assert _programs.options("auto", short, network_loss, model, (x, y)) is None
+    assert _programs.options("auto", js.Solver(max_steps=10**6), bowl, jnp.zeros(10), ()) == LEAN
+
+
+@on_cpu
+def test_run_compiles_with_the_options_it_is_given(compiled_as):
+    solver = js.Solver(max_steps=20)
+    x0 = jnp.zeros(3)
+    given = {"xla_backend_optimization_level": 1}
+    results = [
+        solver.run(bowl, x0, compiler_options=options)
+        for options in ("auto", None, given, _programs.LEAN_OPTIONS)
+    ]
+    assert compiled_as == [
+        ("_init_state", LEAN),  # the fresh state, kept for the next runs
+        ("_run_settled", LEAN),
+        ("_run_settled", None),
+        ("_run_settled", tuple(given.items())),
+        ("_run_settled", LEAN),
+    ]
+    for result in results:
+        assert result.status == js.Status.CONVERGED_GTOL
+        np.testing.assert_allclose(result.params, np.ones(3), rtol=1e-6)
+
+
+@on_cpu
+def test_an_expensive_run_keeps_the_defaults_and_its_state_program_is_lean(compiled_as):
+    """A budget of 1e8 steps prices even a cheap objective above the compile time saved."""
+    result = js.Solver(max_steps=10**8).run(bowl, jnp.zeros(3))
+    assert result.status == js.Status.CONVERGED_GTOL
+    assert compiled_as == [
+        ("_init_state", LEAN),  # evaluates no fn
+        ("_run_settled", None),
+    ]
+
+
+def test_a_bad_setting_and_options_inside_a_trace_are_refused():
+    solver = js.Solver(max_steps=5)
+    with pytest.raises(TypeError, match='"auto", None'):
+        solver.run(bowl, jnp.zeros(3), compiler_options="lean")
+    with pytest.raises(ValueError, match="top level"):
+        jax.jit(lambda x: solver.run(bowl, x, compiler_options={"a": 1}).params)(jnp.zeros(3))
+    inside = jax.jit(lambda x: solver.run(bowl, x, compiler_options=None).params)(jnp.zeros(3))
+    assert inside.shape == (3,)
+
+
+# ----------------------------------------------------------------------------- js.jit
+
+
+def _training_step(solver):
+    def train_step(model, state, x, y):
+        return solver.step(network_loss, model, state, x, y)
+
+    return train_step
+
+
+@on_cpu
+def test_js_jit_passes_the_options_step_chooses(compiled_as, filter_jits):
+    """For a cheap training step, `js.jit` compiles with the lean options, as `step` called
+    directly does; for an expensive one (a long budget), with XLA's defaults, as "auto"
+    chooses for `step` (`test_programs.py` checks that `step` compiles with that choice)."""
+    model, x, y = network_problem(64)
+    for max_steps, expected in ((10, LEAN), (10**6, None)):
+        solver = js.Solver(max_steps=max_steps)
+        state = solver.init(model, value_dtype=jnp.float32)
+        filter_jits.clear()
+        js.jit(_training_step(solver))(model, state, x, y)
+        assert filter_jits == [None if expected is None else dict(expected)]
+        assert _programs.options("auto", solver, network_loss, model, (x, y)) == expected
+    compiled_as.clear()
+    solver = js.Solver(max_steps=10)
+    solver.step(network_loss, model, solver.init(model, value_dtype=jnp.float32), x, y)
+    assert compiled_as == [("_step", LEAN)]
+
+
+@on_cpu
+def test_js_jit_compiles_once_per_dtype_setting(compiles):
+    """Repeated calls reuse the compiled step; a new dtype setting compiles once more; the
+    training step is traced twice for each (once priced, with the solver's step left out)."""
+    solver = js.Solver(max_steps=50)
+    traces = []
+
+    def train_step(model, state, x, y):
+        traces.append(jax.typeof(x).dtype)
+        return solver.step(network_loss, model, state, x, y)
+
+    jitted = js.jit(train_step)
+    for dtype in (jnp.float32, jnp.bfloat16):
+        model, x, y = network_problem(32, dtype)
+        state = solver.init(model, value_dtype=jnp.float32)
+        batches = [(x + i, y) for i in range(3)]
+        jax.block_until_ready((state, batches))
+        compiles.reset()
+        for xb, yb in batches:
+            model, state = jitted(model, state, xb, yb)
+        jax.block_until_ready(state)
+        assert compiles.count == 1
+        assert int(state.num_steps) == 3
+    assert traces == [jnp.float32] * 2 + [jnp.bfloat16] * 2
+
+
+@on_cpu
+def test_js_jit_with_options_given_and_without_a_solver(filter_jits):
+    given = {"xla_backend_optimization_level": 1}
+    doubled = js.jit(compiler_options=given)(lambda x: 2 * x)
+    assert float(doubled(jnp.asarray(2.0))) == 4.0
+    plain = js.jit(lambda x: 3 * x)  # no solver in it: nothing to price, XLA's defaults
+    assert float(plain(jnp.asarray(2.0))) == 6.0
+    assert filter_jits == [given, None]
+
+
+@on_cpu
+def test_js_jit_under_a_vmap_or_a_jit_leaves_the_options_to_them():
+    solver = js.Solver(max_steps=5)
+
+    @js.jit
+    def fit(x0):
+        return solver.run(bowl, x0).params
+
+    batched = jax.vmap(fit)(jnp.zeros((2, 3)))
+    np.testing.assert_allclose(batched, np.ones((2, 3)), rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(fit)(jnp.zeros(3)), np.ones(3), rtol=1e-6)
+    with pytest.raises(ValueError, match="top level"):
+        jax.jit(js.jit(compiler_options={"a": 1})(lambda x: x))(jnp.zeros(3))
+
+
+@on_cpu
+def test_a_vmapped_solver_call_inside_js_jit_keeps_the_defaults(filter_jits):
+    """Under `jax.vmap` the cost of one problem is multiplied by an unknown batch: priced as
+    too expensive."""
+    solver = js.Solver(max_steps=5)
+
+    @js.jit
+    def fits(x0s):
+        return jax.vmap(lambda x0: solver.run(bowl, x0).params)(x0s)
+
+    np.testing.assert_allclose(fits(jnp.zeros((2, 3))), np.ones((2, 3)), rtol=1e-6)
+    assert filter_jits == [None]
+
+
+@on_cpu
+def test_js_jit_falls_back_where_a_lean_option_is_refused(monkeypatch):
+    bogus = {"xla_no_such_option_in_any_jaxlib": True}
+    monkeypatch.setattr(_programs, "LEAN_OPTIONS", bogus)
+    monkeypatch.setattr(_programs, "LEAN_ITEMS", tuple(bogus.items()))
+    monkeypatch.setattr(_programs, "_lean_options_supported", True)
+    solver = js.Solver(max_steps=5)
+    model, x, y = network_problem(16)
+    state = solver.init(model, value_dtype=jnp.float32)
+    _, state = js.jit(_training_step(solver))(model, state, x, y)
+    assert int(state.num_steps) == 1
+    assert not _programs._lean_options_supported
