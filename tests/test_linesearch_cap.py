@@ -70,7 +70,7 @@ def drive(config, f, guess, max_step, dtype="float64", min_step=0.0):
     search = _start(ls, state, c(phi0), c(dphi0), c(guess), c(min_step), cap)
     trials = []
     while not bool(search.done):
-        assert len(trials) <= getattr(ls, "max_steps", 1) + 1, trials
+        assert len(trials) <= getattr(ls, "max_trials", 1) + 1, trials
         t = search.trial
         trials.append(float(t))
         value, slope = f(float(t))

@@ -194,7 +194,9 @@ def test_step_loop_matches_run():
         params, state = x0, solver.init(x0)
         for _ in range(int(result.num_steps)):
             params, state = solver.step(rosenbrock, params, state)
-        np.testing.assert_array_equal(params, result.params)
+        # Two programs compiled apart (a loop and one step, both with the lean options where
+        # cheap) may round differently: 1 ulp in x[1] here, the same path.
+        np.testing.assert_allclose(params, result.params, rtol=1e-14, atol=0)
         assert int(state.num_fun_evals) == int(result.num_fun_evals)
         assert int(state.status) == int(result.status)
 

@@ -91,16 +91,28 @@ def _memory_times(buffers: PyTree, vectors: list[PyTree], dtype) -> Array:
 
 def _memory_products(left: PyTree, right: PyTree, dtype) -> Array:
     """The (m, m) matrix [<l_i, r_j>] of two memories, summed over leaves, accumulated in at
-    least float32: a product and a sum that XLA fuses into one reduction reading both memories,
-    never a matrix product. (As matrix products, XLA's GPU compiler merged S'Y and Y'Y into
-    one cuBLAS product of [S; Y] padded to a multiple of its split: 30 more n-vectors in the
-    run's peak memory, 69 n-vectors for the compact form's run at n = 1e6 on an H200,
-    `benchmarks/hlo_anatomy.py`, for a rebuild the solver never takes.)"""
+    least float32. Only a rebuild, which the solver never takes, calls it, so it is written for
+    the memory it costs the program: a matrix product on a CPU; elsewhere a product and a sum
+    that XLA fuses into one reduction. (As matrix products, XLA's GPU compiler merged S'Y and
+    Y'Y into one cuBLAS product of [S; Y] padded to a multiple of its split: 69 n-vectors of
+    peak memory for the compact form's run at n = 1e6 on an H200 against 32 fused,
+    `benchmarks/hlo_anatomy.py`; fused, XLA's CPU compiler keeps the m x m x n product: 126
+    n-vectors of temporaries at m = 10 against 29 as matrix products, tests/test_engine.py.)"""
     total = jnp.zeros((), dtype)
     for a, b in zip(leaves(left), leaves(right), strict=True):
         work = at_least_float32(widest_float(a.dtype, b.dtype))
-        axes = tuple(range(2, a.ndim + 1))
-        part = jnp.sum(a.astype(work)[:, None] * b.astype(work)[None, :], axis=axes)
+        a, b = a.astype(work), b.astype(work)
+        if jax.default_backend() == "cpu":
+            axes = tuple(range(1, a.ndim))
+            part = lax.dot_general(
+                a,
+                b,
+                ((axes, axes), ((), ())),
+                precision="highest",
+                out_sharding=explicit_replicated_sharding(a),
+            )
+        else:
+            part = jnp.sum(a[:, None] * b[None, :], axis=tuple(range(2, a.ndim + 1)))
         total = total + part.astype(dtype)
     return total
 
