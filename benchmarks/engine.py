@@ -195,7 +195,7 @@ def anatomy(jitted, *arguments) -> dict:
     `arguments`, outside the fused computations: each is a thunk XLA runs where its
     computation runs (a loop's body at every trip), and XLA's CPU compile time goes with the
     kernels, each compiled through its own MLIR and LLVM pipelines (docs/benchmarks.md,
-    eleventh round)."""
+    "What bounds the rows that miss")."""
     text = jitted.lower(*arguments).compile().as_text()
     fused = set(re.findall(r"(?:calls|to_apply)=(%[\w.\-]+)", text))
     counts = {"kernels": 0, "copies": 0}

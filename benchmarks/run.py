@@ -7,7 +7,17 @@
 Success is judged here, the same for every solver: the infinity norm of the gradient,
 re-evaluated in float64 at the returned point, is at most `--gtol`. Evaluations are counted
 inside the objective (see problems.py). Each solve runs twice: the second is timed, and the
-first minus the second is the compile time. Outputs go to benchmarks/results/.
+first minus the second is the compile time. Outputs go to benchmarks/results/; the results
+page is docs/benchmarks.md.
+
+JSON fields, per `results[problem][solver]`: `solved`, `iterations`, `evals` (counted),
+`grad_evals` (counted, differentiated), `value_only_evals`, `reported_evals`,
+`reported_grad_evals` (the solver's own, or null), `status` (the solver's own), `wall_s`,
+`compile_s`, `first_call_s`, `over_time_limit`, `f` and `gnorm` (float64, at the returned
+point), `value_and_grad_compile_s` (the compile of `jax.jit(jax.value_and_grad(f))` of the same
+problem: the baseline of the summary's last column), `error`, or `skipped` with the reason. Top
+level: `meta` (settings, versions, CPU), `summary`, `losses` (where each jaxsearch
+configuration loses), `skipped_problems`.
 """
 
 import argparse
@@ -112,7 +122,7 @@ def value_and_grad_compile_s(problem, dtype) -> float:
 
 
 def solve_one(problem, peer, cfg, dtype, time_limit):
-    """Run one peer on one problem twice; the row of results (fields: docs/benchmarks.md)."""
+    """Run one peer on one problem twice; the row of results (fields: the module docstring)."""
     row = {"solved": False, "error": None}
     counter = problems_mod.Counter()
     fn = problems_mod.counted(problem.fn, counter)
