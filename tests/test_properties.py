@@ -23,6 +23,7 @@ selected by the environment variable HYPOTHESIS_PROFILE (`nox -s fuzz`).
 
 import os
 import zlib
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -71,6 +72,11 @@ class Recorded(js.AbstractLineSearch):
     """`inner`, unchanged, with the finished search's `success` kept in the state."""
 
     inner: js.AbstractLineSearch
+    evaluates_each_step: ClassVar[bool] = False
+    monotone: ClassVar[bool] = False  # the solver keeps the best point apart
+
+    def allowance(self, state):
+        return 0.0
 
     @property  # type: ignore[misc]
     def max_step_size(self) -> float:  # type: ignore[override]
