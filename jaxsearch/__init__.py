@@ -9,11 +9,16 @@ from ._direction import (
     BFGS as BFGS,
     LBFGS as LBFGS,
     AbstractDirection as AbstractDirection,
+    BarzilaiBorwein as BarzilaiBorwein,
     DirectionInfo as DirectionInfo,
     Gradient as Gradient,
     NewtonCG as NewtonCG,
     NonlinearCG as NonlinearCG,
     Preconditioned as Preconditioned,
+    flatten_tree as flatten_tree,
+    no_limit as no_limit,
+    run_loop as run_loop,
+    unflatten_tree as unflatten_tree,
 )
 from ._history import History as History
 from ._jit import jit as jit
@@ -23,6 +28,7 @@ from ._linesearch import (
     FixedStep as FixedStep,
     HagerZhang as HagerZhang,
     MoreThuente as MoreThuente,
+    NonmonotoneArmijo as NonmonotoneArmijo,
     SearchState as SearchState,
     StochasticArmijo as StochasticArmijo,
     ValueScale as ValueScale,
