@@ -9,7 +9,7 @@ import pytest
 import jaxsearch as js
 from jaxsearch._linesearch._decrease import AbstractDecreaseSearch
 
-from .test_linesearch_contract import PHIS, drive
+from jaxsearch.testing import LINES as PHIS, drive
 
 SEARCHES = {
     "Zoom": js.Zoom,
