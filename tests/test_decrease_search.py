@@ -8,7 +8,6 @@ import pytest
 
 import jaxsearch as js
 from jaxsearch._linesearch._decrease import AbstractDecreaseSearch
-
 from jaxsearch.testing import LINES as PHIS, drive
 
 SEARCHES = {
