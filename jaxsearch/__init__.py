@@ -9,23 +9,38 @@ from ._direction import (
     BFGS as BFGS,
     LBFGS as LBFGS,
     AbstractDirection as AbstractDirection,
+    BarzilaiBorwein as BarzilaiBorwein,
     DirectionInfo as DirectionInfo,
     Gradient as Gradient,
     NewtonCG as NewtonCG,
     NonlinearCG as NonlinearCG,
     Preconditioned as Preconditioned,
+    flatten_tree as flatten_tree,
+    no_limit as no_limit,
+    run_loop as run_loop,
+    unflatten_tree as unflatten_tree,
 )
 from ._history import History as History
 from ._jit import jit as jit
 from ._linesearch import (
     AbstractLineSearch as AbstractLineSearch,
-    AbstractSearchState as AbstractSearchState,
     Backtracking as Backtracking,
     FixedStep as FixedStep,
     HagerZhang as HagerZhang,
     MoreThuente as MoreThuente,
+    NonmonotoneArmijo as NonmonotoneArmijo,
+    SearchState as SearchState,
     StochasticArmijo as StochasticArmijo,
+    ValueScale as ValueScale,
     Zoom as Zoom,
+    after_trial as after_trial,
+    at_binding_cap as at_binding_cap,
+    capped_start as capped_start,
+    deprecated_name as _deprecated_name,
+    end_on_best as end_on_best,
+    search_cap as search_cap,
+    sufficient_decrease as sufficient_decrease,
+    trials_before_fallback as trials_before_fallback,
 )
 from ._result import Result as Result
 from ._retrace import RetraceWarning as RetraceWarning
@@ -34,3 +49,7 @@ from ._state import BestPoint as BestPoint, SolverState as SolverState
 from ._status import Status as Status, StatusArray as StatusArray
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    return _deprecated_name(name)  # AbstractSearchState, SearchState's old name

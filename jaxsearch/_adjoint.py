@@ -150,8 +150,8 @@ class UnrolledAdjoint(AbstractAdjoint):
     binomial checkpointing, as implemented there) instead of storing all of them. `checkpoints`
     sets how many states the solver's loop saves (default: chosen from its bound, the
     solver's `max_steps` times the line search's trial budget).
-    Forward mode (`jax.jvp`) is not supported. `NewtonCG` cannot be unrolled: its inner CG
-    loop has no bound for the reverse pass.
+    Forward mode (`jax.jvp`) is not supported. A direction's inner loop (`NewtonCG`'s CG) is
+    unrolled too when it runs through `DirectionInfo.while_loop` with its bound (`run_loop`).
     """
 
     checkpoints: int | None = eqx.field(static=True, default=None, converter=as_int)

@@ -30,7 +30,7 @@ from . import _evaluate
 from ._box import Box
 from ._direction import DirectionInfo
 from ._history import History, Report, step_record
-from ._linesearch import AbstractLineSearch, AbstractSearchState, initial_step
+from ._linesearch import AbstractLineSearch, SearchState, initial_step
 from ._misc import (
     scalar,
     select,
@@ -58,7 +58,7 @@ class Machine(eqx.Module):
     state: SolverState  # f, grad and aux at x (once `has_eval`), memories, counters, status
     d: PyTree  # the current step's direction
     dphi0: Scalar  # the slope of f along d at x
-    search: AbstractSearchState
+    search: SearchState
     trials: Int[Array, ""]  # evaluations of the current search (its trial budget)
     evals_at_start: Int[Array, ""]  # num_fun_evals when the current step began
     open: Bool[Array, ""]  # the loop goes on

@@ -2,8 +2,8 @@
 
 from collections.abc import Callable
 
-from ._direction import LBFGS, AbstractDirection, NonlinearCG, Preconditioned
-from ._linesearch import AbstractLineSearch, MoreThuente, StochasticArmijo, Zoom
+from ._direction import LBFGS, AbstractDirection, BarzilaiBorwein, NonlinearCG, Preconditioned
+from ._linesearch import AbstractLineSearch, MoreThuente, NonmonotoneArmijo, StochasticArmijo, Zoom
 
 # direction class: (its search without bounds, its search with bounds). A direction gets the
 # entry of the first of its classes (in method resolution order) listed here, else `Zoom()`:
@@ -17,6 +17,8 @@ DEFAULT_SEARCHES: dict[type, tuple[Callable[[], AbstractLineSearch], ...]] = {
     # Made for mini-batches: Vaswani et al. (2020) pair adaptive preconditioners with SLS. It
     # has no bounds, so the second entry is never used with them.
     Preconditioned: (StochasticArmijo,) * 2,
+    # BB steps need a nonmonotone search (Raydan 1997). It has no bounds either.
+    BarzilaiBorwein: (NonmonotoneArmijo,) * 2,
 }
 
 

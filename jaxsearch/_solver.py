@@ -11,9 +11,9 @@ from jax import lax
 from jaxtyping import PyTree
 
 from . import _evaluate, _programs, _retrace
-from ._adjoint import AbstractAdjoint, ImplicitAdjoint, Problem, UnrolledAdjoint
+from ._adjoint import AbstractAdjoint, ImplicitAdjoint, Problem
 from ._box import Box, check_order
-from ._direction import LBFGS, AbstractDirection, NewtonCG
+from ._direction import LBFGS, AbstractDirection
 from ._engine import Engine, gradient_norm
 from ._history import History, Report
 from ._inputs import (
@@ -193,11 +193,6 @@ class Solver(eqx.Module):
                 "adjoint must be an AbstractAdjoint, js.ImplicitAdjoint() or "
                 "js.UnrolledAdjoint(), got "
                 f"{type(adjoint).__name__}."
-            )
-        if isinstance(adjoint, UnrolledAdjoint) and isinstance(direction, NewtonCG):
-            raise TypeError(
-                "NewtonCG cannot be used with UnrolledAdjoint: its inner CG loop has no bound "
-                "for reverse-mode differentiation. Use adjoint=js.ImplicitAdjoint()."
             )
         steps, stall = as_int(max_steps), as_int(stall_steps)
         check_count("Solver", "max_steps", steps)

@@ -12,6 +12,8 @@ DIRECTIONS = {
     "BFGS": lambda: js.BFGS(),
     "NonlinearCG": lambda: js.NonlinearCG(),
     "NewtonCG": lambda: js.NewtonCG(),
+    "Preconditioned": lambda: js.Preconditioned(),
+    "BarzilaiBorwein": lambda: js.BarzilaiBorwein(),
 }
 
 SEARCHES = {
@@ -20,6 +22,8 @@ SEARCHES = {
     "HagerZhang": lambda: js.HagerZhang(),
     "Backtracking": lambda: js.Backtracking(),
     "FixedStep": lambda: js.FixedStep(1e-3),
+    "StochasticArmijo": lambda: js.StochasticArmijo(),
+    "NonmonotoneArmijo": lambda: js.NonmonotoneArmijo(),
 }
 
 

@@ -1,5 +1,5 @@
 """The base of the sufficient-decrease searches (`_linesearch/_decrease.py`): the settings
-it checks, the trial budget, `monotone`, and the best-point fallback `settle`."""
+it checks, the trial budget, `monotone`, and the best-point fallback `end_on_best`."""
 
 import jax
 import jax.numpy as jnp
@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch._linesearch._decrease import AbstractDecreaseSearch, settle
-
-from .test_linesearch_contract import PHIS, drive
+from jaxsearch._linesearch._decrease import AbstractDecreaseSearch
+from jaxsearch.testing import LINES as PHIS, drive
 
 SEARCHES = {
     "Zoom": js.Zoom,
@@ -129,7 +128,7 @@ def test_the_default_allowance_accepts_a_rise_lost_in_rounding():
 
 def _settle(accept=False, fail=False, refining=False, best=0.0, t=1.0, finite=True, nxt=0.5):
     b = jnp.asarray
-    done, taken, refine, trial = settle(
+    done, taken, refine, trial = js.end_on_best(
         b(accept), b(fail), b(refining), b(best), b(t), b(finite), b(nxt)
     )
     return bool(done), bool(taken), bool(refine), float(trial)

@@ -1,5 +1,7 @@
 """The Solver converges, counts evaluations honestly, and reports why it stopped."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -366,6 +368,8 @@ def test_accepted_values_never_increase(direction, search):
 class _Ascent(js.AbstractDirection):
     """A broken direction: +grad, and a state that counts computes since the last reset."""
 
+    supports_bounds: ClassVar[bool] = False
+
     def init(self, params, dtype):
         return jnp.zeros((), jnp.int32)
 
@@ -377,6 +381,9 @@ class _Ascent(js.AbstractDirection):
 
     def reset(self, state):
         return jnp.zeros((), jnp.int32)
+
+    def gradient_replaced(self, state):
+        return state
 
 
 def test_non_descent_direction_restarts_from_steepest_descent():

@@ -1,6 +1,7 @@
 """What bounds a step: a scale-free first trial, the static cap, the trial budget."""
 
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -65,15 +66,16 @@ def test_static_cap_below_the_resolution_takes_no_step():
         assert int(result.num_fun_evals) == 1  # f at x0 only
 
 
-class _EndlessSearch(js.AbstractSearchState):
-    pass
-
-
 class Endless(js.AbstractLineSearch):
     """A broken search that never ends: it halves its trial for ever."""
 
     max_step_size: float = math.inf
     max_trials: int = 7
+    evaluates_each_step: ClassVar[bool] = False
+    monotone: ClassVar[bool] = False
+
+    def allowance(self, state):
+        return 0.0
 
     def init(self, dtype):
         return None
@@ -81,7 +83,7 @@ class Endless(js.AbstractLineSearch):
     def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None):
         dtype = phi0.dtype
         false = jnp.array(False)
-        return _EndlessSearch(
+        return js.SearchState(
             trial=guess.astype(dtype),
             done=false,
             step=jnp.zeros((), dtype),
@@ -92,7 +94,7 @@ class Endless(js.AbstractLineSearch):
         )
 
     def update(self, search, t, phi, dphi):
-        return _EndlessSearch(
+        return js.SearchState(
             trial=search.trial / 2,
             done=jnp.array(False),
             step=t,  # claims a step, but never ends

@@ -1,5 +1,15 @@
-from ._base import AbstractDirection as AbstractDirection, DirectionInfo as DirectionInfo
+from ._barzilai_borwein import (
+    BarzilaiBorwein as BarzilaiBorwein,
+    BarzilaiBorweinState as BarzilaiBorweinState,
+)
+from ._base import (
+    AbstractDirection as AbstractDirection,
+    DirectionInfo as DirectionInfo,
+    no_limit as no_limit,
+    run_loop as run_loop,
+)
 from ._bfgs import BFGS as BFGS, BFGSState as BFGSState
+from ._flat import flatten_tree as flatten_tree, unflatten_tree as unflatten_tree
 from ._gradient import Gradient as Gradient
 from ._lbfgs import LBFGS as LBFGS, LBFGSState as LBFGSState
 from ._newton_cg import NewtonCG as NewtonCG, NewtonCGState as NewtonCGState

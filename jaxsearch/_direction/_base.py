@@ -2,10 +2,11 @@
 
 import abc
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax import lax
 from jaxtyping import Array, Bool, PyTree, Scalar
 
 
@@ -15,9 +16,11 @@ class DirectionInfo(NamedTuple):
     `hvp(v)` is the Hessian-vector product at x (forward-over-reverse autodiff of fn; v and
     the result are like `grad`): the solver always passes it, and fn is traced for it only if
     a direction calls it. `box` is the `Box` x lies in, or None without bounds. A loop inside
-    `compute` runs through `while_loop(cond, body, init, max_steps)` when given (the solver
-    passes its adjoint's, so that a run can be differentiated through its iterations); None:
-    `lax.while_loop`. All scalars are in `dtype`, at least float32."""
+    `compute` runs through `run_loop(info, cond, body, init, max_steps)`: `while_loop(cond,
+    body, init, max_steps)` when given (the solver passes its adjoint's, so that a run can be
+    differentiated through its iterations, which needs the bound `max_steps` on the loop's
+    iterations: a Python int); None: `lax.while_loop`. All scalars are in `dtype`, at least
+    float32."""
 
     x: PyTree
     grad: PyTree
@@ -28,8 +31,17 @@ class DirectionInfo(NamedTuple):
 
 
 def no_limit(dtype) -> Scalar:
-    """The `limit` of a direction that sets none."""
+    """The `limit` of a direction that sets none (+inf in `dtype`)."""
     return jnp.full((), jnp.inf, dtype)
+
+
+def run_loop(info: DirectionInfo, cond: Callable, body: Callable, init: PyTree, max_steps: int):
+    """`lax.while_loop(cond, body, init)` of at most `max_steps` iterations (`cond` must turn
+    False within them), through the loop the engine hands a direction in `info`: a direction's
+    inner loop written this way can be differentiated through by `UnrolledAdjoint`."""
+    if info.while_loop is None:
+        return lax.while_loop(cond, body, init)
+    return info.while_loop(cond, body, init, max_steps)
 
 
 class AbstractDirection(eqx.Module):
@@ -38,13 +50,19 @@ class AbstractDirection(eqx.Module):
     Subclasses are immutable configuration (static fields); their data lives in the state
     returned by `init`, whose leaves have fixed dtypes so that a jitted step never retraces.
     All scalars are in `dtype`, at least float32.
+
+    A subclass implements the abstract members below and nothing else (Equinox's
+    abstract/final rule): `supports_bounds` (a class attribute), `init`, `compute`, `update`,
+    `reset` and `gradient_replaced`. An inner loop goes through `run_loop`. Check it with
+    `jaxsearch.testing.check_direction`; `flatten_tree` and `unflatten_tree` turn a pytree into
+    one vector and back.
     """
 
     @abc.abstractmethod
     def init(self, params: PyTree, dtype) -> PyTree:
         """This direction's state for `params` (the inexact array leaves of the user's params)."""
 
-    supports_bounds: ClassVar[bool] = False  # whether `compute` honours `info.box`
+    supports_bounds: eqx.AbstractClassVar[bool]  # whether `compute` honours `info.box`
 
     @abc.abstractmethod
     def compute(
@@ -71,10 +89,11 @@ class AbstractDirection(eqx.Module):
     def reset(self, state: PyTree) -> PyTree:
         """Forget accumulated information (used when d fails to be a descent direction)."""
 
+    @abc.abstractmethod
     def gradient_replaced(self, state: PyTree) -> PyTree:
         """`state` once the gradient at x was replaced by another than the one the last step
         ended with (`Solver.reevaluate`, a resumed run on new data, a gradient passed to the
         optax transformation). Otherwise the solver keeps this order: `compute` at g, an
         `update` whose y ends at g_new = g + y, then `compute` at g_new; a direction may rely
-        on it (L-BFGS's compact form does, see `LBFGS`). By default the state is kept."""
-        return state
+        on it (L-BFGS's compact form does, see `LBFGS`). A direction that does not, returns
+        `state`."""

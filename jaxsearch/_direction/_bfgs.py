@@ -1,13 +1,15 @@
 """Dense BFGS (Broyden, Fletcher, Goldfarb, Shanno, 1970), for small problems."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax.numpy as jnp
-import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, Float, Int, PyTree, Scalar
 
 from .._misc import at_least_float32, dtype_eps, leaves, scalar, widest_float
 from ._base import AbstractDirection, DirectionInfo, no_limit
+from ._flat import flatten_tree, unflatten_tree
 
 _HIGHEST = lax.Precision.HIGHEST  # no reduced-precision (e.g. TF32) matrix products
 
@@ -21,20 +23,6 @@ class BFGSState(eqx.Module):
 def _matrix_dtype(tree: PyTree):
     """The widest leaf dtype of `tree`, widened to at least float32."""
     return at_least_float32(widest_float(*(x.dtype for x in leaves(tree))))
-
-
-def _flatten(tree: PyTree, dtype) -> Array:
-    """The leaves of `tree` (in `jax.tree.leaves` order), ravelled, cast to dtype, joined."""
-    return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in leaves(tree)])
-
-
-def _unflatten(flat: Array, like: PyTree) -> PyTree:
-    """Inverse of `_flatten`: pieces of `flat` with the shapes and dtypes of `like`'s leaves."""
-    pieces, offset = [], 0
-    for x in leaves(like):
-        pieces.append(flat[offset : offset + x.size].reshape(x.shape).astype(x.dtype))
-        offset += x.size
-    return jtu.tree_unflatten(jtu.tree_structure(like), pieces)
 
 
 class BFGS(AbstractDirection):
@@ -61,6 +49,8 @@ class BFGS(AbstractDirection):
     been stored, so the unit step is the first trial of a line search.
     """
 
+    supports_bounds: ClassVar[bool] = False
+
     curvature_eps: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
@@ -79,14 +69,14 @@ class BFGS(AbstractDirection):
 
     def compute(self, state, info: DirectionInfo):
         h = state.inv_hessian
-        g = _flatten(info.grad, h.dtype)
+        g = flatten_tree(info.grad, h.dtype)
         d = -jnp.matmul(h, g, precision=_HIGHEST)
-        return _unflatten(d, info.grad), state.count > 0, state, no_limit(info.dtype)
+        return unflatten_tree(d, info.grad), state.count > 0, state, no_limit(info.dtype)
 
     def update(self, state, s, y, dtype, accept=True) -> BFGSState:
         h = state.inv_hessian
         matrix_dtype = h.dtype
-        s, y = _flatten(s, matrix_dtype), _flatten(y, matrix_dtype)
+        s, y = flatten_tree(s, matrix_dtype), flatten_tree(y, matrix_dtype)
         sy = jnp.dot(s, y, precision=_HIGHEST)
         ss = jnp.dot(s, s, precision=_HIGHEST)
         yy = jnp.dot(y, y, precision=_HIGHEST)
@@ -119,3 +109,6 @@ class BFGS(AbstractDirection):
             count=jnp.zeros_like(state.count),
             eps=state.eps,
         )
+
+    def gradient_replaced(self, state):
+        return state  # nothing relies on the order of gradients

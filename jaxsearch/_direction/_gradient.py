@@ -1,5 +1,7 @@
 """Steepest descent."""
 
+from typing import ClassVar
+
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
@@ -14,7 +16,7 @@ class Gradient(AbstractDirection):
     cut at the box (Bertsekas, *Nonlinear Programming*, 2nd ed., section 2.3), searched
     along with the step capped where x + t d leaves the box."""
 
-    supports_bounds = True
+    supports_bounds: ClassVar[bool] = True
 
     def init(self, params, dtype) -> None:
         return None
@@ -31,3 +33,6 @@ class Gradient(AbstractDirection):
 
     def reset(self, state) -> None:
         return None
+
+    def gradient_replaced(self, state):
+        return state  # nothing relies on the order of gradients

@@ -1,15 +1,15 @@
 """Hessian-free truncated Newton: Newton-CG (Nocedal & Wright, algorithm 7.1)."""
 
 import enum
+from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jax import lax
 from jaxtyping import Array, Int, PyTree
 
 from .._misc import at_least_float32, leaves, scalar, select, tree_dot, widest_float
-from ._base import AbstractDirection, DirectionInfo, no_limit
+from ._base import AbstractDirection, DirectionInfo, no_limit, run_loop
 
 FORCING_RULES = ("sqrt", "linear")
 
@@ -93,6 +93,8 @@ class NewtonCG(AbstractDirection):
     first trial. The state holds diagnostics only (inner updates and exit reason of the last
     step, total Hessian-vector products); `update` and `reset` leave it unchanged.
     """
+
+    supports_bounds: ClassVar[bool] = False
 
     forcing: str | float = eqx.field(static=True, default="sqrt")
     eta_max: float = eqx.field(static=True, default=0.5)
@@ -214,7 +216,7 @@ class NewtonCG(AbstractDirection):
             code=jnp.where(rr0 > 0, CGExit.RUNNING, CGExit.CONVERGED).astype(jnp.int32),
             hvps=scalar(0, jnp.int32),
         )
-        end = lax.while_loop(lambda c: c.code == CGExit.RUNNING, body, start)
+        end = run_loop(info, lambda c: c.code == CGExit.RUNNING, body, start, limit)
         failed = (end.code == CGExit.NEGATIVE_CURVATURE) | (end.code == CGExit.NONFINITE)
         steepest = failed & (end.j == 0)
         d = select(steepest, jtu.tree_map(jnp.negative, work), end.z)
@@ -231,3 +233,6 @@ class NewtonCG(AbstractDirection):
 
     def reset(self, state) -> NewtonCGState:
         return state
+
+    def gradient_replaced(self, state):
+        return state  # nothing relies on the order of gradients

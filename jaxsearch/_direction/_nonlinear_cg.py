@@ -1,6 +1,8 @@
 """Nonlinear conjugate gradient directions (Fletcher-Reeves, Polak-Ribiere+, Hestenes-Stiefel,
 Dai-Yuan, Hager-Zhang)."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -68,6 +70,8 @@ class NonlinearCG(AbstractDirection):
     d_{k-1} in the params' dtypes; inner products accumulate in at least float32 and d is
     formed per leaf in at least float32, then rounded once to the leaf's dtype.
     """
+
+    supports_bounds: ClassVar[bool] = False
 
     method: str = eqx.field(static=True, default="hager-zhang")
     restart_threshold: float | None = eqx.field(static=True, default=0.2)
@@ -140,3 +144,6 @@ class NonlinearCG(AbstractDirection):
             direction=jtu.tree_map(jnp.negative, state.grad),
             has_prev=state.has_prev,
         )
+
+    def gradient_replaced(self, state):
+        return state  # nothing relies on the order of gradients

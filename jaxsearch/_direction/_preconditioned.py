@@ -1,5 +1,7 @@
 """An Adam-like diagonally preconditioned direction, for line searches on mini-batches."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -81,6 +83,8 @@ class Preconditioned(AbstractDirection):
     - `amsgrad`: use the largest v_hat so far (static).
     """
 
+    supports_bounds: ClassVar[bool] = False
+
     b1: Setting = 0.0
     b2: Setting = 0.999
     eps: Setting = 1e-8
@@ -149,3 +153,6 @@ class Preconditioned(AbstractDirection):
         return PreconditionedState(
             mu, state.nu, state.nu_max, jnp.zeros_like(state.count_mu), state.count_nu
         )
+
+    def gradient_replaced(self, state):
+        return state  # nothing relies on the order of gradients

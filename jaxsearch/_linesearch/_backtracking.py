@@ -2,23 +2,21 @@
 
 import abc
 from math import inf
+from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Scalar
 
 from .._misc import Setting, as_int, check_setting, scalar
+from ._base import after_trial
 from ._conditions import ValueScale
-from ._decrease import AbstractDecreaseSearch, AbstractDecreaseSearchState, accepts_max_steps
+from ._decrease import AbstractDecreaseSearch, DecreaseSearchState, accepts_max_steps
 
 
 class _BacktrackingState(eqx.Module):
     prev_step: Scalar  # previous accepted step; 0 until one is accepted
     scale: ValueScale  # C_k, the scale of f's rounding error
-
-
-class _BacktrackingSearch(AbstractDecreaseSearchState):
-    pass
 
 
 class AbstractBacktracking(AbstractDecreaseSearch):
@@ -34,7 +32,7 @@ class AbstractBacktracking(AbstractDecreaseSearch):
     c1: eqx.AbstractVar[Setting]
     shrink: eqx.AbstractVar[Setting]
 
-    refines_best = False  # the last trial is the only one with sufficient decrease
+    refines_best: ClassVar[bool] = False  # the last trial is the only one with sufficient decrease
 
     @abc.abstractmethod
     def first_trial(self, prev_step: Scalar, guess: Scalar) -> Scalar:
@@ -42,7 +40,7 @@ class AbstractBacktracking(AbstractDecreaseSearch):
         and the solver's shared initial guess."""
 
     @abc.abstractmethod
-    def carried_after_failure(self, prev_step: Scalar, search: _BacktrackingSearch) -> Scalar:
+    def carried_after_failure(self, prev_step: Scalar, search: DecreaseSearchState) -> Scalar:
         """What a search that took no step leaves as `prev_step` for the next one's
         `first_trial`, from the one before it and this search's state."""
 
@@ -54,26 +52,22 @@ class AbstractBacktracking(AbstractDecreaseSearch):
 
     def start(
         self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
-    ) -> _BacktrackingSearch:
+    ) -> DecreaseSearchState:
         t0 = self.first_trial(state.prev_step, guess.astype(phi0.dtype)).astype(phi0.dtype)
         fields = self.open(t0, phi0, dphi0, min_step, max_step, state.scale.add(phi0))
-        return _BacktrackingSearch(**fields)
+        return DecreaseSearchState(**fields)
 
-    def update(self, search, t, phi, dphi) -> _BacktrackingSearch:
+    def update(self, search, t, phi, dphi) -> DecreaseSearchState:
         accept, _ = self.decrease(search, t, phi, dphi, self.c1)
         num_trials = search.num_trials + 1
         shrunk = (t * self.shrink).astype(t.dtype)
         give_up = ~accept & ((num_trials >= self.judged_trials) | (shrunk < search.min_step))
-        return eqx.tree_at(
-            lambda s: (s.trial, s.done, s.step, s.success, s.num_trials),
+        return after_trial(
             search,
-            (
-                jnp.where(accept, t, shrunk).astype(t.dtype),
-                accept | give_up,
-                jnp.where(accept, t, 0).astype(t.dtype),
-                accept,
-                num_trials,
-            ),
+            trial=jnp.where(accept, t, shrunk),
+            done=accept | give_up,
+            step=jnp.where(accept, t, 0),
+            success=accept,
         )
 
     def finish(self, state, search) -> _BacktrackingState:
@@ -119,6 +113,8 @@ class Backtracking(AbstractBacktracking):
     growth: Setting | None = None
     max_step_size: Setting = float("inf")
     epsilon: Setting | None = None
+
+    evaluates_each_step: ClassVar[bool] = False
 
     def __check_init__(self):
         name = "Backtracking"

@@ -1,7 +1,8 @@
-"""What a line search must provide to the solver."""
+"""What a line search must provide to the solver, and the public toolkit for writing one."""
 
 import abc
-from typing import Any, ClassVar
+import dataclasses
+from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -21,8 +22,10 @@ class Point(eqx.Module):
         return self.t, self.phi, self.dphi
 
 
-class AbstractSearchState(eqx.Module):
-    """The state of one search, from `AbstractLineSearch.start` until `done`.
+class SearchState(eqx.Module):
+    """The state of one search, from `AbstractLineSearch.start` until `done`: the fields the
+    solver reads. A search that keeps nothing else returns a `SearchState`; one that keeps
+    more (brackets, phi(0), ...) returns a subclass that only adds fields (data, no methods).
 
     The solver evaluates phi(t) = f(x + t d) and phi'(t) = <grad f(x + t d), d> at `trial`
     and hands both back to `AbstractLineSearch.update` until `done`. When a search ends with
@@ -33,7 +36,10 @@ class AbstractSearchState(eqx.Module):
     x), so a search never proposes a trial below it and gives up instead.
 
     `max_step` is the search's cap on trials, min(`max_step_size`, the `max_step` passed to
-    `AbstractLineSearch.start`): no trial exceeds it.
+    `AbstractLineSearch.start`) (see `search_cap`): no trial exceeds it.
+
+    Build the fields of a new search with `capped_start`, and those after a judged trial
+    with `after_trial`. This class was called `AbstractSearchState` (a deprecated alias).
     """
 
     trial: Scalar  # next step size to evaluate
@@ -45,47 +51,101 @@ class AbstractSearchState(eqx.Module):
     max_step: Scalar  # no trial exceeds this: min(max_step_size, the dynamic cap)
 
 
-def fresh_search(trial: Scalar, min_step: Scalar, max_step: Scalar | None = None) -> dict:
-    """The `AbstractSearchState` fields of a search that has evaluated nothing yet; `max_step` is
-    its effective cap (see `effective_cap`; None: +inf)."""
-    false = jnp.array(False)
-    dtype = min_step.dtype
-    cap = jnp.full((), jnp.inf, dtype) if max_step is None else jnp.asarray(max_step)
-    return dict(
-        trial=trial.astype(dtype),
-        done=false,
-        step=jnp.zeros((), dtype),
-        success=false,
-        num_trials=jnp.zeros((), jnp.int32),
-        min_step=min_step,
-        max_step=cap.astype(dtype),
-    )
-
-
-def effective_cap(max_step_size: Setting, max_step: Scalar | None, dtype) -> Scalar:
-    """min(`max_step_size`, `max_step`) as a strongly typed 0-d array of `dtype` (a NaN
-    `max_step` gives NaN); `max_step_size` alone for None."""
+def search_cap(max_step_size: Setting, max_step: Scalar | None, dtype) -> Scalar:
+    """A search's cap: min(`max_step_size`, `max_step`) as a strongly typed 0-d array of
+    `dtype` (a NaN `max_step` gives NaN); `max_step_size` alone for `max_step` None."""
     static = jnp.asarray(max_step_size).astype(dtype)
     if max_step is None:
         return static
     return jnp.minimum(static, jnp.asarray(max_step).astype(dtype))
 
 
-def capped_search(guess: Scalar, min_step: Scalar, cap: Scalar) -> dict:
-    """`fresh_search` under a dynamic cap: first trial max(min(guess, cap), min_step). A cap
+def capped_start(first: Scalar, min_step: Scalar, cap: Scalar) -> dict:
+    """The `SearchState` fields of a search that has evaluated nothing yet, under the cap
+    rules of `AbstractLineSearch.start`: first trial max(min(`first`, cap), min_step); a cap
     below the line's resolution `min_step` (no step up to it changes a parameter), not
-    positive, or NaN ends the search at once with no step and `trial` = cap."""
+    positive, or NaN ends the search at once with no step and `trial` = cap. `cap` is
+    `search_cap`'s; scalars are in `min_step`'s dtype. Pass the dict to your state's
+    constructor with your own fields: `MyState(**capped_start(...), phi0=phi0)`."""
     dtype = min_step.dtype
     give_up = ~((cap >= min_step) & (cap > 0))
-    trial = jnp.maximum(jnp.minimum(guess.astype(dtype), cap), min_step)
-    fields = fresh_search(jnp.where(give_up, cap, trial), min_step, cap)
-    fields["done"] = give_up
-    return fields
+    trial = jnp.maximum(jnp.minimum(first.astype(dtype), cap), min_step)
+    return dict(
+        trial=jnp.where(give_up, cap, trial).astype(dtype),
+        done=give_up,
+        step=jnp.zeros((), dtype),
+        success=jnp.array(False),
+        num_trials=jnp.zeros((), jnp.int32),
+        min_step=min_step,
+        max_step=jnp.asarray(cap).astype(dtype),
+    )
 
 
-def at_capped_edge(search: AbstractSearchState, max_step_size: Setting, t: Scalar) -> Array:
-    """Is `t` at a dynamic cap that binds (`search.max_step < max_step_size`)?"""
+def after_trial(
+    search: SearchState,
+    *,
+    trial: Scalar,
+    done: Bool[Array, ""],
+    step: Scalar,
+    success: Bool[Array, ""],
+    **fields: Any,
+) -> SearchState:
+    """`search` once a trial was judged: the next `trial`, whether the search is `done`, the
+    `step` taken (0: none; when positive, the trial just judged) and `success`; one more
+    trial counted; `fields` replace the subclass's own fields of those names, every other
+    field (the cap, the resolution, ...) is kept. Step sizes are cast to the search's dtype."""
+    dtype = search.trial.dtype
+    return dataclasses.replace(
+        search,
+        trial=jnp.asarray(trial).astype(dtype),
+        done=jnp.asarray(done),
+        step=jnp.asarray(step).astype(dtype),
+        success=jnp.asarray(success),
+        num_trials=search.num_trials + 1,
+        **fields,
+    )
+
+
+def at_binding_cap(search: SearchState, max_step_size: Setting, t: Scalar) -> Array:
+    """Is `t` at a dynamic cap that binds (`search.max_step < max_step_size`)? There the
+    rules of `AbstractLineSearch.start` let a trial with sufficient decrease end the search
+    with step = cap, whatever the slope."""
     return (search.max_step < max_step_size) & (t >= search.max_step)
+
+
+def end_on_best(
+    accept: Bool[Array, ""],
+    fail: Bool[Array, ""],
+    refining: Bool[Array, ""],
+    best: Scalar,
+    t: Scalar,
+    finite: Bool[Array, ""],
+    next_trial: Scalar,
+) -> tuple[Bool[Array, ""], Bool[Array, ""], Bool[Array, ""], Scalar]:
+    """The best-point fallback of a search whose trial t was judged: it `accept`ed, it
+    `fail`ed, or neither (the search goes on at `next_trial`).
+
+    A failed search ends on its `best` trial (0: none, no step). When that trial is t the
+    search takes it now; otherwise the trial is evaluated once more (`refining` on the next
+    update: the search must remember that it re-evaluates), and the search then takes it where
+    its value and slope are `finite`, else no step (a non-finite value is never taken). The
+    re-evaluation is a trial of its own: judge at most `trials_before_fallback(max_trials)`
+    trials before it. Returns (done, taken: the step is t, refine: the next trial re-evaluates
+    `best`, the next trial)."""
+    has_best = best > 0
+    is_current = best == t
+    refine = fail & has_best & ~is_current
+    done = refining | accept | (fail & ~refine)
+    taken = jnp.where(refining, finite, accept | (fail & has_best & is_current))
+    trial = jnp.where(refining, t, jnp.where(refine, best, next_trial))
+    return done, taken, refine, trial
+
+
+def trials_before_fallback(max_trials: int) -> int:
+    """The trials a search that ends on its best trial (`end_on_best`) may judge within the
+    budget `max_trials`: one fewer, for the re-evaluation of the best trial, but at least one
+    (after a single trial the best is that one, or none: no re-evaluation)."""
+    return max(max_trials - 1, 1)
 
 
 class AbstractLineSearch(eqx.Module):
@@ -96,6 +156,11 @@ class AbstractLineSearch(eqx.Module):
     programs) or 0-d arrays (dynamic leaves: a schedule or a sweep reuses one compiled
     program; the solver hands them to the search weakly typed). All scalars are in `dtype`,
     at least float32.
+
+    A subclass implements the abstract members below and nothing else (Equinox's
+    abstract/final rule): `max_step_size` (a field or property), `evaluates_each_step` (a
+    class attribute), `max_trials`, `monotone`, `allowance`, `init`, `start`, `update`,
+    `finish`. Check it with `jaxsearch.testing.check_line_search`.
 
     `max_step_size` caps every trial. The built-in searches default it to +inf (no cap):
     their first trial is the solver's scale-free guess, so multiplying f by a constant
@@ -110,29 +175,32 @@ class AbstractLineSearch(eqx.Module):
     # before every search, as after `Solver.reevaluate`, rather than starting from those
     # the state caches (on the previous step's args). `run`, whose args do not change, and
     # the optax transformation given f and its gradient at params, do not evaluate again.
-    evaluates_each_step: ClassVar[bool] = False
+    evaluates_each_step: eqx.AbstractClassVar[bool]
 
     @property
     @abc.abstractmethod
     def max_trials(self) -> int:
-        """The trial budget: a search ends within this many evaluations of phi. The solver
-        stops a search that has not ended by then, with no step (`LINESEARCH_FAILED`)."""
+        """The trial budget (a Python int): a search ends within this many evaluations of
+        phi. The solver stops a search that has not ended by then, with no step
+        (`LINESEARCH_FAILED`)."""
 
+    @abc.abstractmethod
     def allowance(self, state: PyTree) -> Scalar | float:
         """How far above phi(0) this search may accept a step for rounding's sake (epsilon
-        C_k for the searches that judge steps by slopes where values are lost in rounding),
-        from its `state` between searches; 0 for one that never does. The solver returns a
-        run's last iterate while its f lies within this of the lowest value seen (values
-        closer than that are rounding noise), else the point with that lowest value."""
-        return 0.0
+        C_k for the searches that judge steps by slopes where values are lost in rounding,
+        see `ValueScale`), from its `state` between searches; 0 for one that never does. The
+        solver returns a run's last iterate while its f lies within this of the lowest value
+        seen (values closer than that are rounding noise), else the point with that lowest
+        value."""
 
     @property
+    @abc.abstractmethod
     def monotone(self) -> bool:
         """True when every step this search accepts has phi(step) <= phi(0): f never rises
         from one iterate to the next, so the iterate is the best point seen and the solver
-        keeps no separate record of it. False (the safe default) for a search that may accept
-        a rise: a step judged on its slope within a rounding allowance, or a fixed step."""
-        return False
+        keeps no separate record of it. False (the safe answer) for a search that may accept
+        a rise: a step judged on its slope within a rounding allowance, a nonmonotone search,
+        or a fixed step."""
 
     @abc.abstractmethod
     def init(self, dtype) -> PyTree:
@@ -148,14 +216,14 @@ class AbstractLineSearch(eqx.Module):
         min_step: Scalar,
         scaled: Bool[Array, ""] | None = None,
         max_step: Scalar | None = None,
-    ) -> AbstractSearchState:
+    ) -> SearchState:
         """Begin a search from phi(0), phi'(0) < 0, the shared initial-step `guess` and the
         line's resolution `min_step` (0 when every step counts). `scaled` tells whether the
         direction carries curvature information (the unit step is natural); None: unknown.
 
         `max_step` is a dynamic cap on this search's steps (e.g. where the direction leaves a
         feasible box; may be traced, +inf allowed); None: none. The search's cap is then
-        cap = min(`max_step_size`, `max_step`), stored as `AbstractSearchState.max_step`, and:
+        cap = min(`max_step_size`, `max_step`), stored as `SearchState.max_step`, and:
 
         - no trial exceeds cap; the first is max(min(guess, cap), min_step);
         - if cap < min_step, cap <= 0 or cap is NaN, the search ends at once with no step;
@@ -167,14 +235,20 @@ class AbstractLineSearch(eqx.Module):
         The static cap `max_step_size` is honoured in the same way: with `max_step` None the
         cap is `max_step_size`, so no trial exceeds it (a `guess` above it is clipped) and a
         `max_step_size` below `min_step` ends the search at once with no step. With any
-        `max_step` >= `max_step_size` the search is exactly as with `max_step` None."""
+        `max_step` >= `max_step_size` the search is exactly as with `max_step` None.
+
+        `capped_start(first, min_step, search_cap(self.max_step_size, max_step, phi0.dtype))`
+        gives the `SearchState` fields of a search that follows the first two rules; the
+        third is the search's own, with `at_binding_cap` to tell where it applies."""
 
     @abc.abstractmethod
-    def update(
-        self, search: AbstractSearchState, t: Scalar, phi: Scalar, dphi: Scalar
-    ) -> AbstractSearchState:
-        """Take phi(t), phi'(t) at t = search.trial; non-finite values must never be accepted."""
+    def update(self, search: SearchState, t: Scalar, phi: Scalar, dphi: Scalar) -> SearchState:
+        """Take phi(t), phi'(t) at t = search.trial (`after_trial` builds the result).
+
+        Non-finite values must never be accepted; a search ends within `max_trials` calls;
+        when it ends with `step > 0`, `step` is the t of the last call; the result has the
+        structure, shapes and dtypes of `search` (the solver runs this in a loop)."""
 
     @abc.abstractmethod
-    def finish(self, state: PyTree, search: AbstractSearchState) -> PyTree:
+    def finish(self, state: PyTree, search: SearchState) -> PyTree:
         """State for the next search, once this one is done."""

@@ -2,24 +2,24 @@
 `HagerZhang`) share: their settings' checks, the trial budget, the rounding allowance, the
 cap and first-trial rules, acceptance at a binding cap and the best-point fallback."""
 
-from typing import ClassVar
+import abc
 
 import equinox as eqx
-import jax.numpy as jnp
 from jaxtyping import Array, Bool, PyTree, Scalar
 
 from .._misc import Setting, as_int, check_count, check_setting, renamed_keyword
 from ._base import (
     AbstractLineSearch,
-    AbstractSearchState,
-    at_capped_edge,
-    capped_search,
-    effective_cap,
+    SearchState,
+    at_binding_cap,
+    capped_start,
+    search_cap,
+    trials_before_fallback,
 )
 from ._conditions import ValueScale, no_allowance, sufficient_decrease
 
 
-class AbstractDecreaseSearchState(AbstractSearchState):
+class DecreaseSearchState(SearchState):
     """A sufficient-decrease search's state: phi(0), phi'(0) and the scale C_k of f's
     rounding error at the search's start point."""
 
@@ -39,21 +39,27 @@ class AbstractDecreaseSearch(AbstractLineSearch):
     - **Budget.** A search evaluates phi at most `max_trials` times. A search with
       `refines_best` ends a failed search on its best trial, evaluated once more when it was
       not the last: it judges at most `judged_trials` = `max_trials - 1` trials (at least
-      one), so that the re-evaluation fits the budget; any other judges `max_trials`.
+      one, `trials_before_fallback`), so that the re-evaluation fits the budget; any other
+      judges `max_trials`.
     - **Monotone.** With `epsilon = 0` nothing is lost in rounding: no accepted step raises f.
     - **Cap and first trial** (`open`): cap = min(max_step_size, max_step), first trial
       max(min(first, cap), min_step); a cap below `min_step`, <= 0 or NaN ends the search
-      at once (`capped_search`).
+      at once (`capped_start`).
     - **At a binding cap** (`falls_at_binding_cap`): where the dynamic cap binds, a trial at
       t = cap where f still falls steeply, phi'(t) <= c phi'(0), may end the search with
       step = cap, as dcsrch stops at its stpmax (each search adds its own decrease test).
-    - **Best-point fallback** (`settle`).
+    - **Best-point fallback** (`end_on_best`).
+
+    A subclass says what it keeps between searches (`init`) and where C_k is in it
+    (`value_scale`).
     """
 
     max_trials: eqx.AbstractVar[int]
     max_step_size: eqx.AbstractVar[Setting]
     epsilon: eqx.AbstractVar[Setting | None]
-    refines_best: ClassVar[bool] = True
+    # True for a search that ends a failed search on its best trial (`end_on_best`).
+    refines_best: eqx.AbstractClassVar[bool]
+    evaluates_each_step: eqx.AbstractClassVar[bool]
 
     def __check_init__(self):
         name = type(self).__name__
@@ -62,13 +68,9 @@ class AbstractDecreaseSearch(AbstractLineSearch):
         if self.epsilon is not None:
             check_setting(name, "epsilon", self.epsilon, lambda v: v >= 0, "be None or >= 0")
 
-    def init(self, dtype) -> PyTree:
-        """By default a search keeps C_k alone between searches."""
-        return ValueScale.empty(dtype)
-
-    def value_scale(self, state) -> ValueScale:
-        """C_k from the state kept between searches (the state itself by default)."""
-        return state
+    @abc.abstractmethod
+    def value_scale(self, state: PyTree) -> ValueScale:
+        """C_k from the state kept between searches."""
 
     @property
     def monotone(self) -> bool:
@@ -82,16 +84,16 @@ class AbstractDecreaseSearch(AbstractLineSearch):
         """The trials a search judges before it fails: `max_trials`, less the re-evaluation
         of the best trial for a search that `refines_best` (none is needed after a first
         trial: the best trial is then that one, or none)."""
-        return max(self.max_trials - int(self.refines_best), 1)
+        return trials_before_fallback(self.max_trials) if self.refines_best else self.max_trials
 
     def open(self, first: Scalar, phi0, dphi0, min_step, max_step, scale: ValueScale) -> dict:
-        """The `AbstractDecreaseSearchState` fields of a search from phi(0), phi'(0) whose
+        """The `DecreaseSearchState` fields of a search from phi(0), phi'(0) whose
         first trial, before the cap rules, is `first`; `scale` is C_k at this point."""
-        cap = effective_cap(self.max_step_size, max_step, phi0.dtype)
-        return dict(**capped_search(first, min_step, cap), phi0=phi0, dphi0=dphi0, scale=scale)
+        cap = search_cap(self.max_step_size, max_step, phi0.dtype)
+        return dict(**capped_start(first, min_step, cap), phi0=phi0, dphi0=dphi0, scale=scale)
 
     def decrease(
-        self, search: AbstractDecreaseSearchState, t, phi, dphi, c: Setting
+        self, search: DecreaseSearchState, t, phi, dphi, c: Setting
     ) -> tuple[Bool[Array, ""], Bool[Array, ""]]:
         """(sufficient decrease with constant `c` at this trial, whether its change of f is
         lost in rounding): `sufficient_decrease` against the search's phi(0) and C_k."""
@@ -100,38 +102,26 @@ class AbstractDecreaseSearch(AbstractLineSearch):
         )
 
     def falls_at_binding_cap(
-        self, search: AbstractDecreaseSearchState, t, dphi, c: Setting
+        self, search: DecreaseSearchState, t, dphi, c: Setting
     ) -> Bool[Array, ""]:
         """Is t at a dynamic cap that binds (below `max_step_size`) with f still falling
         steeply there, phi'(t) <= c phi'(0)?"""
-        edge = at_capped_edge(search, self.max_step_size, t)
+        edge = at_binding_cap(search, self.max_step_size, t)
         return edge & (dphi <= c * search.dphi0)
 
 
-def settle(
-    accept: Bool[Array, ""],
-    fail: Bool[Array, ""],
-    refining: Bool[Array, ""],
-    best: Scalar,
-    t: Scalar,
-    finite: Bool[Array, ""],
-    next_trial: Scalar,
-) -> tuple[Bool[Array, ""], Bool[Array, ""], Bool[Array, ""], Scalar]:
-    """The best-point fallback of a search whose trial t was judged: it `accept`ed, it
-    `fail`ed, or neither (the search goes on at `next_trial`).
+class AbstractScaleKeepingSearch(AbstractDecreaseSearch):
+    """A sufficient-decrease search that keeps C_k alone between searches (`Zoom`,
+    `MoreThuente`): a search that takes no step adds no iterate to it."""
 
-    A failed search ends on its `best` trial (0: none, no step). When that trial is t the
-    search takes it now; otherwise the trial is evaluated once more (`refining` on the next
-    update), and the search then takes it where its value and slope are `finite`, else no
-    step (a non-finite value is never taken). Returns (done, taken: the step is t,
-    refine: the next trial re-evaluates `best`, the next trial)."""
-    has_best = best > 0
-    is_current = best == t
-    refine = fail & has_best & ~is_current
-    done = refining | accept | (fail & ~refine)
-    taken = jnp.where(refining, finite, accept | (fail & has_best & is_current))
-    trial = jnp.where(refining, t, jnp.where(refine, best, next_trial))
-    return done, taken, refine, trial
+    def init(self, dtype) -> ValueScale:
+        return ValueScale.empty(dtype)
+
+    def value_scale(self, state) -> ValueScale:
+        return state
+
+    def finish(self, state, search) -> ValueScale:
+        return search.scale.kept_if(search.step > 0, state)
 
 
 def _budget_of_max_steps(cls: type[AbstractDecreaseSearch], steps) -> int:

@@ -1,13 +1,11 @@
 """No search: a fixed step size."""
 
+from typing import ClassVar
+
 import jax.numpy as jnp
 
 from .._misc import Setting, check_setting
-from ._base import AbstractLineSearch, AbstractSearchState, capped_search, effective_cap
-
-
-class _FixedSearch(AbstractSearchState):
-    pass
+from ._base import AbstractLineSearch, SearchState, after_trial, capped_start, search_cap
 
 
 class FixedStep(AbstractLineSearch):
@@ -30,6 +28,8 @@ class FixedStep(AbstractLineSearch):
 
     learning_rate: Setting = 1e-3
 
+    evaluates_each_step: ClassVar[bool] = False
+
     def __check_init__(self):
         check_setting(
             "FixedStep",
@@ -47,26 +47,25 @@ class FixedStep(AbstractLineSearch):
     def max_step_size(self) -> Setting:  # type: ignore[override]
         return self.learning_rate
 
+    @property
+    def monotone(self) -> bool:
+        return False  # no decrease test
+
+    def allowance(self, state) -> float:
+        return 0.0
+
     def init(self, dtype) -> None:
         return None
 
-    def start(
-        self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
-    ) -> _FixedSearch:
-        cap = effective_cap(self.learning_rate, max_step, phi0.dtype)
-        return _FixedSearch(**capped_search(cap, min_step, cap))
+    def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None) -> SearchState:
+        cap = search_cap(self.learning_rate, max_step, phi0.dtype)
+        return SearchState(**capped_start(cap, min_step, cap))
 
-    def update(self, search, t, phi, dphi) -> _FixedSearch:
+    def update(self, search, t, phi, dphi) -> SearchState:
         finite = jnp.isfinite(phi) & jnp.isfinite(dphi)
-        return _FixedSearch(
-            trial=search.trial,
-            done=jnp.array(True),
-            step=jnp.where(finite, t, 0).astype(t.dtype),
-            success=finite,
-            num_trials=search.num_trials + 1,
-            min_step=search.min_step,
-            max_step=search.max_step,
-        )
+        step = jnp.where(finite, t, 0)
+        done = jnp.array(True)
+        return after_trial(search, trial=search.trial, done=done, step=step, success=finite)
 
     def finish(self, state, search) -> None:
         return None

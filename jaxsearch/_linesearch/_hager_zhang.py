@@ -1,18 +1,15 @@
 """Hager–Zhang approximate Wolfe line search (Hager & Zhang 2005, 2006; CG_DESCENT)."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
 from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
-from ._base import Point, at_capped_edge
+from ._base import Point, after_trial, at_binding_cap, end_on_best
 from ._conditions import ValueScale, armijo, value_tolerance
-from ._decrease import (
-    AbstractDecreaseSearch,
-    AbstractDecreaseSearchState,
-    accepts_max_steps,
-    settle,
-)
+from ._decrease import AbstractDecreaseSearch, DecreaseSearchState, accepts_max_steps
 from ._interpolate import quadratic_minimiser, secant_minimiser
 
 # Phases: what the trial being evaluated is.
@@ -35,7 +32,7 @@ class HagerZhangState(eqx.Module):
     prev_step: Scalar  # alpha_{k-1}; 0 when no step has been accepted yet
 
 
-class _HagerZhangSearch(AbstractDecreaseSearchState):
+class _HagerZhangSearch(DecreaseSearchState):
     phase: Int[Array, ""]
     after: Int[Array, ""]  # _TO_L1 or _TO_L2: where the bisection loop continues
     bound: Scalar  # phi(0) + epsilon_k
@@ -152,6 +149,9 @@ class HagerZhang(AbstractDecreaseSearch):
     max_trials: int = eqx.field(static=True, default=51, converter=as_int)
     max_step_size: Setting = float("inf")
 
+    refines_best: ClassVar[bool] = True
+    evaluates_each_step: ClassVar[bool] = False
+
     def __check_init__(self):
         name = "HagerZhang"
         check_setting(name, "delta", self.delta, lambda v: 0 < v < 0.5, "lie in (0, 0.5)")
@@ -230,7 +230,7 @@ class HagerZhang(AbstractDecreaseSearch):
         accept = finite & (original | (s.approx & approximate)) & ~in_quad & ~in_fallback
         # At a binding dynamic cap, sufficient decrease (T1's, or T2's in approximate mode)
         # alone is enough; a trial there without it cannot be a lower end (no expansion).
-        edge = at_capped_edge(s, self.max_step_size, t)
+        edge = at_binding_cap(s, self.max_step_size, t)
         approx_decrease = (phi <= s.bound) & ((2 * self.delta - 1) * s.dphi0 >= dphi)
         edge_ok = self.falls_at_binding_cap(s, t, dphi, self.delta) & finite & ~in_fallback
         edge_ok = edge_ok & (decrease | (s.approx & approx_decrease))
@@ -318,25 +318,18 @@ class HagerZhang(AbstractDecreaseSearch):
         switched = s.switched | (fail & ~s.approx & ~at_max)
         rescue = fail & ~s.approx & ~at_max & (best_approx.t > 0)
         best = select(rescue, best_approx, best)
-        done, taken, refine, trial = settle(
+        done, taken, refine, trial = end_on_best(
             accept, fail, in_fallback, best.t, t, finite, next_trial
         )
         success = jnp.where(in_fallback, s.rescued & finite, accept | (rescue & (best.t == t)))
-        return _HagerZhangSearch(
-            trial=trial.astype(dtype),
+        return after_trial(
+            s,
+            trial=trial,
             done=done,
-            step=jnp.where(taken, t, 0).astype(dtype),
+            step=jnp.where(taken, t, 0),
             success=success,
-            num_trials=num_trials,
-            min_step=s.min_step,
-            max_step=s.max_step,
-            phi0=s.phi0,
-            dphi0=s.dphi0,
-            scale=s.scale,
             phase=jnp.where(in_fallback | refine, _FALLBACK, next_phase).astype(jnp.int32),
             after=after.astype(jnp.int32),
-            bound=s.bound,
-            approx=s.approx,
             a=a,
             b=b,
             width=new_width,
@@ -345,7 +338,6 @@ class HagerZhang(AbstractDecreaseSearch):
             rescued=jnp.where(in_fallback, s.rescued, rescue),
             switched=switched,
             last_phi=phi,
-            prev_step=s.prev_step,
         )
 
     def finish(self, state, search) -> HagerZhangState:

@@ -1,18 +1,14 @@
 """Moré–Thuente line search (Moré & Thuente, 1994; MINPACK-2 `dcsrch` and `dcstep`)."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
 from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
-from ._base import Point
-from ._conditions import ValueScale
-from ._decrease import (
-    AbstractDecreaseSearch,
-    AbstractDecreaseSearchState,
-    accepts_max_steps,
-    settle,
-)
+from ._base import Point, after_trial, end_on_best
+from ._decrease import AbstractScaleKeepingSearch, DecreaseSearchState, accepts_max_steps
 from ._interpolate import quadratic_minimiser, scaled_cubic, secant_minimiser
 
 _SEARCH, _FALLBACK = 0, 1
@@ -20,7 +16,7 @@ _EXTRAPOLATE_MIN, _EXTRAPOLATE_MAX = 1.1, 4.0  # next step in t + [1.1, 4] (t - 
 _SHRINK = 0.66  # the bracket must shrink by this factor every two trials, else bisect
 
 
-class _MoreThuenteSearch(AbstractDecreaseSearchState):
+class _MoreThuenteSearch(DecreaseSearchState):
     phase: Int[Array, ""]
     use_phi: Bool[Array, ""]  # second stage: the interval is updated with phi, not psi
     bracketed: Bool[Array, ""]
@@ -92,7 +88,7 @@ def _shift(point: Point, slope) -> Point:
 
 
 @accepts_max_steps
-class MoreThuente(AbstractDecreaseSearch):
+class MoreThuente(AbstractScaleKeepingSearch):
     """Line search for the strong Wolfe conditions
 
         phi(t) <= phi(0) + ftol t phi'(0)   and   |phi'(t)| <= gtol |phi'(0)|,
@@ -165,6 +161,9 @@ class MoreThuente(AbstractDecreaseSearch):
     max_trials: int = eqx.field(static=True, default=21, converter=as_int)
     max_step_size: Setting = float("inf")
     epsilon: Setting | None = None
+
+    refines_best: ClassVar[bool] = True
+    evaluates_each_step: ClassVar[bool] = False
 
     def __check_init__(self):
         name = "MoreThuente"
@@ -258,21 +257,16 @@ class MoreThuente(AbstractDecreaseSearch):
 
         best = select(decrease & (phi < s.best.phi), current, s.best)
         in_fallback = s.phase == _FALLBACK  # re-evaluation of the best point: take it
-        done, step_taken, refine, trial = settle(
+        done, step_taken, refine, trial = end_on_best(
             converged, fail, in_fallback, best.t, t, finite, jnp.where(below, step, next_trial)
         )
         phase = jnp.where(in_fallback | refine, _FALLBACK, _SEARCH)
-        return _MoreThuenteSearch(
-            trial=trial.astype(dtype),
+        return after_trial(
+            s,
+            trial=trial,
             done=done,
-            step=jnp.where(step_taken, t, 0).astype(dtype),
+            step=jnp.where(step_taken, t, 0),
             success=converged & ~in_fallback,
-            num_trials=num_trials,
-            min_step=s.min_step,
-            max_step=s.max_step,
-            phi0=s.phi0,
-            dphi0=s.dphi0,
-            scale=s.scale,
             phase=phase.astype(jnp.int32),
             use_phi=use_phi,
             bracketed=bracketed,
@@ -284,6 +278,3 @@ class MoreThuente(AbstractDecreaseSearch):
             width_before=width_before.astype(dtype),
             best=best,
         )
-
-    def finish(self, state, search) -> ValueScale:
-        return search.scale.kept_if(search.step > 0, state)

@@ -1,18 +1,14 @@
 """Strong Wolfe line search: bracketing, then zoom (Nocedal & Wright, algorithms 3.5 and 3.6)."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Int, Scalar
 
 from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
-from ._base import Point
-from ._conditions import ValueScale
-from ._decrease import (
-    AbstractDecreaseSearch,
-    AbstractDecreaseSearchState,
-    accepts_max_steps,
-    settle,
-)
+from ._base import Point, after_trial, end_on_best
+from ._decrease import AbstractScaleKeepingSearch, DecreaseSearchState, accepts_max_steps
 from ._interpolate import expansion_trial, zoom_trial
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
@@ -22,7 +18,7 @@ _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
 _SHRINK = 0.66
 
 
-class _ZoomSearch(AbstractDecreaseSearchState):
+class _ZoomSearch(DecreaseSearchState):
     phase: Int[Array, ""]
     prev: Point  # previous trial while bracketing
     lo: Point  # lowest value with sufficient decrease so far (N&W's alpha_lo)
@@ -32,7 +28,7 @@ class _ZoomSearch(AbstractDecreaseSearchState):
 
 
 @accepts_max_steps
-class Zoom(AbstractDecreaseSearch):
+class Zoom(AbstractScaleKeepingSearch):
     """Line search for the strong Wolfe conditions
 
         phi(t) <= phi(0) + c1 t phi'(0)   and   |phi'(t)| <= c2 |phi'(0)|,
@@ -86,6 +82,9 @@ class Zoom(AbstractDecreaseSearch):
     xtol: Setting = 1e-7
     max_step_size: Setting = float("inf")
     epsilon: Setting | None = None
+
+    refines_best: ClassVar[bool] = True
+    evaluates_each_step: ClassVar[bool] = False
 
     def __check_init__(self):
         check_setting("Zoom", "c1", self.c1, lambda v: 0 < v < 1, "lie in (0, 1)")
@@ -153,7 +152,7 @@ class Zoom(AbstractDecreaseSearch):
         fail = ~accept & exhausted
         # Best point with sufficient decrease: `current` while expanding, else alpha_lo.
         in_fallback = search.phase == _FALLBACK  # re-evaluation of the best point: take it
-        done, taken, refine, trial = settle(
+        done, taken, refine, trial = end_on_best(
             accept,
             fail,
             in_fallback,
@@ -163,17 +162,12 @@ class Zoom(AbstractDecreaseSearch):
             next_trial,
         )
         phase = jnp.where(refine, _FALLBACK, jnp.where(expand, _BRACKET, _ZOOM)).astype(jnp.int32)
-        return _ZoomSearch(
-            trial=trial.astype(dtype),
+        return after_trial(
+            search,
+            trial=trial,
             done=done,
-            step=jnp.where(taken, t, 0).astype(dtype),
+            step=jnp.where(taken, t, 0),
             success=accept & ~in_fallback,
-            num_trials=num_trials,
-            min_step=search.min_step,
-            max_step=search.max_step,
-            phi0=search.phi0,
-            dphi0=search.dphi0,
-            scale=search.scale,
             phase=jnp.where(in_fallback, search.phase, phase),
             prev=current,
             lo=lo,
@@ -181,6 +175,3 @@ class Zoom(AbstractDecreaseSearch):
             width=zoom_width,
             width_before=search.width,
         )
-
-    def finish(self, state, search) -> ValueScale:
-        return search.scale.kept_if(search.step > 0, state)

@@ -1,0 +1,106 @@
+"""The nonmonotone Armijo line search of Zhang & Hager (2004)."""
+
+from typing import ClassVar
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Scalar
+
+from .._misc import Setting, as_int, check_count, check_setting, scalar
+from ._base import AbstractLineSearch, SearchState, after_trial, capped_start, search_cap
+
+
+class ReferenceValue(eqx.Module):
+    """Zhang & Hager's C_k and Q_k: Q_0 = 1, C_0 = f(x_0) and, once x_{k+1} is taken,
+
+        Q_{k+1} = eta Q_k + 1,    C_{k+1} = (eta Q_k C_k + f(x_{k+1})) / Q_{k+1}.
+
+    Q = 0 until the first search (then C_0 is that search's phi(0))."""
+
+    C: Scalar
+    Q: Scalar
+
+
+class _NonmonotoneSearch(SearchState):
+    reference: ReferenceValue  # C_k, Q_k at this search's start point
+    dphi0: Scalar
+    taken: Scalar  # phi(step), for C_{k+1}
+
+
+class NonmonotoneArmijo(AbstractLineSearch):
+    """Backtracking on the nonmonotone Armijo condition of Zhang & Hager, "A nonmonotone line
+    search technique and its application to unconstrained optimization", SIAM J. Optim.
+    14(4), 2004, pp. 1043-1056 (algorithm NMLS, its Armijo form):
+
+        phi(t) <= C_k + c1 t phi'(0),
+
+    where C_k is a weighted average of the values at the iterates (`ReferenceValue`, the
+    weight of the past set by `eta`): eta = 0 gives Armijo's test against phi(0), eta = 1
+    the average of every value so far. f may rise from one iterate to the next (the search
+    is not `monotone`), which lets Barzilai-Borwein steps through (Raydan 1997).
+
+    The first trial is the solver's guess, capped as `AbstractLineSearch.start` says (a trial
+    at a binding cap is judged as any other); each rejected trial (also one where f or its
+    slope is not finite) is multiplied by `shrink`. After `max_trials` trials, or when the
+    next would be below the line's resolution, no step is taken, and C_k, Q_k stay.
+
+    **Arguments:** `c1` in (0, 1) (the paper's delta, 1e-4); `eta` in [0, 1] (0.85, the
+    paper's choice for its experiments); `shrink` in (0, 1) (0.5); `max_trials` (an int >= 1,
+    30); `max_step_size` > 0 (+inf: no cap).
+    """
+
+    c1: Setting = 1e-4
+    eta: Setting = 0.85
+    shrink: Setting = 0.5
+    max_trials: int = eqx.field(static=True, default=30, converter=as_int)
+    max_step_size: Setting = float("inf")
+
+    evaluates_each_step: ClassVar[bool] = False
+    monotone: ClassVar[bool] = False  # f may rise up to C_k
+
+    def __check_init__(self):
+        name = "NonmonotoneArmijo"
+        check_setting(name, "c1", self.c1, lambda v: 0 < v < 1, "lie in (0, 1)")
+        check_setting(name, "eta", self.eta, lambda v: 0 <= v <= 1, "lie in [0, 1]")
+        check_setting(name, "shrink", self.shrink, lambda v: 0 < v < 1, "lie in (0, 1)")
+        check_setting(name, "max_step_size", self.max_step_size, lambda v: v > 0, "be positive")
+        check_count(name, "max_trials", self.max_trials)
+
+    def allowance(self, state) -> float:
+        return 0.0  # a rise is not rounding: the solver keeps the best point apart
+
+    def init(self, dtype) -> ReferenceValue:
+        return ReferenceValue(C=scalar(0, dtype), Q=scalar(0, dtype))
+
+    def start(
+        self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None
+    ) -> _NonmonotoneSearch:
+        first = state.Q <= 0
+        reference = ReferenceValue(
+            C=jnp.where(first, phi0, state.C).astype(phi0.dtype),
+            Q=jnp.where(first, 1, state.Q).astype(phi0.dtype),
+        )
+        cap = search_cap(self.max_step_size, max_step, phi0.dtype)
+        fields = capped_start(guess, min_step, cap)
+        return _NonmonotoneSearch(**fields, reference=reference, dphi0=dphi0, taken=phi0)
+
+    def update(self, search, t, phi, dphi) -> _NonmonotoneSearch:
+        finite = jnp.isfinite(phi) & jnp.isfinite(dphi)
+        accept = finite & (phi <= search.reference.C + self.c1 * t * search.dphi0)
+        shrunk = t * self.shrink
+        give_up = (search.num_trials + 1 >= self.max_trials) | (shrunk < search.min_step)
+        return after_trial(
+            search,
+            trial=jnp.where(accept, t, shrunk),
+            done=accept | give_up,
+            step=jnp.where(accept, t, 0),
+            success=accept,
+            taken=jnp.where(accept, phi, search.taken).astype(phi.dtype),
+        )
+
+    def finish(self, state, search) -> ReferenceValue:
+        ref = search.reference
+        Q = (self.eta * ref.Q + 1).astype(ref.Q.dtype)
+        C = ((self.eta * ref.Q * ref.C + search.taken) / Q).astype(ref.C.dtype)
+        moved = search.step > 0
+        return ReferenceValue(C=jnp.where(moved, C, ref.C), Q=jnp.where(moved, Q, ref.Q))
