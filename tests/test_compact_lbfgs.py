@@ -185,6 +185,26 @@ def test_forms_take_the_same_steps_in_float64():
         np.testing.assert_allclose(compact.params, two_loop.params, rtol=1e-8)
 
 
+def test_either_forms_memory_gives_l_bfgs_b_the_same_steps():
+    """With bounds the direction is L-BFGS-B's from the memory, whichever form's state holds
+    it: in float64 the same steps, evaluations and end point (two programs: to rounding)."""
+    with jax.enable_x64(True):
+        x0 = jnp.asarray(np.tile([-1.2, 1.0], 4))
+        box = (jnp.full(8, -0.5), jnp.full(8, 0.8))
+        runs = [
+            js.Solver(js.LBFGS(form=form)).run(rosenbrock, jnp.clip(x0, *box), bounds=box)
+            for form in ("two_loop", "compact")
+        ]
+    assert [type(r.state.direction).__name__ for r in runs] == [
+        "TwoLoopLBFGSState",
+        "CompactLBFGSState",
+    ]
+    assert int(runs[0].state.num_steps) == int(runs[1].state.num_steps)
+    assert int(runs[0].state.num_fun_evals) == int(runs[1].state.num_fun_evals)
+    assert bool(runs[0].success) and bool(runs[1].success)
+    np.testing.assert_allclose(runs[1].params, runs[0].params, rtol=1e-12)
+
+
 def scaled_quadratic(x):
     """sum_i c_i (x_i - 1)^2 with c from 1 to 20: minimum 0 at x = 1."""
     c = jnp.linspace(1.0, 20.0, x.size, dtype=x.dtype)
