@@ -40,10 +40,9 @@ class AbstractLBFGSState(eqx.Module):
     def reset(self) -> "AbstractLBFGSState":
         """The state with no pair (gamma kept)."""
 
+    @abc.abstractmethod
     def gradient_replaced(self) -> "AbstractLBFGSState":
-        """The state once the gradient at x was replaced (`AbstractDirection`); by default
-        itself."""
-        return self
+        """The state once the gradient at x was replaced (`AbstractDirection`)."""
 
     def offered(
         self, s, y, dtype, curvature_eps: float | None, accept
