@@ -8,7 +8,7 @@ For the default `Solver()` on extended Rosenbrock (float32, |g|_inf <= 1e-3):
 
   compact   `LBFGS(form="compact")` (the default off a CPU, and on a CPU from n = 5000): its
             memory multiplied by each vector apart, one matrix-vector product each
-            (`_lbfgs._memory_times`);
+            (`_lbfgs_compact._memory_times`);
   two-loop  `LBFGS(form="two_loop")`;
   optax     optax.lbfgs in its documented loop, for scale.
 
@@ -21,7 +21,7 @@ added this paragraph the compact form stacked its vectors into one product off a
 benchmarks/results/lbfgs_products_gpu_before.json holds that variant's H200 figures ("compact,
 stacked") beside the per-vector products ("compact, per vector") that replaced it;
 lbfgs_products_gpu.json is this script's run after that change and after the rebuild of S'Y and
-Y'Y became a reduction (`_lbfgs._memory_products`, see benchmarks/hlo_anatomy.py).
+Y'Y became a reduction (`_lbfgs_compact._memory_products`, see benchmarks/hlo_anatomy.py).
 """
 
 import argparse

@@ -142,7 +142,9 @@ def check_is_state(state) -> None:
 def check_fits(given, expected, what: str) -> None:
     """Raise a TypeError naming the first node of `given` that differs from `expected` (a
     pytree of `jax.ShapeDtypeStruct`): a leaf of another shape or dtype, or a node of another
-    type or with other children (None where an array or a module is expected, say)."""
+    type or with other children (None where an array or a module is expected, say). A node
+    of another type whose class has a `made_by` string (L-BFGS's states: the setting that
+    makes one) is said to be made by it."""
     problem = misfit(given, expected, what)
     if problem is not None:
         raise TypeError(problem)
@@ -165,6 +167,9 @@ def misfit(given, expected, what: str) -> str | None:
             keys = type(node) is type(want)  # then their children differ: name them
             where = f"({what}{jtu.keystr(path)} is {_describe(node, keys)} where this solver "
             where += f"and params give {_describe(want, keys)})"
+            made_by = getattr(type(node), "made_by", None)  # the setting that makes such a node
+            if not keys and made_by is not None:
+                where += f"; that {type(node).__name__} was made by {made_by}: pass it to resume"
         return (
             f"{what} does not fit this solver and params: its structure differs from the "
             f"state `init` gives {where}. A state belongs to one solver's settings "

@@ -1,6 +1,7 @@
-"""The bound-constrained core of L-BFGS-B (jaxsearch/_bounds.py) against references computed
-independently in NumPy: the dense BFGS recursion, a segment-by-segment walk of the projected
-path with a grid check, dense solves of the reduced quadratic, and scipy's pgtol test."""
+"""The bound-constrained core of L-BFGS-B (jaxsearch/_direction/_lbfgs_bounded.py, and the box
+math in jaxsearch/_bounds.py) against references computed independently in NumPy: the dense
+BFGS recursion, a segment-by-segment walk of the projected path with a grid check, dense solves
+of the reduced quadratic, and scipy's pgtol test."""
 
 import functools
 
@@ -10,13 +11,11 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from jaxsearch._bounds import (
+from jaxsearch._bounds import max_feasible_step, project, projected_gradient_inf_norm
+from jaxsearch._direction._lbfgs_bounded import (
     cauchy_point,
     compact_representation,
     compact_times,
-    max_feasible_step,
-    project,
-    projected_gradient_inf_norm,
     subspace_minimisation,
 )
 

@@ -2,6 +2,7 @@
 with no loop over the memory."""
 
 import dataclasses
+import types
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
+from jaxsearch._direction import _lbfgs
 
 from .helpers import compute
 from .problems import rosenbrock
@@ -183,6 +185,26 @@ def test_forms_take_the_same_steps_in_float64():
         np.testing.assert_allclose(compact.params, two_loop.params, rtol=1e-8)
 
 
+def test_either_forms_memory_gives_l_bfgs_b_the_same_steps():
+    """With bounds the direction is L-BFGS-B's from the memory, whichever form's state holds
+    it: in float64 the same steps, evaluations and end point (two programs: to rounding)."""
+    with jax.enable_x64(True):
+        x0 = jnp.asarray(np.tile([-1.2, 1.0], 4))
+        box = (jnp.full(8, -0.5), jnp.full(8, 0.8))
+        runs = [
+            js.Solver(js.LBFGS(form=form)).run(rosenbrock, jnp.clip(x0, *box), bounds=box)
+            for form in ("two_loop", "compact")
+        ]
+    assert [type(r.state.direction).__name__ for r in runs] == [
+        "TwoLoopLBFGSState",
+        "CompactLBFGSState",
+    ]
+    assert int(runs[0].state.num_steps) == int(runs[1].state.num_steps)
+    assert int(runs[0].state.num_fun_evals) == int(runs[1].state.num_fun_evals)
+    assert bool(runs[0].success) and bool(runs[1].success)
+    np.testing.assert_allclose(runs[1].params, runs[0].params, rtol=1e-12)
+
+
 def scaled_quadratic(x):
     """sum_i c_i (x_i - 1)^2 with c from 1 to 20: minimum 0 at x = 1."""
     c = jnp.linspace(1.0, 20.0, x.size, dtype=x.dtype)
@@ -308,10 +330,10 @@ def test_only_the_compact_form_keeps_s_dot_y(direction, size, compact):
     only where the compact form reads them: the two-loop recursion's state (and a run's loop
     carry and outputs) go without."""
     state = direction.init(jnp.zeros(size), jnp.float32)
-    kept = [state.s_dot_y, state.y_dot_y, state.pending]
+    kept = [getattr(state, name, None) for name in ("s_dot_y", "y_dot_y", "pending")]
     assert all(leaf is not None for leaf in kept) if compact else kept == [None] * 3
     by_differences = compact  # float32: on every backend
-    with_grad = [state.s_dot_grad, state.y_dot_grad, state.follows]
+    with_grad = [getattr(state, name, None) for name in ("s_dot_grad", "y_dot_grad", "follows")]
     present = [leaf is not None for leaf in with_grad]
     assert present == [by_differences] * 3
     pairs = [tuple(map(jnp.asarray, random_pair(np.random.default_rng(k), size))) for k in (0, 1)]
@@ -333,6 +355,53 @@ def test_default_run_of_large_params_has_no_loop_over_the_memory():
 
     found = control_flow(jax.make_jaxpr(lambda p: js.Solver().run(f, p).params)(params).jaxpr)
     assert not any(name == "scan" for name, _ in found), found
+
+
+def _resumed_rosenbrock(x):  # a function of its own: no program compiled elsewhere is reused
+    return rosenbrock(x)
+
+
+def _auto_reads(monkeypatch, backend: str) -> None:
+    """`LBFGS(form="auto")` reads `backend` as jax's default backend (nothing else does)."""
+    monkeypatch.setattr(_lbfgs, "jax", types.SimpleNamespace(default_backend=lambda: backend))
+
+
+@pytest.mark.parametrize(
+    "made_on, resumed_on, form", [("gpu", "cpu", "compact"), ("cpu", "gpu", "two_loop")]
+)
+def test_a_state_resumes_in_the_form_it_was_made_with(monkeypatch, made_on, resumed_on, form):
+    """`form="auto"` picks the form once, in `init` (small params: the compact form on a GPU,
+    the two-loop recursion on a CPU), and the state's class records it. Resumed where "auto"
+    would pick the other form, the state is refused with the setting to pass; with it, the
+    run goes on bit for bit as an uninterrupted run in that form (float64). The backend
+    that "auto" reads is simulated, and the caches cleared as a new process would have them."""
+    classes = {
+        "compact": js._direction.CompactLBFGSState,
+        "two_loop": js._direction.TwoLoopLBFGSState,
+    }
+    settings = dict(gtol=0.0, ftol=0.0)
+    with jax.enable_x64(True):
+        x0 = jnp.asarray(np.tile([-1.2, 1.0], 3))
+        _auto_reads(monkeypatch, made_on)
+        first = js.Solver(js.LBFGS(memory_size=6), js.Zoom(), max_steps=6, **settings).run(
+            _resumed_rosenbrock, x0
+        )
+        assert type(first.state.direction) is classes[form]
+        jax.clear_caches()
+        _auto_reads(monkeypatch, resumed_on)
+        auto = js.Solver(js.LBFGS(memory_size=6), js.Zoom(), max_steps=6, **settings)
+        assert type(auto.init(x0).direction) is not classes[form]
+        with pytest.raises(TypeError, match=rf'made by js\.LBFGS\(form="{form}"\): pass it'):
+            auto.run(_resumed_rosenbrock, first.iterate, state=first.state)
+        given = js.LBFGS(memory_size=6, form=form)
+        second = js.Solver(given, js.Zoom(), max_steps=6, **settings).run(
+            _resumed_rosenbrock, first.iterate, state=first.state
+        )
+        whole = js.Solver(given, js.Zoom(), max_steps=12, **settings).run(_resumed_rosenbrock, x0)
+    assert int(second.state.num_steps) == int(whole.state.num_steps) == 12
+    assert int(second.state.num_fun_evals) == int(whole.state.num_fun_evals)
+    assert np.array_equal(second.params, whole.params)
+    assert np.array_equal(second.value, whole.value)
 
 
 def test_bad_form_is_refused():

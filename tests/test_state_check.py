@@ -55,7 +55,7 @@ MISTAKES = {
     "BFGS state, L-BFGS solver": (
         lambda: jnp.zeros(3),
         lambda: js.Solver(js.BFGS()).init(jnp.zeros(3)),
-        r"state\.direction is a BFGSState where this solver and params give an? LBFGSState",
+        r"state\.direction is a BFGSState where this solver and params give an? \w*LBFGSState",
     ),
     "memory size": (
         lambda: jnp.zeros(3),
@@ -72,6 +72,18 @@ def test_a_state_that_does_not_fit_names_its_leaf(call, mistake):
     params, state, message = MISTAKES[mistake]
     with pytest.raises(TypeError, match=message):
         CALLS[call](SOLVER, params(), state())
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+@pytest.mark.parametrize("made, given", [("compact", "two_loop"), ("two_loop", "compact")])
+def test_a_state_of_the_other_lbfgs_form_names_the_form(call, made, given):
+    """An L-BFGS state of one form given to a solver of the other (as where `form="auto"`
+    chose another form, on another backend): the message names the setting that made it."""
+    state = js.Solver(js.LBFGS(memory_size=4, form=made)).init(jnp.zeros(3))
+    solver = js.Solver(js.LBFGS(memory_size=4, form=given), max_steps=5)
+    message = rf'was made by js\.LBFGS\(form="{made}"\): pass it to resume'
+    with pytest.raises(TypeError, match=message):
+        CALLS[call](solver, jnp.zeros(3), state)
 
 
 def test_a_missing_state_is_named():

@@ -11,7 +11,10 @@ from ._base import (
 from ._bfgs import BFGS as BFGS, BFGSState as BFGSState
 from ._flat import flatten_tree as flatten_tree, unflatten_tree as unflatten_tree
 from ._gradient import Gradient as Gradient
-from ._lbfgs import LBFGS as LBFGS, LBFGSState as LBFGSState
+from ._lbfgs import LBFGS as LBFGS
+from ._lbfgs_compact import CompactLBFGSState as CompactLBFGSState
+from ._lbfgs_memory import AbstractLBFGSState as AbstractLBFGSState
+from ._lbfgs_two_loop import TwoLoopLBFGSState as TwoLoopLBFGSState
 from ._newton_cg import NewtonCG as NewtonCG, NewtonCGState as NewtonCGState
 from ._nonlinear_cg import NonlinearCG as NonlinearCG, NonlinearCGState as NonlinearCGState
 from ._preconditioned import (

@@ -1,0 +1,310 @@
+"""L-BFGS's compact representation (Byrd, Nocedal & Schnabel, "Representations of
+quasi-Newton matrices and their use in limited memory methods", Math. Programming 63, 1994,
+eq. 3.13; Nocedal & Wright, eq. 7.24): d = -H g with no loop over the memory."""
+
+import functools
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+from jaxtyping import Array, Bool, Int, PyTree, Scalar
+
+from .._misc import (
+    at_least_float32,
+    diagonal,
+    explicit_replicated_sharding,
+    leaves,
+    scalar,
+    select,
+    widest_float,
+)
+from ._lbfgs_memory import AbstractLBFGSState
+
+
+class CompactLBFGSState(AbstractLBFGSState):
+    """The state of `LBFGS`'s compact form: the memory (`AbstractLBFGSState`), S'Y and Y'Y.
+    `js.LBFGS(form="compact")` makes it, and `form="auto"` off a CPU or for large params.
+
+    `s_dot_y` (m, m): [i, j] = s_i'y_j, slots in buffer order, kept up to date where pair i
+    was stored no later than pair j (R's entries: the compact form reads no others);
+    `y_dot_y` (m, m): [i, j] = y_i'y_j; `pending`: pairs stored since both were brought up
+    to date. `s_dot_grad`, `y_dot_grad` (m,): S'g and Y'g at the last `direction`'s gradient
+    g; `follows` while that g is where the next pair's y starts (`gradient_replaced` clears
+    it), so that S'y = S'g_new - S'g: all three None for gradients of fewer than 32 bits
+    (`_by_differences`)."""
+
+    made_by: ClassVar[str] = 'js.LBFGS(form="compact")'  # named where a state is refused
+
+    s: PyTree
+    y: PyTree
+    rho: Array
+    s_dot_y: Array
+    y_dot_y: Array
+    gamma: Scalar
+    count: Int[Array, ""]
+    head: Int[Array, ""]
+    pending: Int[Array, ""]
+    s_dot_grad: Array | None
+    y_dot_grad: Array | None
+    follows: Bool[Array, ""] | None
+
+    def direction(self, grad, dtype):
+        """H g = gamma g + S p - gamma Y R^-1 a with, the pairs in the order they were
+        stored, R the upper triangle of S'Y, D its diagonal, a = S'g, b = Y'g and
+        p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b): one pass over each buffer for a and b
+        (and the newest pair's column of S'Y and Y'Y, see `_brought_up_to_date`), two m x m
+        triangular solves, one pass back."""
+        m = self.rho.shape[0]
+        vectors = [grad] if self.follows is not None else [grad, self._newest_y()]
+        with_s = _memory_times(self.s, vectors, dtype)
+        with_y = _memory_times(self.y, vectors, dtype)
+        state = self._brought_up_to_date(with_s, with_y, dtype)
+
+        # The slots in the order their pairs were stored: position k < count holds the k-th
+        # oldest pair. Positions >= count hold none; they get an identity row and column in
+        # R and zeros elsewhere, so that their coefficients are zero.
+        positions = jnp.arange(m, dtype=jnp.int32)
+        order = (state.head - state.count + positions) % m
+        valid = positions < state.count
+        both = valid[:, None] & valid[None, :]
+        chronological = lambda matrix: matrix[order][:, order]  # noqa: E731
+        s_dot_y = chronological(state.s_dot_y)
+        upper = both & (positions[:, None] <= positions[None, :])
+        identity = jnp.eye(m, dtype=dtype)
+        r = jnp.where(upper, s_dot_y, identity)
+        d_diagonal = jnp.where(valid, diagonal(s_dot_y), 0)
+        y_dot_y = jnp.where(both, chronological(state.y_dot_y), 0)
+        a = jnp.where(valid, with_s[order, 0], 0)
+        b = jnp.where(valid, with_y[order, 0], 0)
+        gamma = state.gamma
+        solve = functools.partial(_solve_upper, r)
+        r_inv_a = solve(a, False)
+        middle = d_diagonal * r_inv_a + gamma * (y_dot_y @ r_inv_a) - gamma * b
+        p = solve(middle, True)
+        q = -gamma * r_inv_a
+        # Back from positions to slots: slot order[k] gets the coefficient of position k, so
+        # slot j that of position (j - head + count) % m (a gather, which fuses; a scatter
+        # would be a kernel of its own).
+        position = (positions - state.head + state.count) % m
+        p, q = p[position], q[position]
+
+        def leaf(g, s, y):
+            work = at_least_float32(s.dtype)
+            back = lambda c, buffer: jnp.tensordot(  # noqa: E731
+                c.astype(work), buffer.astype(work), axes=1, precision="highest"
+            )
+            hg = gamma.astype(work) * g.astype(work) + back(p, s) + back(q, y)
+            return (-hg).astype(g.dtype)
+
+        d = jtu.tree_map(leaf, grad, state.s, state.y)
+        return d, state
+
+    def update(self, s, y, dtype, curvature_eps, accept):
+        state, keep, sy, yy = self.offered(s, y, dtype, curvature_eps, accept)
+        s_dot_y, y_dot_y = self.s_dot_y, self.y_dot_y
+        if self.follows is not None:  # the new pair's own s'y and y'y, for `_by_differences`
+            rows, columns = _indices(s_dot_y.shape[0])
+            new = keep & (rows == self.head) & (columns == self.head)
+            s_dot_y, y_dot_y = jnp.where(new, sy, s_dot_y), jnp.where(new, yy, y_dot_y)
+        # `pending` counts one more where the pair is kept, up to 2 (several).
+        pending = jnp.where(keep, jnp.minimum(self.pending + 1, 2), self.pending)
+        return eqx.tree_at(
+            lambda st: (st.s_dot_y, st.y_dot_y, st.pending),
+            state,
+            (s_dot_y, y_dot_y, pending.astype(jnp.int32)),
+        )
+
+    def reset(self):
+        state = self.emptied()
+        return eqx.tree_at(lambda st: st.pending, state, state.pending * 0)
+
+    def gradient_replaced(self):
+        """The products with the last gradient no longer give S'y for the next pair: its y
+        will not start there."""
+        if self.follows is None:
+            return self
+        return eqx.tree_at(lambda st: st.follows, self, jnp.zeros_like(self.follows))
+
+    def _newest_y(self) -> PyTree:
+        newest = (self.head - 1) % self.rho.shape[0]
+        return jtu.tree_map(lambda b: lax.dynamic_index_in_dim(b, newest, keepdims=False), self.y)
+
+    def _brought_up_to_date(self, with_s, with_y, dtype) -> "CompactLBFGSState":
+        """S'Y and Y'Y with the newest pair's column (Y'Y's row too: it is symmetric), from
+        this `direction`'s products of each buffer with its gradient g (the (m, k) `with_s`,
+        `with_y`; where the state keeps no products with the last gradient, column 1 holds
+        the products with the newest y, taken in the same pass). After several pairs stored
+        since the last `direction` (which the solver never does), both are rebuilt from the
+        whole memory. S'Y's row of the newest pair, s_new'y_j for the older pairs j, lies
+        below R's diagonal in the order the pairs were stored, now and after any later pair,
+        so it is never read and not computed.
+
+        With products with the last gradient (`_by_differences`), one pair stored since,
+        whose y = g - g_last ends here: S'y = S'g - S'g_last and Y'y = Y'g - Y'g_last for the
+        older pairs, and the pair's own s'y and y'y are those `update` wrote: no pass over
+        the memory. Where the gradient was replaced since (`gradient_replaced`), the memory
+        is multiplied by y."""
+        newest = (self.head - 1) % self.rho.shape[0]
+
+        def fold(st, s_dot_y_new, y_dot_y_new):
+            rows, columns = _indices(st.s_dot_y.shape[0])
+            return (
+                jnp.where(columns == newest, s_dot_y_new[:, None], st.s_dot_y),
+                jnp.where(
+                    rows == newest,
+                    y_dot_y_new[None, :],
+                    jnp.where(columns == newest, y_dot_y_new[:, None], st.y_dot_y),
+                ),
+            )
+
+        def rebuild(st):
+            return _memory_products(st.s, st.y, dtype), _memory_products(st.y, st.y, dtype)
+
+        if self.follows is None:  # the products with y came with those with g
+            given = lambda st: fold(st, with_s[:, 1], with_y[:, 1])  # noqa: E731
+            s_dot_y, y_dot_y = lax.cond(self.pending > 1, rebuild, given, self)
+            return eqx.tree_at(
+                lambda st: (st.s_dot_y, st.y_dot_y, st.pending),
+                self,
+                (s_dot_y, y_dot_y, self.pending * 0),
+            )
+
+        def by_differences(st):  # also where no pair was stored: the matrices stay
+            at_newest = lax.iota(jnp.int32, st.s_dot_grad.shape[0]) == newest
+            own_s, own_y = st.s_dot_y[newest, newest], st.y_dot_y[newest, newest]
+            s_column = jnp.where(at_newest, own_s, with_s[:, 0] - st.s_dot_grad)
+            y_column = jnp.where(at_newest, own_y, with_y[:, 0] - st.y_dot_grad)
+            return select(st.pending == 1, fold(st, s_column, y_column), (st.s_dot_y, st.y_dot_y))
+
+        def by_products(st):
+            y_new = st._newest_y()
+            products = (_memory_times(b, [y_new], dtype)[:, 0] for b in (st.s, st.y))
+            return fold(st, *products)
+
+        one = (self.pending == 0) | ((self.pending == 1) & self.follows)
+        branch = jnp.where(one, 0, jnp.minimum(self.pending, 2))
+        s_dot_y, y_dot_y = lax.switch(branch, (by_differences, by_products, rebuild), self)
+        return eqx.tree_at(
+            lambda st: (
+                st.s_dot_y,
+                st.y_dot_y,
+                st.pending,
+                st.s_dot_grad,
+                st.y_dot_grad,
+                st.follows,
+            ),
+            self,
+            (
+                s_dot_y,
+                y_dot_y,
+                self.pending * 0,
+                with_s[:, 0],
+                with_y[:, 0],
+                jnp.ones_like(self.follows),
+            ),
+        )
+
+
+def init(memory: dict, params: PyTree, dtype) -> CompactLBFGSState:
+    """The compact form's state of the empty `memory` (`empty_memory`) for `params`."""
+    m = memory["rho"].shape[0]
+    differences = _by_differences(params)
+    return CompactLBFGSState(
+        **memory,
+        s_dot_y=jnp.zeros((m, m), dtype),
+        y_dot_y=jnp.zeros((m, m), dtype),
+        pending=scalar(0, jnp.int32),
+        s_dot_grad=jnp.zeros((m,), dtype) if differences else None,
+        y_dot_grad=jnp.zeros((m,), dtype) if differences else None,
+        follows=jnp.array(False) if differences else None,
+    )
+
+
+def _memory_times(buffers: PyTree, vectors: list[PyTree], dtype) -> Array:
+    """The (m, k) matrix [<b_i, v_k>] over the slots i of `buffers` and the k trees of
+    `vectors`, summed over leaves, accumulated in at least float32 at full precision (no TF32
+    on a GPU): one matrix-vector product per vector. (One product with the vectors stacked
+    measured slower on both backends: XLA's CPU product of an (m, n) and an (n, k) matrix runs
+    several times slower than k of them, and on an H200 the stacking copies the vectors and
+    the skinny product runs below bandwidth: extended Rosenbrock n = 1e7, 71 ms against 47 ms,
+    `benchmarks/lbfgs_products.py`.)"""
+    total = jnp.zeros((), dtype)
+    for i, b in enumerate(leaves(buffers)):
+        work = at_least_float32(b.dtype)
+        axes = tuple(range(b.ndim - 1))  # contract every param axis, with no reshape
+        dims = ((tuple(a + 1 for a in axes), axes), ((), ()))
+        product = functools.partial(
+            lax.dot_general,
+            b.astype(work),
+            dimension_numbers=dims,
+            precision="highest",
+            out_sharding=explicit_replicated_sharding(b),
+        )
+        part = jnp.stack([product(leaves(v)[i].astype(work)) for v in vectors], axis=-1)
+        total = total + part.astype(dtype)
+    return total
+
+
+def _memory_products(left: PyTree, right: PyTree, dtype) -> Array:
+    """The (m, m) matrix [<l_i, r_j>] of two memories, summed over leaves, accumulated in at
+    least float32. Only a rebuild, which the solver never takes, calls it, so it is written for
+    the memory it costs the program: a matrix product on a CPU; elsewhere a product and a sum
+    that XLA fuses into one reduction. (As matrix products, XLA's GPU compiler merged S'Y and
+    Y'Y into one cuBLAS product of [S; Y] padded to a multiple of its split: 69 n-vectors of
+    peak memory for the compact form's run at n = 1e6 on an H200 against 32 fused,
+    `benchmarks/hlo_anatomy.py`; fused, XLA's CPU compiler keeps the m x m x n product: 126
+    n-vectors of temporaries at m = 10 against 29 as matrix products, tests/test_engine.py.)"""
+    total = jnp.zeros((), dtype)
+    for a, b in zip(leaves(left), leaves(right), strict=True):
+        work = at_least_float32(widest_float(a.dtype, b.dtype))
+        a, b = a.astype(work), b.astype(work)
+        if jax.default_backend() == "cpu":
+            axes = tuple(range(1, a.ndim))
+            part = lax.dot_general(
+                a,
+                b,
+                ((axes, axes), ((), ())),
+                precision="highest",
+                out_sharding=explicit_replicated_sharding(a),
+            )
+        else:
+            part = jnp.sum(a[:, None] * b[None, :], axis=tuple(range(2, a.ndim + 1)))
+        total = total + part.astype(dtype)
+    return total
+
+
+def _solve_upper(r: Array, b: Array, transpose: bool) -> Array:
+    """x with r x = b (`transpose`: r'x = b) for an upper triangular m x m `r`, by
+    substitution written out (m is static): small scalar work that XLA fuses, where LAPACK's
+    trsm is a library call (and crashed the XLA CPU compiler twice; CHANGELOG.md)."""
+    m = b.shape[0]
+    x: dict[int, Array] = {}
+    for i in range(m) if transpose else reversed(range(m)):
+        # The solved entries: those before i (r' is lower triangular), else those after.
+        done = range(0, i) if transpose else range(i + 1, m)
+        part = slice(done.start, done.stop)
+        coefficients = r[part, i] if transpose else r[i, part]
+        partial = coefficients @ jnp.stack([x[j] for j in done]) if done else 0
+        x[i] = (b[i] - partial) / r[i, i]
+    return jnp.stack([x[i] for i in range(m)])
+
+
+def _indices(m: int) -> tuple[Array, Array]:
+    """The row and the column index of each entry of an m x m matrix. S'Y and Y'Y take a new
+    column, row or entry by a select on these (not a scatter or a dynamic update, which XLA
+    compiles as a kernel of its own each, where a select fuses with the work around it:
+    188 fusions -> 170 in the compact form's run; CHANGELOG.md, "Engineering history", round 11)."""
+    rows = lax.broadcasted_iota(jnp.int32, (m, m), 0)
+    return rows, lax.broadcasted_iota(jnp.int32, (m, m), 1)
+
+
+def _by_differences(grad: PyTree) -> bool:
+    """Whether the compact form takes the newest pair's S'y and Y'y from its products with the
+    gradients (y = g - g_last, so S'y = S'g - S'g_last) rather than multiplying the memory by
+    y, a pass over the memory of its own (`_memory_times`): for gradients of at least 32 bits
+    (y computed in 16 bits is rounded more coarsely than the products, whose differences would
+    then not be those of the y the memory holds)."""
+    return all(jnp.finfo(leaf.dtype).bits >= 32 for leaf in leaves(grad))

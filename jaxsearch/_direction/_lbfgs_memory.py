@@ -1,0 +1,107 @@
+"""The memory every form of L-BFGS keeps: the last m pairs (s, y) in circular buffers, and
+how a pair is offered to it (Nocedal & Wright, section 7.2)."""
+
+import abc
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from equinox import AbstractVar
+from jaxtyping import Array, Bool, Int, PyTree, Scalar
+
+from .._misc import dtype_eps, scalar, tree_dot, tree_norm, zeros_sharded_like
+
+
+class AbstractLBFGSState(eqx.Module):
+    """An L-BFGS state: the pairs' memory, and what its form computes d = -H g with.
+
+    `s` and `y` hold, per leaf, a leading `(memory_size,)` axis: circular buffers of steps and
+    gradient differences; `rho` (m,) 1 / s'y in the scalar dtype (never float16: it would
+    overflow); `gamma` s'y / y'y of the newest pair; `count` the number of valid pairs (at
+    most m); `head` the slot the next pair is written to. Each form is a subclass; its class
+    records the form a state was made with, so a state is always continued in its own form."""
+
+    s: AbstractVar[PyTree]
+    y: AbstractVar[PyTree]
+    rho: AbstractVar[Array]
+    gamma: AbstractVar[Scalar]
+    count: AbstractVar[Int[Array, ""]]
+    head: AbstractVar[Int[Array, ""]]
+
+    @abc.abstractmethod
+    def direction(self, grad: PyTree, dtype) -> tuple[PyTree, "AbstractLBFGSState"]:
+        """d = -H g for `grad`, with gamma I as the initial matrix, and the state."""
+
+    @abc.abstractmethod
+    def update(self, s, y, dtype, curvature_eps: float | None, accept) -> "AbstractLBFGSState":
+        """The state once the pair (s, y) is offered (see `offered`)."""
+
+    @abc.abstractmethod
+    def reset(self) -> "AbstractLBFGSState":
+        """The state with no pair (gamma kept)."""
+
+    @abc.abstractmethod
+    def gradient_replaced(self) -> "AbstractLBFGSState":
+        """The state once the gradient at x was replaced (`AbstractDirection`)."""
+
+    def offered(
+        self, s, y, dtype, curvature_eps: float | None, accept
+    ) -> tuple["AbstractLBFGSState", Bool[Array, ""], Scalar, Scalar]:
+        """(state, keep, s'y, y'y): the memory with the pair written where `keep`, that is
+        where it is finite after rounding to the memory dtype, `accept` holds and it passes
+        the curvature guard s'y > eps |s| |y| (`eps` the machine epsilon of the least precise
+        memory dtype unless `curvature_eps` is given), which keeps H positive definite."""
+        s = jtu.tree_map(lambda si, b: si.astype(b.dtype), s, self.s)
+        y = jtu.tree_map(lambda yi, b: yi.astype(b.dtype), y, self.y)
+        sy = tree_dot(s, y, dtype)
+        yy = tree_dot(y, y, dtype)
+        eps = dtype_eps(self.s) if curvature_eps is None else curvature_eps
+        guard = sy > eps * tree_norm(s, dtype) * jnp.sqrt(yy)
+        keep = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & (yy > 0) & accept
+
+        # Divisors of 1 where the pair is not kept: the update also runs for pairs it does
+        # not take (s = 0, say), and a derivative through the unused quotient would be NaN.
+        sy_, yy_ = jnp.where(keep, sy, 1), jnp.where(keep, yy, 1)
+        m = self.rho.shape[0]
+
+        def write(buffer, new):
+            # A pair not kept goes to slot m, which does not exist, and is dropped: the write
+            # needs no read of the slot's old row to mask it (at n = 1e6, 0.45 ms against
+            # 0.73 ms per buffer for a kept pair, 0.09 ms against 0.60 ms for one not kept).
+            return buffer.at[jnp.where(keep, self.head, m)].set(new, mode="drop")
+
+        memory = (
+            jtu.tree_map(write, self.s, s),
+            jtu.tree_map(write, self.y, y),
+            jnp.where(keep, self.rho.at[self.head].set(1 / sy_), self.rho),
+            jnp.where(keep, sy_ / yy_, self.gamma).astype(dtype),
+            jnp.where(keep, jnp.minimum(self.count + 1, m), self.count).astype(jnp.int32),
+            jnp.where(keep, (self.head + 1) % m, self.head).astype(jnp.int32),
+        )
+        return eqx.tree_at(_memory_fields, self, memory), keep, sy, yy
+
+    def emptied(self) -> "AbstractLBFGSState":
+        """The memory with no pair: count and head 0."""
+        return eqx.tree_at(lambda st: (st.count, st.head), self, (self.count * 0, self.head * 0))
+
+
+def _memory_fields(state: AbstractLBFGSState) -> tuple:
+    return state.s, state.y, state.rho, state.gamma, state.count, state.head
+
+
+def empty_memory(params: PyTree, memory_size: int, memory_dtype, dtype) -> dict:
+    """The fields of an empty memory for `params`: buffers sharded like each leaf and
+    replicated along the memory axis, in `memory_dtype(leaf dtype)`; gamma 1."""
+    m = memory_size
+
+    def buffer(x):
+        return zeros_sharded_like(x, memory_dtype(x.dtype), (m,))
+
+    return dict(
+        s=jtu.tree_map(buffer, params),
+        y=jtu.tree_map(buffer, params),
+        rho=jnp.zeros((m,), dtype),
+        gamma=scalar(1, dtype),
+        count=scalar(0, jnp.int32),
+        head=scalar(0, jnp.int32),
+    )

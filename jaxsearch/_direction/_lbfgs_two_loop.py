@@ -1,0 +1,71 @@
+"""L-BFGS's two-loop recursion (Nocedal, 1980; Nocedal & Wright, algorithm 7.4)."""
+
+from typing import ClassVar
+
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+from jaxtyping import Array, Int, PyTree, Scalar
+
+from .._misc import at_least_float32, tree_dot
+from ._lbfgs_memory import AbstractLBFGSState
+
+
+class TwoLoopLBFGSState(AbstractLBFGSState):
+    """The state of `LBFGS`'s two-loop form: the memory alone (`AbstractLBFGSState`).
+    `js.LBFGS(form="two_loop")` makes it, and `form="auto"` on a CPU for small params."""
+
+    made_by: ClassVar[str] = 'js.LBFGS(form="two_loop")'  # named where a state is refused
+
+    s: PyTree
+    y: PyTree
+    rho: Array
+    gamma: Scalar
+    count: Int[Array, ""]
+    head: Int[Array, ""]
+
+    def direction(self, grad, dtype):
+        """The two-loop recursion: two `fori_loop`s over the m slots, newest pair first,
+        then oldest first; d in the dtypes of `grad`, worked in those of the memory (at
+        least float32)."""
+        m = self.rho.shape[0]
+
+        def pair(j):
+            take = lambda b: lax.dynamic_index_in_dim(b, j, keepdims=False)  # noqa: E731
+            return jtu.tree_map(take, self.s), jtu.tree_map(take, self.y)
+
+        # Both loops run over all m slots (a fixed trip count, which reverse-mode
+        # differentiation and vmap need); a slot beyond `count` has a zero coefficient.
+        def newest_first(i, carry):
+            q, alpha = carry
+            j = (self.head - 1 - i) % m
+            s, y = pair(j)
+            a = jnp.where(i < self.count, self.rho[j] * tree_dot(s, q, dtype), 0)
+            q = jtu.tree_map(lambda qi, yi: qi - a.astype(qi.dtype) * yi.astype(qi.dtype), q, y)
+            return q, alpha.at[j].set(a)
+
+        def oldest_first(i, r):
+            j = (self.head - self.count + i) % m
+            s, y = pair(j)
+            b = self.rho[j] * tree_dot(y, r, dtype)
+            coef = jnp.where(i < self.count, alpha[j] - b, 0)
+            return jtu.tree_map(
+                lambda ri, si: ri + coef.astype(ri.dtype) * si.astype(ri.dtype), r, s
+            )
+
+        work = jtu.tree_map(lambda g, s: g.astype(at_least_float32(s.dtype)), grad, self.s)
+        q, alpha = lax.fori_loop(0, m, newest_first, (work, jnp.zeros((m,), dtype)))
+        r = jtu.tree_map(lambda qi: self.gamma.astype(qi.dtype) * qi, q)
+        r = lax.fori_loop(0, m, oldest_first, r)
+        d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
+        return d, self
+
+    def update(self, s, y, dtype, curvature_eps, accept):
+        return self.offered(s, y, dtype, curvature_eps, accept)[0]
+
+    def reset(self):
+        return self.emptied()
+
+    def gradient_replaced(self):
+        """Itself: the recursion reads nothing of the last gradient."""
+        return self
