@@ -37,6 +37,7 @@ from ._misc import (
     weak_settings,
     widest_float,
 )
+from ._packing import packed
 from ._result import Result
 from ._state import BestPoint, SolverState
 from ._status import CAUSES, Cause, Status, stop_message
@@ -278,29 +279,35 @@ def run(
             donate = _programs.donated(state)
             if donate:
                 state = jax.device_put(state, may_alias=False)  # the run consumes a copy
+        # The state's small leaves come out packed (`Result`): only its larger ones, whose
+        # buffers the result's can be, are donated.
+        large, small = eqx.partition(state, lambda leaf: not packed(leaf))
         if plain:
             return _programs.call(
                 settled_run,
-                *(solver, search, fn, x0, args, box, report, state),
+                *(solver, search, fn, x0, args, box, report, small, large),
                 filtered=False,
                 donate=donate,
                 options=chosen,
                 static_argnums=(0, 1, 2, 6),
             )
-        settings = (solver, search, fn, x0, args, box, report)
+        settings = (solver, search, fn, x0, args, box, report, small)
         return _programs.call(
-            bundled_run, settings, state, filtered=True, donate=donate, options=chosen
+            bundled_run, settings, large, filtered=True, donate=donate, options=chosen
         )
 
 
-def settled_run(solver, search, fn, x0, args, box, report: Report, state) -> Result:
-    """The compiled run under `jax.jit` (solver, search, fn and report static)."""
+def settled_run(solver, search, fn, x0, args, box, report: Report, small, large) -> Result:
+    """The compiled run under `jax.jit` (solver, search, fn and report static), from the
+    state's `small` and `large` leaves."""
+    state = eqx.combine(small, large)
     return traced_run(solver, search, fn, x0, args, box, report, state)
 
 
-def bundled_run(settings, state) -> Result:
+def bundled_run(settings, large) -> Result:
     """The compiled run under `eqx.filter_jit` (non-array leaves static)."""
-    return traced_run(*settings, state)
+    *settings, small = settings
+    return traced_run(*settings, eqx.combine(small, large))
 
 
 def traced_run(solver, search, fn, x0, args, box, report: Report, state) -> Result:
