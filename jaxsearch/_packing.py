@@ -6,12 +6,10 @@ the line search, and at small sizes the direction's memory. `pack` concatenates 
 fewer than `PACKED_SIZE` elements into one flat buffer per dtype (the larger leaves, a
 parameter-sized gradient or memory, stay as they are, sharded as they were); `PackedState.unpack`
 slices them back, bit for bit, with their shapes, dtypes and weak types. A `Result` keeps its
-state packed and unpacks it when `result.state` is read: once per result on the host, by one
-compiled program; inside a trace, as slices that a caller who returns only `result.params`
-never computes.
+state packed and unpacks it when `result.state` is read: once per result, on the host (no
+program is compiled for it); inside a trace, as slices that a caller who returns only
+`result.params` never computes.
 """
-
-import functools
 
 import equinox as eqx
 import jax
@@ -39,7 +37,8 @@ class PackedState(eqx.Module):
         found = self.__dict__.get("_unpacked")
         if found is None:
             tree, places = self.recipe
-            packed = iter(_unpack(places, self.buffers))
+            concrete = not any(isinstance(b, jax.core.Tracer) for b in self.buffers)
+            packed = iter((_unpack_on_host if concrete else _unpack)(places, self.buffers))
             leaves = [self.kept[p[1]] if p[0] == "kept" else next(packed) for p in places]
             found = jax.tree.unflatten(tree, leaves)
             object.__setattr__(self, "_unpacked", found)
@@ -72,9 +71,46 @@ def pack(state: SolverState) -> PackedState:
     return PackedState(buffers, tuple(kept), (tree, tuple(places)))
 
 
-@functools.partial(jax.jit, static_argnums=0)
+def _unpack_on_host(places: tuple, buffers: tuple) -> list:
+    """The packed leaves of concrete buffers, in order: sliced on the host and put back on
+    the buffers' devices, replicated, so that reading a state compiles nothing."""
+    shardings = [_replicated(b) for b in buffers]
+    host = [np.asarray(b) for b in buffers]
+    leaves = []
+    for place in places:
+        if place[0] == "kept":
+            continue
+        _, index, offset, shape, weak = place
+        buffer = host[index]
+        size = int(np.prod(shape, dtype=int))
+        leaf = buffer[..., offset : offset + size].reshape((*buffer.shape[:-1], *shape))
+        leaf = jax.device_put(leaf, shardings[index])
+        if weak:
+            leaf = _unpack_weak(leaf)
+        leaves.append(leaf)
+    return leaves
+
+
+def _replicated(buffer):
+    """A sharding that puts a leaf of any rank where `buffer` lies, replicated (None, the
+    default device uncommitted, where `buffer` is not committed: as a fresh state's leaves,
+    so that a resumed run's arguments key the same compiled run)."""
+    if not getattr(buffer, "committed", False):
+        return None
+    sharding = getattr(buffer, "sharding", None)
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        return sharding
+    return None
+
+
+def _unpack_weak(leaf):
+    return lax_internal._convert_element_type(leaf, leaf.dtype, weak_type=True)
+
+
 def _unpack(places: tuple, buffers: tuple) -> list:
-    """The packed leaves, in order (one compiled program for all of them)."""
+    """The packed leaves, in order, while traced (slices of the caller's program)."""
     leaves = []
     for place in places:
         if place[0] == "kept":
@@ -84,6 +120,6 @@ def _unpack(places: tuple, buffers: tuple) -> list:
         size = int(np.prod(shape, dtype=int))
         leaf = buffer[..., offset : offset + size].reshape(*buffer.shape[:-1], *shape)
         if weak:
-            leaf = lax_internal._convert_element_type(leaf, leaf.dtype, weak_type=True)
+            leaf = _unpack_weak(leaf)
         leaves.append(leaf)
     return leaves
