@@ -48,14 +48,14 @@ import speed  # noqa: E402  (it also switches the persistent compile cache off)
 from engine import MLP, pinn_loss  # noqa: E402
 
 import jaxsearch as js  # noqa: E402
-from jaxsearch import _cost, _programs  # noqa: E402
+from jaxsearch import _cost, _pipeline, _programs  # noqa: E402
 
 TRAIN_STEP_TARGET = 1.1
 
 
 def fresh():
     """No compiled program, kept fresh state or kept estimate survives."""
-    _programs._fresh_states.clear()
+    _pipeline.fresh_states.clear()
     _programs._extra_kept.clear()
     speed.fresh()
 

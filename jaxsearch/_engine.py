@@ -89,22 +89,19 @@ def _hessian_vector_product(evaluate, x, v):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Engine:
-    """The machine for one solver, objective, args and box, while they are traced. `until_step`:
-    stop at the next step boundary (`Solver.step`) rather than at a stopping criterion
-    (`Solver.run`). Not a pytree, and hashed by identity: its fields may be tracers, and the
-    loop's transitions are its methods."""
+    """The machine for one solver, line search, objective, args and box, while they are
+    traced. `until_step`: stop at the next step boundary (`Solver.step`) rather than at a
+    stopping criterion (`Solver.run`). Not a pytree, and hashed by identity: its fields may
+    be tracers, and the loop's transitions are its methods."""
 
     solver: Any  # the Solver, its numeric settings weakly typed
+    linesearch: AbstractLineSearch  # the call's line search (with bounds: the bounded one)
     fn: Any
     static: PyTree
     args: tuple
     box: Box | None
     until_step: bool
     report: Report = Report(False, None, False, False)
-
-    @property
-    def linesearch(self) -> AbstractLineSearch:
-        return self.solver._search(self.box is not None)
 
     def max_iterations(self) -> int:
         """A bound on the iterations (for a checkpointed loop): per step, its trial budget, one
@@ -143,7 +140,7 @@ class Engine:
         converged (by gtol, or by ftol in the step that reached it): under vmap, finished
         problems stay put until `reevaluate`. `run` from such a state (a resumed run) first
         checks f at x (`take_base`)."""
-        dtype = state.prev_decrease.dtype
+        dtype = state.scalar_dtype
         zero, one = scalar(0, dtype), scalar(1, dtype)
         m = Machine(
             x=x,
@@ -189,7 +186,7 @@ class Engine:
         if self.until_step:
             m = lax.cond(m.pending, self.prepare, lambda m: m, m)
         st, linesearch = m.state, self.linesearch
-        dtype = st.prev_decrease.dtype
+        dtype = st.scalar_dtype
         at_base = ~st.has_eval
         # A resumed run's first iteration evaluates f at x to check the state's (`take_base`).
         checking = jnp.array(False) if self.until_step else m.pending
@@ -290,7 +287,7 @@ class Engine:
         after `Solver.reevaluate`. One branch for both, with selects: a resumed run's check
         runs once per run, and a branch of its own cost the program about 20 fusions."""
         st, x = m.state, m.x
-        dtype = st.prev_decrease.dtype
+        dtype = st.scalar_dtype
         checking = jnp.array(False) if self.until_step else m.pending
         same = jnp.array(False)
         if not self.until_step:
@@ -324,7 +321,7 @@ class Engine:
         """The direction at x and the start of a line search along it (which may end at once,
         e.g. when its first step would change nothing)."""
         st, x, box, solver = m.state, m.x, self.box, self.solver
-        dtype = st.prev_decrease.dtype
+        dtype = st.scalar_dtype
         direction = solver.direction
         hvp = functools.partial(_hessian_vector_product, functools.partial(self.evaluate, st), x)
         info = DirectionInfo(x, st.grad, dtype, hvp, box, solver.adjoint.while_loop)
@@ -371,7 +368,7 @@ class Engine:
         its last trial, so `point` and its f, grad and aux (not x + t d computed again, which
         XLA may round differently) are the new iterate's. `stayed`: `point` equals x."""
         st, x, search, box, solver = m.state, m.x, m.search, self.box, self.solver
-        dtype = st.prev_decrease.dtype
+        dtype = st.scalar_dtype
         # A search cut off at its trial budget takes no step (and is reported as failed).
         cut_off = ~search.done
         moved = search.done & (search.step > 0)

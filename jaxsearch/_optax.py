@@ -11,7 +11,8 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PyTree, Scalar
 
-from . import _programs
+from . import _pipeline, _programs
+from ._inputs import partition
 from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm
 from ._state import BestPoint, SolverState
 
@@ -88,7 +89,8 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
     """`update` once its arguments are checked: one `step` from `state`, after `value` and
     `grad` (when given) replace the cached f and gradient at params."""
     st = dataclasses.replace(state.solver, grad=state.grad)
-    solver._check_state(st, params, None, (), bounded=False)
+    search = solver.linesearch  # the transformation takes no bounds
+    _pipeline.check_state(solver, search, st, params, partition(params)[0], None, (), bounded=False)
     if value is not None:  # f and its gradient at params, e.g. from value_and_grad_from_state
         value = jnp.asarray(value).astype(st.value.dtype)
         grad = tree_cast_like(eqx.filter(grad, eqx.is_inexact_array), st.grad)
@@ -103,13 +105,15 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
         )
     # Given f and its gradient, a search that evaluates each step uses them (they are on
     # this update's data) rather than evaluating them again.
-    new_params, st = solver._step(fn, params, st, (extra_args,), None, value is not None)
+    new_params, st = _pipeline.take_step(
+        solver, fn, params, st, (extra_args,), None, value is not None
+    )
     updates = jax.tree.map(
         lambda new, old: new - old if eqx.is_inexact_array(old) else None,
         new_params,
         params,
     )
-    fresh = solver.linesearch.evaluates_each_step
+    fresh = search.evaluates_each_step
     return updates, _split(st, _increment(state.count), fresh)
 
 

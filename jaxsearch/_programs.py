@@ -1,5 +1,5 @@
-"""The compiled programs behind `Solver.run` and `Solver.step` called outside a trace: which
-one a call takes, how it is compiled, and the state a fresh run starts from.
+"""Which compiled program a call of `Solver.run` or `Solver.step` takes (`_pipeline` reads
+the call top to bottom), and how it is compiled.
 
 - **Dispatch.** When every leaf of x0 and args is a `jax.Array` and fn is hashable, `run` is
   dispatched by `jax.jit` with the solver and fn static (microseconds); otherwise by
@@ -34,10 +34,7 @@ import jax.tree_util as jtu
 from jax.interpreters import partial_eval
 
 from . import _cost, _evaluate
-from ._history import Report
-from ._inputs import check_is_state
 from ._misc import leaves
-from ._state import SolverState
 
 DONATE_BYTES = 1 << 20
 LEAN_BYTES = 1 << 20
@@ -57,7 +54,8 @@ def _bytes(tree) -> int:
     return sum(math.prod(x.shape) * x.dtype.itemsize for x in leaves(tree) if eqx.is_array(x))
 
 
-def _traced(tree) -> bool:
+def traced(tree) -> bool:
+    """Whether a leaf of `tree` is a tracer (the call is inside a trace)."""
     return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves(tree))
 
 
@@ -218,7 +216,7 @@ def call(fun, *args, filtered: bool, donate: bool = False, options, static_argnu
     )
 
 
-# ------------------------------------------------------------------------------------ run
+# ------------------------------------------------------------------------------ dispatch
 
 
 def plain_call(fn, arguments) -> bool:
@@ -242,142 +240,4 @@ def hashable(solver) -> bool:
 
 def donated(state) -> bool:
     """Whether a run donates `state` (never under a trace: the state may be the caller's)."""
-    return not _traced(state) and _bytes(state) >= DONATE_BYTES
-
-
-def run(solver, fn, x0, args: tuple, value_dtype, box, report: Report, state, compiler_options):
-    """`solver._run` on these arguments, from `state` (None: a fresh run), compiled and
-    dispatched as the module docstring says (`compiler_options` as `setting` gives it)."""
-    # equinox turns a `throw=True` error into a clean exception under its own jit only
-    plain = not solver.throw and plain_call(fn, (x0, args)) and hashable(solver)
-    with _evaluate.sharing_traces():  # fn is traced once for its price, the state and the run
-        price(solver, fn, x0, args)
-        chosen = state_options = options(compiler_options, solver, fn, x0, args)
-        if compiler_options == "auto" and chosen is None and lean_eligible((x0, args)):
-            state_options = LEAN_ITEMS  # the fresh state's program evaluates no fn
-        if state is None:
-            state, donate = _fresh_run_state(
-                solver, fn, x0, args, value_dtype, box, plain, state_options
-            )
-        else:
-            state = _resumed_state(state, value_dtype)
-            donate = donated(state)
-            if donate:
-                state = jax.device_put(state, may_alias=False)  # the run consumes a copy
-        if plain:
-            arguments = (solver, fn, x0, args, box, report, state)
-            return call(
-                _run_settled,
-                *arguments,
-                filtered=False,
-                donate=donate,
-                options=chosen,
-                static_argnums=(0, 1, 5),
-            )
-        settings = (solver, fn, x0, args, box, report)
-        return call(_run_bundled, settings, state, filtered=True, donate=donate, options=chosen)
-
-
-def _run_settled(solver, fn, x0, args, box, report: Report, state):
-    return solver._run(fn, x0, args, box, report, state)
-
-
-def _run_bundled(settings, state):
-    solver, fn, x0, args, box, report = settings
-    return solver._run(fn, x0, args, box, report, state)
-
-
-# ------------------------------------------------------------------------- the fresh state
-
-# A fresh run starts from `init`'s state, built by a compiled program of its own, so that a
-# fresh and a resumed run call the same compiled run. A small state (not donated) is kept for
-# the next run: it depends only on the solver, fn, the avals and shardings of x0 and args,
-# and whether there are bounds; building it again would cost a small problem as much as its
-# run.
-_fresh_states: dict = {}
-_FRESH_STATES_KEPT = 16
-
-
-def _fresh_run_state(solver, fn, x0, args, value_dtype, box, plain: bool, options):
-    """The state a fresh `run` starts from (built with `options`), and whether the run
-    donates it."""
-    bounded = box is not None
-
-    def build():
-        arguments = (solver, fn, x0, args, value_dtype, bounded)
-        if plain:
-            return call(
-                _init_state,
-                *arguments,
-                filtered=False,
-                options=options,
-                static_argnums=(0, 1, 4, 5),
-            )
-        return call(_init_state, *arguments, filtered=True, options=options)
-
-    if not plain or _traced((x0, args)):
-        state = build()
-        return state, donated(state)
-    avals = tuple((jax.typeof(leaf), leaf.sharding) for leaf in leaves((x0, args)))
-    # By identity: the entry holds the solver, so its id is not reused while it is kept.
-    key = (id(solver), fn, jax.tree.structure((x0, args)), avals, value_dtype, bounded)
-    kept = _fresh_states.get(key)
-    if kept is not None and kept[0] is solver:
-        return kept[1], False
-    state = build()
-    if donated(state):
-        return state, True
-    if len(_fresh_states) >= _FRESH_STATES_KEPT:
-        _fresh_states.pop(next(iter(_fresh_states)))
-    _fresh_states[key] = (solver, state)
-    return state, False
-
-
-def _init_state(solver, fn, x0, args, value_dtype, bounded: bool) -> SolverState:
-    fn = _evaluate.TracedOnce(fn, x0, *args)  # the trace the run's program reuses
-    return solver._init(x0, value_dtype, fn, args, bounded)
-
-
-def _resumed_state(state, value_dtype) -> SolverState:
-    """`state`, checked to be a `SolverState` of the value dtype asked for, with its leaves
-    as arrays (NumPy leaves, of a checkpoint say, become new device buffers)."""
-    check_is_state(state)
-    if value_dtype is not None and jax.numpy.dtype(value_dtype) != state.value.dtype:
-        raise TypeError(
-            f"value_dtype {jax.numpy.dtype(value_dtype)} differs from the state's value dtype "
-            f"{state.value.dtype}: a resumed run keeps the state's."
-        )
-    if all(isinstance(leaf, jax.Array) for leaf in leaves(state)):
-        return state
-    return jax.tree.map(jax.numpy.asarray, state)
-
-
-# ------------------------------------------------------------------------------------ step
-
-
-def step(solver, fn, params, state, args: tuple, bounds, evaluated: bool = False):
-    """`solver._step` compiled by `eqx.filter_jit` with the options "auto" chooses; within
-    `js.jit`'s pricing trace, only priced (params and state come back as they went in).
-    `evaluated`: as `Solver._step`'s."""
-    if price(solver, fn, params, args):
-        return params, state
-    chosen = options("auto", solver, fn, params, args)
-    return call(
-        _step, solver, fn, params, state, args, bounds, evaluated, filtered=True, options=chosen
-    )
-
-
-def _step(solver, fn, params, state, args, bounds, evaluated):
-    return solver._step(fn, params, state, args, bounds, evaluated)
-
-
-def report(history: bool, callback, verbose: bool, progress: bool) -> Report:
-    """The `Report` of these settings, built once (a module's construction costs as much as
-    a small problem's dispatch)."""
-    try:
-        return _kept_report(history, callback, verbose, progress)
-    except TypeError:  # an unhashable callback
-        return Report(history, callback, verbose, progress)
-
-
-_kept_report = functools.lru_cache(maxsize=64)(Report)
+    return not traced(state) and _bytes(state) >= DONATE_BYTES

@@ -6,6 +6,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from ._misc import leaves
+from ._packing import PackedState, pack
 from ._state import SolverState
 from ._status import Status, stop_message
 from ._stopping import stop_cause
@@ -31,7 +32,9 @@ class Result(eqx.Module):
     `run(fn, result.iterate, *args, state=result.state)` continues the run as if it had not
     stopped, and `step(fn, result.iterate, result.state, *args)` goes on step by step. Its
     `status` is that of the last step (`RUNNING` where the run stopped at `max_steps`).
-    `iterate` is `params` unless the run returned an earlier, better point.
+    `iterate` is `params` unless the run returned an earlier, better point. The state is
+    carried in a few buffers, `packed_state` (a compiled program's every output array costs
+    a dispatch), and unpacked when `state` is first read.
     """
 
     params: PyTree
@@ -39,9 +42,21 @@ class Result(eqx.Module):
     grad: PyTree
     aux: PyTree
     status: Int[Array, ""]
-    state: PyTree  # a SolverState
+    packed_state: PyTree  # a PackedState (`state` unpacks it)
     iterate: PyTree
     history: PyTree = None
+
+    def __init__(self, params, value, grad, aux, status, state, iterate, history=None):
+        self.params, self.value, self.grad, self.aux = params, value, grad, aux
+        self.status, self.iterate, self.history = status, iterate, history
+        self.packed_state = pack(state) if isinstance(state, SolverState) else state
+
+    @property
+    def state(self) -> PyTree:
+        """The solver's state at `iterate` (a `SolverState`), unpacked from `packed_state`
+        when first read."""
+        packed = self.packed_state
+        return packed.unpack() if isinstance(packed, PackedState) else packed
 
     @property
     def num_steps(self) -> Int[Array | np.ndarray, "*batch"]:

@@ -3,63 +3,21 @@
 import dataclasses
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
-import jax.tree_util as jtu
 import numpy as np
-from jax import lax
 from jaxtyping import PyTree
 
-from . import _evaluate, _programs, _retrace
-from ._adjoint import AbstractAdjoint, ImplicitAdjoint, Problem
-from ._box import Box, check_order
+from . import _pipeline, _programs
+from ._adjoint import AbstractAdjoint, ImplicitAdjoint
 from ._direction import LBFGS, AbstractDirection
-from ._engine import Engine, gradient_norm
-from ._history import History, Report
-from ._inputs import (
-    check_fits,
-    check_fn,
-    check_instance,
-    check_is_state,
-    check_parts,
-    floating_dtype,
-    misfit,
-    partition,
-    throw_setting,
-)
+from ._inputs import check_fn, check_instance, check_parts, floating_dtype, throw_setting
 from ._linesearch import AbstractLineSearch
-from ._misc import (
-    Setting,
-    as_int,
-    at_least_float32,
-    check_count,
-    check_setting,
-    leaves,
-    scalar,
-    select,
-    tree_all_finite,
-    tree_cast_like,
-    tree_cast_to_avals,
-    tree_equal,
-    tree_zeros_like,
-    weak_settings,
-    widest_float,
-)
+from ._misc import Setting, as_int, check_count, check_setting
 from ._pairing import default_search
 from ._result import Result
-from ._state import BestPoint, SolverState
-from ._status import CAUSES, Cause, Status, stop_message
-from ._stopping import returned_status, returns_last, run_status, stop_cause
+from ._state import SolverState
 
 _SCIPY_FTOL = 2.220446049250313e-09  # scipy L-BFGS-B: factr = 1e7 times float64 epsilon
-
-
-_replace = dataclasses.replace
-
-# What `throw=True` raises on: a run that did not converge; a step that could not go on (and,
-# with `throw="failures"`, a run that could not go on: a fixed budget of steps is a normal end).
-_STEP_FAILURES = (Status.LINESEARCH_FAILED, Status.NONFINITE, Status.STALLED)
-_RUN_FAILURES = (Status.MAX_STEPS, *_STEP_FAILURES)
 
 
 class Solver(eqx.Module):
@@ -209,8 +167,6 @@ class Solver(eqx.Module):
         self.throw = throw_setting(throw)
         self.adjoint = adjoint
 
-    # ----------------------------------------------------------------------------- public
-
     def init(
         self, params: PyTree, value_dtype=None, *, fn=None, args: tuple = (), bounds=None
     ) -> SolverState:
@@ -225,100 +181,7 @@ class Solver(eqx.Module):
         honour them), and with bounds the state is that of the bounded line search (for
         `LBFGS` with no line search given, `MoreThuente` as in L-BFGS-B).
         """
-        self._box(bounds, partition(params)[0])
-        return self._init(params, value_dtype, fn, args, bounds is not None)
-
-    def _init(self, params, value_dtype, fn, args: tuple, bounded: bool) -> SolverState:
-        """`init`, once the bounds (if any, `bounded`) are checked."""
-        diff, _ = partition(params)
-        out = None
-        if fn is not None:
-            check_fn(fn)
-            out = eqx.filter_eval_shape(
-                lambda p: _evaluate.split_output(fn(p, *args), self.has_aux), params
-            )
-            _evaluate.check_value(out[0])
-        elif self.has_aux:
-            raise TypeError("Solver(has_aux=True).init needs `fn=` to learn the structure of aux.")
-        if value_dtype is None:
-            if out is not None:
-                value_dtype = out[0].dtype
-            else:
-                value_dtype = widest_float(*(x.dtype for x in leaves(diff)), jnp.float32)
-        value_dtype = jnp.dtype(floating_dtype(value_dtype, "value_dtype"))
-        aux_shapes = None
-        if self.has_aux:
-            assert out is not None  # has_aux without fn raised above
-            # Aux leaves become arrays (a Python number too), zero until fn is evaluated.
-            aux_shapes = jtu.tree_map(
-                lambda a: jax.ShapeDtypeStruct(
-                    jnp.shape(a), jax.dtypes.canonicalize_dtype(jnp.result_type(a))
-                ),
-                out[1],
-            )
-        return self._fresh_state(diff, value_dtype, aux_shapes, bounded)
-
-    def _search(self, bounded: bool) -> AbstractLineSearch:
-        """The line search of a run with (or without) bounds."""
-        return self.bounded_linesearch if bounded else self.linesearch
-
-    def _check_state(self, state, params, fn, args: tuple, bounded: bool) -> None:
-        """Raise unless `state` is a `SolverState` with the structure, shapes and dtypes of
-        the state `init` gives for params, fn and args with the state's own value dtype (so
-        a value dtype other than params' fits): a TypeError that names the first leaf or node
-        that differs, what it is and what this solver and params give; a state made with
-        bounds for a step without them (or the reverse) is said so. `run`, `step` and the
-        optax update call it while they are traced: it costs nothing per call."""
-        check_is_state(state)
-        value_dtype = jnp.result_type(state.value)
-        expected = jax.eval_shape(lambda: self._init(params, value_dtype, fn, args, bounded))
-        if self.linesearch is not self.bounded_linesearch:
-            other = jax.eval_shape(
-                lambda: self._search(not bounded).init(at_least_float32(value_dtype))
-            )
-            searches = state.linesearch, expected.linesearch
-            if misfit(*searches, "") is not None and misfit(state.linesearch, other, "") is None:
-                given, made = ("with", "without") if bounded else ("without", "with")
-                raise TypeError(
-                    f"step was called {given} bounds on a state that init made {made} them; "
-                    "with bounds the default line search is another one (L-BFGS-B's): pass "
-                    "the same bounds to init and step."
-                )
-        check_fits(state, expected, "state")
-
-    @eqx.filter_jit
-    def _fresh_state(self, diff, value_dtype, aux_shapes, bounded=False) -> SolverState:
-        # One compiled program builds every leaf: built eagerly, each new shape of a leaf would
-        # compile a program of its own, about ten for a first `init`.
-        dtype = at_least_float32(value_dtype)
-        aux = None
-        if aux_shapes is not None:
-            aux = jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), aux_shapes)
-        best = None
-        if self.return_best and not self._search(bounded).monotone:
-            best = BestPoint(
-                value=scalar(jnp.inf, value_dtype),
-                params=tree_zeros_like(diff),
-                grad=tree_zeros_like(diff),
-                aux=jtu.tree_map(jnp.zeros_like, aux),
-                start_value=scalar(jnp.inf, value_dtype),
-            )
-        return SolverState(
-            value=scalar(jnp.inf, value_dtype),
-            grad=tree_zeros_like(diff),
-            aux=aux,
-            has_eval=jnp.array(False),
-            direction=self.direction.init(diff, dtype),
-            linesearch=self._search(bounded).init(dtype),
-            prev_decrease=scalar(jnp.nan, dtype),
-            step_size=scalar(0, dtype),
-            num_steps=scalar(0, jnp.int32),
-            num_fun_evals=scalar(0, jnp.int32),
-            status=scalar(Status.RUNNING, jnp.int32),
-            best=best,
-            steps_since_best=scalar(0, jnp.int32),
-            lowest_grad_norm=scalar(jnp.inf, dtype),
-        )
+        return _pipeline.init(self, params, value_dtype, fn, args, bounds)
 
     def step(
         self, fn, params: PyTree, state: SolverState, *args, bounds=None
@@ -334,32 +197,7 @@ class Solver(eqx.Module):
         `bounds` as in `run`; params outside them are first projected into the box (and then
         evaluated anew). Compiled by `eqx.filter_jit`, so an eager call compiles once too.
         """
-        return _programs.step(self, fn, params, state, args, bounds)
-
-    def _step(self, fn, params, state, args: tuple, bounds, evaluated=False):
-        """`step`, its state checked here; `evaluated`: the state's f and gradient are at
-        params on these args (the optax transformation was given them), so a search that
-        `evaluates_each_step` uses them."""
-        check_fn(fn)
-        _retrace.note_trace("step", self, fn, (params, args))
-        given, static = partition(params)
-        diff = tree_cast_like(given, given)  # strongly typed inside; given avals on the way out
-        box = self._box(bounds, diff)
-        # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
-        fn = _evaluate.TracedOnce(fn, params, *args)
-        self._check_state(state, params, fn, args, box is not None)
-        if self._search(box is not None).evaluates_each_step and not evaluated:
-            state = self.reevaluate(state)  # f and its gradient on this step's args
-        if box is not None:
-            inside = box.project(diff)
-            moved = ~tree_equal(inside, diff)
-            diff = inside
-            state = _replace(state, has_eval=state.has_eval & ~moved)
-        engine = Engine(weak_settings(self), fn, static, args, box, until_step=True)
-        machine = engine.loop(engine.start(diff, state))
-        diff, state = machine.x, machine.state
-        diff = self._raise_on_failure(diff, state.status, _STEP_FAILURES, state, diff, "params")
-        return eqx.combine(tree_cast_to_avals(diff, given), static), state
+        return _pipeline.step(self, fn, params, state, args, bounds)
 
     def reevaluate(self, state: SolverState) -> SolverState:
         """`state` with its cached f and gradient marked stale: the next `step` first evaluates
@@ -369,7 +207,7 @@ class Solver(eqx.Module):
         search with `evaluates_each_step`, `StochasticArmijo`, does this at every step by
         itself). The direction's memory and the line search's state are kept. Works inside
         `jit`."""
-        return _replace(state, has_eval=jnp.zeros_like(state.has_eval))
+        return dataclasses.replace(state, has_eval=jnp.zeros_like(state.has_eval))
 
     def run(
         self,
@@ -448,84 +286,9 @@ class Solver(eqx.Module):
                 raise ImportError("progress=True needs tqdm: pip install tqdm") from error
         if callback is not None and not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}.")
-        report = _programs.report(bool(history), callback, bool(verbose), bool(progress))
-        box = None if bounds is None else self._box(bounds, partition(x0)[0])
+        report = _pipeline.report(bool(history), callback, bool(verbose), bool(progress))
         options = _programs.setting(compiler_options)
-        return _programs.run(self, fn, x0, args, value_dtype, box, report, state, options)
-
-    def _run(self, fn, x0, args, box, report: Report, state: SolverState) -> Result:
-        _retrace.note_trace("run", self, fn, (x0, args))
-        # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
-        fn = _evaluate.TracedOnce(fn, x0, *args)
-        self._check_state(state, x0, fn, args, box is not None)
-        # The solution does not depend on where the run starts (as on x0, see the adjoints).
-        state = lax.stop_gradient(state)
-        solver = weak_settings(self)  # numeric settings given as arrays, for any dtype
-        # A pytree (the solver's array settings are its leaves, not hidden constants).
-        minimise = jtu.Partial(Solver._minimise, solver, fn, box=box, report=report, state=state)
-        problem = Problem(fn, solver.has_aux, box)
-        return solver.adjoint.apply(minimise, x0, args, problem)
-
-    def _minimise(self, fn, x0, args, *, box, report: Report, state: SolverState) -> Result:
-        """The whole run: the engine's loop from x0 (and `state`) to a stopping criterion, and
-        the point it returns (the adjoint is handed this to run, see `AbstractAdjoint.apply`)."""
-        given, static = partition(x0)
-        diff = tree_cast_like(given, given)  # strongly typed inside; x0's avals on the way out
-        if box is not None:  # as scipy's L-BFGS-B, start from x0 projected into the box
-            diff = box.project(diff)
-
-        dtype = state.prev_decrease.dtype
-        history = (
-            History.empty(self.max_steps, state.value.dtype, dtype) if report.history else None
-        )
-
-        engine = Engine(self, fn, static, args, box, until_step=False, report=report)
-        machine = engine.loop(engine.start(diff, state, history))
-        diff, state, history = machine.x, machine.state, machine.history
-        last = diff
-        iterate = eqx.combine(tree_cast_to_avals(diff, given), static)
-        status, no_progress = run_status(state.status, state.steps_since_best, self.stall_steps)
-        value, grad, aux = state.value, state.grad, state.aux
-        if state.best is not None:
-            diff, value, grad, aux, status = self._best_of_run(
-                diff, state, box, status, no_progress
-            )
-        failures = _STEP_FAILURES if self.throw == "failures" else _RUN_FAILURES
-        diff = self._raise_on_failure(diff, status, failures, state, last, "x0")
-        return Result(
-            params=eqx.combine(tree_cast_to_avals(diff, given), static),
-            value=value,
-            grad=grad,
-            aux=aux,
-            status=status.astype(jnp.int32),
-            state=state,
-            iterate=iterate,
-            history=history,
-        )
-
-    def _best_of_run(self, diff, state: SolverState, box, status, no_progress):
-        """What a run returns when its search may let f rise: the last iterate or the best
-        point, by `returns_last`, and the status for it (`returned_status`)."""
-        best, dtype = state.best, state.prev_decrease.dtype
-        assert best is not None
-        last_grad_norm = gradient_norm(diff, state.grad, box, dtype)
-        best_grad_norm = gradient_norm(best.params, best.grad, box, dtype)
-        keep_last = returns_last(
-            last=state.value,
-            best=best.value,
-            allowance=self._search(box is not None).allowance(state.linesearch),
-            start=best.start_value,
-            last_grad_norm=last_grad_norm,
-            best_grad_norm=best_grad_norm,
-            no_progress=no_progress,
-        )
-        diff, value, grad, aux, grad_norm = select(
-            keep_last,
-            (diff, state.value, state.grad, state.aux, last_grad_norm),
-            (best.params, best.value, best.grad, best.aux, best_grad_norm),
-        )
-        status = returned_status(status, grad_norm, self.gtol)
-        return diff, value, grad, aux, status
+        return _pipeline.run(self, fn, x0, args, value_dtype, bounds, report, state, options)
 
     def as_optax(self):
         """This solver as an `optax.GradientTransformationExtraArgs` that honours optax's
@@ -551,42 +314,3 @@ class Solver(eqx.Module):
             raise ImportError("as_optax() needs optax: pip install optax") from error
 
         return as_optax(self)
-
-    # ---------------------------------------------------------------------------- private
-
-    def _box(self, bounds, diff) -> Box | None:
-        """The `Box` of `bounds` for params with floating leaves `diff` (None: no bounds),
-        after checking that this solver can honour them and, when concrete, their order."""
-        if bounds is None:
-            return None
-        if not self.direction.supports_bounds:
-            raise TypeError(
-                f"{type(self.direction).__name__} cannot honour bounds: use js.LBFGS() "
-                "(L-BFGS-B; the default direction) or js.Gradient() (projected gradient)."
-            )
-        box = Box.from_bounds(bounds, diff)
-        check_order(box)
-        return box
-
-    def _raise_on_failure(
-        self, diff, status, failures: tuple[Status, ...], state: SolverState, x, point: str
-    ):
-        """With `throw` set: `diff`, with a runtime error (`eqx.branched_error_if`) that names
-        the status and its cause (`stop_cause`, from `state` and the last iterate `x`, where
-        the start point is called `point`) when `status` is one of `failures`."""
-        if not self.throw:
-            return diff
-        cause = stop_cause(
-            jnp,
-            status,
-            state.status,
-            state.step_size,
-            tree_all_finite(x),
-            jnp.isfinite(state.value),
-        )
-        ends = [(s, c) for s in failures for c in CAUSES.get(s, (Cause.NONE,))]
-        statuses = jnp.array([int(s) for s, _ in ends], jnp.int32)
-        causes = jnp.array([int(c) for _, c in ends], jnp.int32)
-        messages = tuple(f"jaxsearch: {s.name}. {stop_message(s, c, point)}" for s, c in ends)
-        found = (status == statuses) & (cause == causes)
-        return eqx.branched_error_if(diff, jnp.any(found), jnp.argmax(found), messages)

@@ -45,3 +45,9 @@ class SolverState(eqx.Module):
     best: BestPoint | None
     steps_since_best: Int[Array, ""]  # steps since the last progress (see `Solver`)
     lowest_grad_norm: Scalar  # the least gradient norm accepted since fn was last evaluated
+
+    @property
+    def scalar_dtype(self):
+        """The dtype of the line search's scalars (step sizes, slopes, norms): the value
+        dtype widened to at least float32."""
+        return self.prev_decrease.dtype

@@ -134,11 +134,11 @@ def test_run_compiles_with_the_options_it_is_given(compiled_as):
         for options in ("auto", None, given, _programs.LEAN_OPTIONS)
     ]
     assert compiled_as == [
-        ("_init_state", LEAN),  # the fresh state, kept for the next runs
-        ("_run_settled", LEAN),
-        ("_run_settled", None),
-        ("_run_settled", tuple(given.items())),
-        ("_run_settled", LEAN),
+        ("fresh_state", LEAN),  # the fresh state, kept for the next runs
+        ("settled_run", LEAN),
+        ("settled_run", None),
+        ("settled_run", tuple(given.items())),
+        ("settled_run", LEAN),
     ]
     for result in results:
         assert result.status == js.Status.CONVERGED_GTOL
@@ -151,8 +151,8 @@ def test_an_expensive_run_keeps_the_defaults_and_its_state_program_is_lean(compi
     result = js.Solver(max_steps=10**8).run(bowl, jnp.zeros(3))
     assert result.status == js.Status.CONVERGED_GTOL
     assert compiled_as == [
-        ("_init_state", LEAN),  # evaluates no fn
-        ("_run_settled", None),
+        ("fresh_state", LEAN),  # evaluates no fn
+        ("settled_run", None),
     ]
 
 
@@ -192,7 +192,7 @@ def test_js_jit_passes_the_options_step_chooses(compiled_as, filter_jits):
     compiled_as.clear()
     solver = js.Solver(max_steps=10)
     solver.step(network_loss, model, solver.init(model, value_dtype=jnp.float32), x, y)
-    assert compiled_as == [("_step", LEAN)]
+    assert compiled_as == [("take_step", LEAN)]
 
 
 @on_cpu

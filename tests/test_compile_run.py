@@ -152,7 +152,7 @@ def test_run_dispatch_paths(monkeypatch):
     """Arrays everywhere and a hashable fn: `run` goes through jax.jit (not equinox's
     filtering); any other leaf (here a Python float in args, a function in params) takes the
     filtered path. Both solve the same problem to the same point."""
-    from jaxsearch import _programs
+    from jaxsearch import _pipeline, _programs
 
     solver = make_solver("LBFGS", "Zoom")
     x0, scale = jnp.array([3.0, -2.0]), jnp.asarray(2.0)
@@ -160,7 +160,7 @@ def test_run_dispatch_paths(monkeypatch):
     calls = []
 
     def counted(fun, *args, **kwargs):
-        if fun is _programs._run_bundled:
+        if fun is _pipeline.bundled_run:
             calls.append(1)
         return call(fun, *args, **kwargs)
 

@@ -57,15 +57,15 @@ def test_run_and_step_compile_lean_for_small_problems(compiled_as):
     state = solver.init(small, fn=chain, args=(a,))
     solver.step(chain, small, state, a)
     assert compiled_as == [
-        ("_init_state", True),
-        ("_run_settled", True),
-        ("_init_state", True),
-        ("_run_bundled", True),
-        ("_step", True),
+        ("fresh_state", True),
+        ("settled_run", True),
+        ("fresh_state", True),
+        ("bundled_run", True),
+        ("take_step", True),
     ]
     compiled_as.clear()
     solver.run(chain, large, a)
-    assert compiled_as == [("_init_state", False), ("_run_settled", False)]
+    assert compiled_as == [("fresh_state", False), ("settled_run", False)]
     compiled_as.clear()
     jax.jit(lambda x: solver.run(chain, x, a).params)(small)
     assert [lean for _, lean in compiled_as] == [False, False]
@@ -101,9 +101,9 @@ def test_a_refused_option_falls_back_to_the_defaults(monkeypatch, compiled_as):
         assert result.success
         assert not _programs._lean_options_supported
         assert compiled_as == [
-            ("_init_state", True),
-            ("_init_state", False),
-            ("_run_settled", False),
+            ("fresh_state", True),
+            ("fresh_state", False),
+            ("settled_run", False),
         ]
     finally:
         compiled.cache_clear()  # no program with the bogus option stays cached

@@ -4,9 +4,11 @@ compiled run returns no array twice."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import jaxsearch as js
+from jaxsearch._packing import PACKED_SIZE
 
 
 def bowl(x, c):
@@ -74,12 +76,47 @@ def test_unbatched_result_is_unchanged():
     ids=["default", "backtracking", "last-iterate"],
 )
 def test_run_returns_no_array_twice(solver):
-    """Each output of a compiled run costs the caller about a microsecond on the host:
-    `num_steps` and `num_fun_evals` are the state's, not second copies of them. The run's
-    outputs are the state's leaves, params, value, grad, status and the iterate."""
+    """Each output of a compiled run costs the caller a microsecond or two on the host:
+    `num_steps` and `num_fun_evals` are the state's, not second copies of them, and the
+    state's small leaves come out packed, one buffer per dtype (`PACKED_SIZE`). The run's
+    outputs are those buffers, the state's larger leaves, params, value, grad, status and
+    the iterate; `result.state` unpacks them bit for bit, with every leaf's aval."""
     result = jax.jit(lambda x: solver.run(bowl, x, jnp.ones(3)))(jnp.zeros(3))
+    eager = solver.run(bowl, jnp.zeros(3), jnp.ones(3))
     own = [result.params, result.value, result.grad, result.status, result.iterate]
-    assert len(jax.tree.leaves(result)) == len(jax.tree.leaves((result.state, own)))
+    state_leaves = jax.tree.leaves(result.state)
+    small = [leaf for leaf in state_leaves if leaf.size < PACKED_SIZE]
+    dtypes = {leaf.dtype for leaf in small}
+    large = len(state_leaves) - len(small)
+    assert len(small) > 10 and len(dtypes) <= 3
+    assert len(jax.tree.leaves(result)) == len(jax.tree.leaves(own)) + len(dtypes) + large
+    assert jax.tree.structure(result.state) == jax.tree.structure(solver.init(jnp.zeros(3)))
+    for unpacked, alone in zip(state_leaves, jax.tree.leaves(eager.state), strict=True):
+        assert jax.typeof(unpacked) == jax.typeof(alone)
+        assert np.array_equal(np.asarray(unpacked), np.asarray(alone))
+    assert result.state is result.state  # unpacked once
     assert result.num_steps is result.state.num_steps
     assert result.num_fun_evals is result.state.num_fun_evals
     assert int(result.num_steps) > 0 and int(result.num_fun_evals) > int(result.num_steps)
+
+
+def test_a_packed_state_unpacks_under_vmap_and_resumes():
+    """A batched run's packed buffers carry the batch axis in front; `result.state` unpacks
+    each leaf with it, and a batched resumed run from it goes on as the unbatched one."""
+
+    def chain(x, c):
+        return jnp.sum(100 * c * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+    x0s = jnp.stack([jnp.zeros(3), jnp.full(3, -1.5)])
+    solver = js.Solver(max_steps=2, gtol=0.0, ftol=0.0)
+    batched = jax.vmap(lambda x: solver.run(chain, x, jnp.asarray(1.0)))(x0s)
+    assert batched.state.num_steps.shape == (2,)
+    assert batched.state.direction.s.shape[0] == 2
+    again = jax.vmap(lambda x, s: solver.run(chain, x, jnp.asarray(1.0), state=s))(
+        batched.iterate, batched.state
+    )
+    for i in range(2):
+        first = solver.run(chain, x0s[i], jnp.asarray(1.0))
+        alone = solver.run(chain, first.iterate, jnp.asarray(1.0), state=first.state)
+        assert int(again.num_steps[i]) == int(alone.num_steps) == 4
+        assert np.allclose(again.params[i], alone.params)

@@ -1,6 +1,6 @@
 """A state that does not fit the solver and params is refused, by `run(state=...)`, `step`
 and the optax `update` alike, with one message that names the leaf, what it is and what this
-solver and params give (one check, `Solver._check_state`, while the call is traced: nothing
+solver and params give (one check, `_pipeline.check_state`, while the call is traced: nothing
 at run time)."""
 
 import jax
@@ -9,7 +9,7 @@ import optax
 import pytest
 
 import jaxsearch as js
-from jaxsearch import _programs
+from jaxsearch import _pipeline
 
 
 def quadratic(x):
@@ -92,9 +92,9 @@ def test_a_missing_state_is_named():
     user's interpreter in test_messages.py.)"""
     x = jnp.zeros(3)
     with pytest.raises(TypeError, match=r"state must be a SolverState .* got NoneType"):
-        _programs.step(SOLVER, quadratic, x, None, (), None)
+        _pipeline.step(SOLVER, quadratic, x, None, (), None)
     with pytest.raises(TypeError, match=r"state must be a SolverState .* got NoneType"):
-        jax.jit(lambda p: _programs.step(SOLVER, quadratic, p, None, (), None))(x)
+        jax.jit(lambda p: _pipeline.step(SOLVER, quadratic, p, None, (), None))(x)
 
 
 def test_the_optax_update_names_a_state_that_is_not_its_own():

@@ -1,0 +1,125 @@
+"""A run's state carried out of its compiled program in a few buffers.
+
+A compiled program pays for each output array when it is called (about 1.5 to 2.5 us on a
+CPU), and a state has some twenty small leaves: the scalars of the solver, the direction and
+the line search, and at small sizes the direction's memory. `pack` concatenates every leaf of
+fewer than `PACKED_SIZE` elements into one flat buffer per dtype (the larger leaves, a
+parameter-sized gradient or memory, stay as they are, sharded as they were); `PackedState.unpack`
+slices them back, bit for bit, with their shapes, dtypes and weak types. A `Result` keeps its
+state packed and unpacks it when `result.state` is read: once per result, on the host (no
+program is compiled for it); inside a trace, as slices that a caller who returns only
+`result.params` never computes.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src.lax import lax as lax_internal
+
+from ._state import SolverState
+
+PACKED_SIZE = 64  # a leaf of fewer elements is packed (at most 63 * itemsize bytes each)
+
+
+class PackedState(eqx.Module):
+    """A `SolverState` as flat buffers, one per dtype (`buffers`), and the leaves too large to
+    pack (`kept`); `recipe` (static) says where each leaf lies: ("packed", buffer, offset,
+    shape, weak) or ("kept", index), in the order of the state's leaves, with their tree."""
+
+    buffers: tuple
+    kept: tuple
+    recipe: tuple = eqx.field(static=True)
+
+    def unpack(self) -> SolverState:
+        """The state, its leaves of the shapes and dtypes they were packed from, with the
+        leading batch axes of the buffers (a `vmap`'s) in front; computed once per object."""
+        found = self.__dict__.get("_unpacked")
+        if found is None:
+            tree, places = self.recipe
+            concrete = not any(isinstance(b, jax.core.Tracer) for b in self.buffers)
+            packed = iter((_unpack_on_host if concrete else _unpack)(places, self.buffers))
+            leaves = [self.kept[p[1]] if p[0] == "kept" else next(packed) for p in places]
+            found = jax.tree.unflatten(tree, leaves)
+            object.__setattr__(self, "_unpacked", found)
+        return found
+
+
+def packed(leaf) -> bool:
+    """Whether `pack` packs `leaf`: an array of fewer than `PACKED_SIZE` elements."""
+    return eqx.is_array(leaf) and leaf.size < PACKED_SIZE
+
+
+def pack(state: SolverState) -> PackedState:
+    """`state` as a `PackedState` (inside a compiled program: the concatenations are its)."""
+    leaves, tree = jax.tree.flatten(state)
+    dtypes = sorted({jnp.dtype(leaf.dtype).name for leaf in leaves if packed(leaf)})
+    parts: list[list] = [[] for _ in dtypes]
+    sizes = [0] * len(dtypes)
+    kept, places = [], []
+    for leaf in leaves:
+        if not packed(leaf):
+            places.append(("kept", len(kept)))
+            kept.append(leaf)
+            continue
+        index = dtypes.index(jnp.dtype(leaf.dtype).name)
+        weak = bool(getattr(leaf, "weak_type", False))
+        places.append(("packed", index, sizes[index], tuple(leaf.shape), weak))
+        parts[index].append(jnp.ravel(leaf))
+        sizes[index] += int(leaf.size)
+    buffers = tuple(jnp.concatenate(part) for part in parts)
+    return PackedState(buffers, tuple(kept), (tree, tuple(places)))
+
+
+def _unpack_on_host(places: tuple, buffers: tuple) -> list:
+    """The packed leaves of concrete buffers, in order: sliced on the host and put back on
+    the buffers' devices, replicated, so that reading a state compiles nothing."""
+    shardings = [_replicated(b) for b in buffers]
+    host = [np.asarray(b) for b in buffers]
+    leaves = []
+    for place in places:
+        if place[0] == "kept":
+            continue
+        _, index, offset, shape, weak = place
+        buffer = host[index]
+        size = int(np.prod(shape, dtype=int))
+        leaf = buffer[..., offset : offset + size].reshape((*buffer.shape[:-1], *shape))
+        leaf = jax.device_put(leaf, shardings[index])
+        if weak:
+            leaf = _unpack_weak(leaf)
+        leaves.append(leaf)
+    return leaves
+
+
+def _replicated(buffer):
+    """A sharding that puts a leaf of any rank where `buffer` lies, replicated (None, the
+    default device uncommitted, where `buffer` is not committed: as a fresh state's leaves,
+    so that a resumed run's arguments key the same compiled run)."""
+    if not getattr(buffer, "committed", False):
+        return None
+    sharding = getattr(buffer, "sharding", None)
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        return sharding
+    return None
+
+
+def _unpack_weak(leaf):
+    return lax_internal._convert_element_type(leaf, leaf.dtype, weak_type=True)
+
+
+def _unpack(places: tuple, buffers: tuple) -> list:
+    """The packed leaves, in order, while traced (slices of the caller's program)."""
+    leaves = []
+    for place in places:
+        if place[0] == "kept":
+            continue
+        _, index, offset, shape, weak = place
+        buffer = buffers[index]
+        size = int(np.prod(shape, dtype=int))
+        leaf = buffer[..., offset : offset + size].reshape(*buffer.shape[:-1], *shape)
+        if weak:
+            leaf = _unpack_weak(leaf)
+        leaves.append(leaf)
+    return leaves

@@ -1,0 +1,453 @@
+"""`Solver.init`, `run` and `step`, read top to bottom: the call's box and its one line search,
+the state (checked, or built), the compiled program (`_programs` says which and how), the
+engine's loop inside the adjoint, the point a run returns, and `throw`.
+
+A call resolves its line search once, at its top (`line_search`: the bounded one where there
+are bounds), and hands that search down: the state is built for it, checked against it, and
+the engine runs it. x0 (params) is partitioned once per trace: at the top where bounds need
+its floating leaves, and once in each compiled program.
+"""
+
+import dataclasses
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+
+from . import _evaluate, _programs, _retrace
+from ._adjoint import Problem
+from ._box import Box, check_order
+from ._engine import Engine, gradient_norm
+from ._history import History, Report
+from ._inputs import check_fits, check_fn, check_is_state, floating_dtype, misfit, partition
+from ._linesearch import AbstractLineSearch
+from ._misc import (
+    at_least_float32,
+    leaves,
+    scalar,
+    select,
+    tree_all_finite,
+    tree_cast_like,
+    tree_cast_to_avals,
+    tree_equal,
+    tree_zeros_like,
+    weak_settings,
+    widest_float,
+)
+from ._packing import packed
+from ._result import Result
+from ._state import BestPoint, SolverState
+from ._status import CAUSES, Cause, Status, stop_message
+from ._stopping import returned_status, returns_last, run_status, stop_cause
+
+_replace = dataclasses.replace
+
+# What `throw=True` raises on: a run that did not converge; a step that could not go on (and,
+# with `throw="failures"`, a run that could not go on: a fixed budget of steps is a normal end).
+STEP_FAILURES = (Status.LINESEARCH_FAILED, Status.NONFINITE, Status.STALLED)
+RUN_FAILURES = (Status.MAX_STEPS, *STEP_FAILURES)
+
+
+# ------------------------------------------------------------------ the call's box and search
+
+
+def make_box(solver, bounds, diff) -> Box | None:
+    """The `Box` of `bounds` for params with floating leaves `diff` (None: no bounds), after
+    checking that the solver's direction can honour them and, when concrete, their order."""
+    if bounds is None:
+        return None
+    if not solver.direction.supports_bounds:
+        raise TypeError(
+            f"{type(solver.direction).__name__} cannot honour bounds: use js.LBFGS() "
+            "(L-BFGS-B; the default direction) or js.Gradient() (projected gradient)."
+        )
+    box = Box.from_bounds(bounds, diff)
+    check_order(box)
+    return box
+
+
+def line_search(solver, box: Box | None) -> AbstractLineSearch:
+    """The one line search of a call: the solver's bounded one where there is a box."""
+    return solver.linesearch if box is None else solver.bounded_linesearch
+
+
+# ------------------------------------------------------------------------------ the state
+
+
+def init(solver, params, value_dtype, fn, args: tuple, bounds) -> SolverState:
+    """`Solver.init`: the bounds checked, the state built for the call's line search."""
+    diff, _ = partition(params)
+    search = line_search(solver, make_box(solver, bounds, diff))
+    return initial_state(solver, search, params, diff, value_dtype, fn, args)
+
+
+def initial_state(solver, search, params, diff, value_dtype, fn, args: tuple) -> SolverState:
+    """The state `init` gives for params (with floating leaves `diff`) and `search`, its
+    value dtype as `Solver.init` says; fn, when given, is traced for its value and aux."""
+    out = None
+    if fn is not None:
+        check_fn(fn)
+        out = eqx.filter_eval_shape(
+            lambda p: _evaluate.split_output(fn(p, *args), solver.has_aux), params
+        )
+        _evaluate.check_value(out[0])
+    elif solver.has_aux:
+        raise TypeError("Solver(has_aux=True).init needs `fn=` to learn the structure of aux.")
+    if value_dtype is None:
+        if out is not None:
+            value_dtype = out[0].dtype
+        else:
+            value_dtype = widest_float(*(x.dtype for x in leaves(diff)), jnp.float32)
+    value_dtype = jnp.dtype(floating_dtype(value_dtype, "value_dtype"))
+    aux_shapes = None
+    if solver.has_aux:
+        assert out is not None  # has_aux without fn raised above
+        # Aux leaves become arrays (a Python number too), zero until fn is evaluated.
+        aux_shapes = jtu.tree_map(
+            lambda a: jax.ShapeDtypeStruct(
+                jnp.shape(a), jax.dtypes.canonicalize_dtype(jnp.result_type(a))
+            ),
+            out[1],
+        )
+    return build_state(solver, search, diff, value_dtype, aux_shapes)
+
+
+@eqx.filter_jit
+def build_state(solver, search, diff, value_dtype, aux_shapes) -> SolverState:
+    """Every leaf of a fresh state. One compiled program builds them all: built eagerly, each
+    new shape of a leaf would compile a program of its own, about ten for a first `init`."""
+    dtype = at_least_float32(value_dtype)
+    aux = None
+    if aux_shapes is not None:
+        aux = jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), aux_shapes)
+    best = None
+    if solver.return_best and not search.monotone:
+        best = BestPoint(
+            value=scalar(jnp.inf, value_dtype),
+            params=tree_zeros_like(diff),
+            grad=tree_zeros_like(diff),
+            aux=jtu.tree_map(jnp.zeros_like, aux),
+            start_value=scalar(jnp.inf, value_dtype),
+        )
+    return SolverState(
+        value=scalar(jnp.inf, value_dtype),
+        grad=tree_zeros_like(diff),
+        aux=aux,
+        has_eval=jnp.array(False),
+        direction=solver.direction.init(diff, dtype),
+        linesearch=search.init(dtype),
+        prev_decrease=scalar(jnp.nan, dtype),
+        step_size=scalar(0, dtype),
+        num_steps=scalar(0, jnp.int32),
+        num_fun_evals=scalar(0, jnp.int32),
+        status=scalar(Status.RUNNING, jnp.int32),
+        best=best,
+        steps_since_best=scalar(0, jnp.int32),
+        lowest_grad_norm=scalar(jnp.inf, dtype),
+    )
+
+
+def check_state(solver, search, state, params, diff, fn, args: tuple, *, bounded: bool) -> None:
+    """Raise unless `state` is a `SolverState` with the structure, shapes and dtypes of the
+    state `init` gives for params, fn, args and `search` with the state's own value dtype (so
+    a value dtype other than params' fits): a TypeError that names the first leaf or node
+    that differs, what it is and what the solver and params give; a state made with bounds
+    for a call without them (`bounded` False), or the reverse, is said so. `run`, `step` and
+    the optax update call it while they are traced: it costs nothing per call."""
+    check_is_state(state)
+    value_dtype = jnp.result_type(state.value)
+    expected = jax.eval_shape(
+        lambda: initial_state(solver, search, params, diff, value_dtype, fn, args)
+    )
+    if solver.linesearch is not solver.bounded_linesearch:
+        other = solver.linesearch if bounded else solver.bounded_linesearch
+        made_for_other = jax.eval_shape(lambda: other.init(at_least_float32(value_dtype)))
+        if (
+            misfit(state.linesearch, expected.linesearch, "") is not None
+            and misfit(state.linesearch, made_for_other, "") is None
+        ):
+            given, made = ("with", "without") if bounded else ("without", "with")
+            raise TypeError(
+                f"step was called {given} bounds on a state that init made {made} them; "
+                "with bounds the default line search is another one (L-BFGS-B's): pass "
+                "the same bounds to init and step."
+            )
+    check_fits(state, expected, "state")
+
+
+def resumed_state(state, value_dtype) -> SolverState:
+    """`state`, checked to be a `SolverState` of the value dtype asked for, with its leaves
+    as arrays (NumPy leaves, of a checkpoint say, become new device buffers)."""
+    check_is_state(state)
+    if value_dtype is not None and jnp.dtype(value_dtype) != state.value.dtype:
+        raise TypeError(
+            f"value_dtype {jnp.dtype(value_dtype)} differs from the state's value dtype "
+            f"{state.value.dtype}: a resumed run keeps the state's."
+        )
+    if all(isinstance(leaf, jax.Array) for leaf in leaves(state)):
+        return state
+    return jax.tree.map(jnp.asarray, state)
+
+
+# A fresh run starts from `init`'s state, built by a compiled program of its own, so that a
+# fresh and a resumed run call the same compiled run. A small state (not donated) is kept for
+# the next run: it depends only on the solver, fn, the avals and shardings of x0 and args,
+# and the line search; building it again would cost a small problem as much as its run.
+fresh_states: dict = {}
+_FRESH_STATES_KEPT = 16
+
+
+def fresh_run_state(solver, search, fn, x0, args, value_dtype, plain: bool, options):
+    """The state a fresh `run` starts from (built with `options`), and whether the run
+    donates it; `plain` as `_programs.plain_call` says of the run."""
+
+    def build():
+        arguments = (solver, search, fn, x0, args, value_dtype)
+        if plain:
+            return _programs.call(
+                fresh_state,
+                *arguments,
+                filtered=False,
+                options=options,
+                static_argnums=(0, 1, 2, 5),
+            )
+        return _programs.call(fresh_state, *arguments, filtered=True, options=options)
+
+    if not plain or _programs.traced((x0, args)):
+        state = build()
+        return state, _programs.donated(state)
+    avals = tuple((jax.typeof(leaf), leaf.sharding) for leaf in leaves((x0, args)))
+    # By identity: the entry holds the solver, so its id is not reused while it is kept.
+    key = (id(solver), fn, jax.tree.structure((x0, args)), avals, value_dtype, search)
+    kept = fresh_states.get(key)
+    if kept is not None and kept[0] is solver:
+        return kept[1], False
+    state = build()
+    if _programs.donated(state):
+        return state, True
+    if len(fresh_states) >= _FRESH_STATES_KEPT:
+        fresh_states.pop(next(iter(fresh_states)))
+    fresh_states[key] = (solver, state)
+    return state, False
+
+
+def fresh_state(solver, search, fn, x0, args, value_dtype) -> SolverState:
+    """The compiled program of a fresh run's state."""
+    fn = _evaluate.TracedOnce(fn, x0, *args)  # the trace the run's program reuses
+    return initial_state(solver, search, x0, partition(x0)[0], value_dtype, fn, args)
+
+
+# -------------------------------------------------------------------------------- a run
+
+
+def report(history: bool, callback, verbose: bool, progress: bool) -> Report:
+    """The `Report` of these settings, built once (a module's construction costs as much as
+    a small problem's dispatch)."""
+    try:
+        return _kept_report(history, callback, verbose, progress)
+    except TypeError:  # an unhashable callback
+        return Report(history, callback, verbose, progress)
+
+
+_kept_report = functools.lru_cache(maxsize=64)(Report)
+
+
+def run(
+    solver, fn, x0, args: tuple, value_dtype, bounds, report, state, compiler_options
+) -> Result:
+    """`Solver.run` once its arguments are checked: the box and line search of the call, the
+    state (`state` resumed, or a fresh one), then the compiled run (`_programs` chooses how
+    it is compiled and dispatched; `compiler_options` as `_programs.setting` gives them)."""
+    box = None if bounds is None else make_box(solver, bounds, partition(x0)[0])
+    search = line_search(solver, box)
+    # equinox turns a `throw=True` error into a clean exception under its own jit only
+    plain = not solver.throw and _programs.plain_call(fn, (x0, args)) and _programs.hashable(solver)
+    with _evaluate.sharing_traces():  # fn is traced once for its price, the state and the run
+        _programs.price(solver, fn, x0, args)
+        chosen = state_options = _programs.options(compiler_options, solver, fn, x0, args)
+        if compiler_options == "auto" and chosen is None and _programs.lean_eligible((x0, args)):
+            state_options = _programs.LEAN_ITEMS  # the fresh state's program evaluates no fn
+        if state is None:
+            state, donate = fresh_run_state(
+                solver, search, fn, x0, args, value_dtype, plain, state_options
+            )
+        else:
+            state = resumed_state(state, value_dtype)
+            donate = _programs.donated(state)
+            if donate:
+                state = jax.device_put(state, may_alias=False)  # the run consumes a copy
+        # The state's small leaves come out packed (`Result`): only its larger ones, whose
+        # buffers the result's can be, are donated.
+        large, small = eqx.partition(state, lambda leaf: not packed(leaf))
+        if plain:
+            return _programs.call(
+                settled_run,
+                *(solver, search, fn, x0, args, box, report, small, large),
+                filtered=False,
+                donate=donate,
+                options=chosen,
+                static_argnums=(0, 1, 2, 6),
+            )
+        settings = (solver, search, fn, x0, args, box, report, small)
+        return _programs.call(
+            bundled_run, settings, large, filtered=True, donate=donate, options=chosen
+        )
+
+
+def settled_run(solver, search, fn, x0, args, box, report: Report, small, large) -> Result:
+    """The compiled run under `jax.jit` (solver, search, fn and report static), from the
+    state's `small` and `large` leaves."""
+    state = eqx.combine(small, large)
+    return traced_run(solver, search, fn, x0, args, box, report, state)
+
+
+def bundled_run(settings, large) -> Result:
+    """The compiled run under `eqx.filter_jit` (non-array leaves static)."""
+    *settings, small = settings
+    return traced_run(*settings, eqx.combine(small, large))
+
+
+def traced_run(solver, search, fn, x0, args, box, report: Report, state) -> Result:
+    """The run inside its compiled program: the adjoint is handed the whole run (`minimise`)
+    and the result's state is packed into a few buffers (`Result`)."""
+    _retrace.note_trace("run", solver, fn, (x0, args))
+    # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
+    fn = _evaluate.TracedOnce(fn, x0, *args)
+    # The solution does not depend on where the run starts (as on x0, see the adjoints).
+    state = lax.stop_gradient(state)
+    # Numeric settings given as arrays, for any dtype; as pytrees (the solver's array
+    # settings are their leaves, not hidden constants).
+    solver, search = weak_settings((solver, search))
+    minimise_from = jtu.Partial(minimise, solver, search, fn, box=box, report=report, state=state)
+    return solver.adjoint.apply(minimise_from, x0, args, Problem(fn, solver.has_aux, box))
+
+
+def minimise(solver, search, fn, x0, args, *, box, report: Report, state: SolverState) -> Result:
+    """The whole run: the state checked, the engine's loop from x0 (and `state`) to a stopping
+    criterion, the point it returns and, with `throw`, its error (the adjoint is handed this
+    to run, see `AbstractAdjoint.apply`)."""
+    given, static = partition(x0)
+    check_state(solver, search, state, x0, given, fn, args, bounded=box is not None)
+    diff = tree_cast_like(given, given)  # strongly typed inside; x0's avals on the way out
+    if box is not None:  # as scipy's L-BFGS-B, start from x0 projected into the box
+        diff = box.project(diff)
+    history = None
+    if report.history:
+        history = History.empty(solver.max_steps, state.value.dtype, state.scalar_dtype)
+
+    engine = Engine(solver, search, fn, static, args, box, until_step=False, report=report)
+    machine = engine.loop(engine.start(diff, state, history))
+    diff, state, history = machine.x, machine.state, machine.history
+    last = diff
+    iterate = eqx.combine(tree_cast_to_avals(diff, given), static)
+    status, no_progress = run_status(state.status, state.steps_since_best, solver.stall_steps)
+    value, grad, aux = state.value, state.grad, state.aux
+    if state.best is not None:
+        diff, value, grad, aux, status = returned_point(
+            solver, search, diff, state, box, status, no_progress
+        )
+    failures = STEP_FAILURES if solver.throw == "failures" else RUN_FAILURES
+    diff = raise_on_failure(solver, diff, status, failures, state, last, "x0")
+    return Result(
+        params=eqx.combine(tree_cast_to_avals(diff, given), static),
+        value=value,
+        grad=grad,
+        aux=aux,
+        status=status.astype(jnp.int32),
+        state=state,
+        iterate=iterate,
+        history=history,
+    )
+
+
+def returned_point(solver, search, diff, state: SolverState, box, status, no_progress):
+    """What a run returns when its search may let f rise: the last iterate or the best
+    point, by `returns_last`, and the status for it (`returned_status`)."""
+    best, dtype = state.best, state.scalar_dtype
+    assert best is not None
+    last_grad_norm = gradient_norm(diff, state.grad, box, dtype)
+    best_grad_norm = gradient_norm(best.params, best.grad, box, dtype)
+    keep_last = returns_last(
+        last=state.value,
+        best=best.value,
+        allowance=search.allowance(state.linesearch),
+        start=best.start_value,
+        last_grad_norm=last_grad_norm,
+        best_grad_norm=best_grad_norm,
+        no_progress=no_progress,
+    )
+    diff, value, grad, aux, grad_norm = select(
+        keep_last,
+        (diff, state.value, state.grad, state.aux, last_grad_norm),
+        (best.params, best.value, best.grad, best.aux, best_grad_norm),
+    )
+    status = returned_status(status, grad_norm, solver.gtol)
+    return diff, value, grad, aux, status
+
+
+def raise_on_failure(solver, diff, status, failures: tuple, state: SolverState, x, point: str):
+    """With `throw` set: `diff`, with a runtime error (`eqx.branched_error_if`) that names
+    the status and its cause (`stop_cause`, from `state` and the last iterate `x`, where
+    the start point is called `point`) when `status` is one of `failures`."""
+    if not solver.throw:
+        return diff
+    cause = stop_cause(
+        jnp,
+        status,
+        state.status,
+        state.step_size,
+        tree_all_finite(x),
+        jnp.isfinite(state.value),
+    )
+    ends = [(s, c) for s in failures for c in CAUSES.get(s, (Cause.NONE,))]
+    statuses = jnp.array([int(s) for s, _ in ends], jnp.int32)
+    causes = jnp.array([int(c) for _, c in ends], jnp.int32)
+    messages = tuple(f"jaxsearch: {s.name}. {stop_message(s, c, point)}" for s, c in ends)
+    found = (status == statuses) & (cause == causes)
+    return eqx.branched_error_if(diff, jnp.any(found), jnp.argmax(found), messages)
+
+
+# ------------------------------------------------------------------------------- a step
+
+
+def step(solver, fn, params, state, args: tuple, bounds):
+    """`Solver.step`: `take_step` compiled by `eqx.filter_jit` with the options "auto"
+    chooses; within `js.jit`'s pricing trace, only priced (params and state come back as
+    they went in)."""
+    if _programs.price(solver, fn, params, args):
+        return params, state
+    chosen = _programs.options("auto", solver, fn, params, args)
+    arguments = (solver, fn, params, state, args, bounds, False)
+    return _programs.call(take_step, *arguments, filtered=True, options=chosen)
+
+
+def take_step(solver, fn, params, state, args: tuple, bounds, evaluated: bool):
+    """One step while traced: the box and line search of the call, the state checked, and
+    the engine until the next step boundary. `evaluated`: the state's f and gradient are at
+    params on these args (the optax transformation was given them), so a search that
+    `evaluates_each_step` uses them."""
+    check_fn(fn)
+    _retrace.note_trace("step", solver, fn, (params, args))
+    given, static = partition(params)
+    diff = tree_cast_like(given, given)  # strongly typed inside; given avals on the way out
+    box = make_box(solver, bounds, diff)
+    search = line_search(solver, box)
+    # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
+    fn = _evaluate.TracedOnce(fn, params, *args)
+    check_state(solver, search, state, params, given, fn, args, bounded=box is not None)
+    if search.evaluates_each_step and not evaluated:
+        state = solver.reevaluate(state)  # f and its gradient on this step's args
+    if box is not None:
+        inside = box.project(diff)
+        moved = ~tree_equal(inside, diff)
+        diff = inside
+        state = _replace(state, has_eval=state.has_eval & ~moved)
+    solver, search = weak_settings((solver, search))
+    engine = Engine(solver, search, fn, static, args, box, until_step=True)
+    machine = engine.loop(engine.start(diff, state))
+    diff, state = machine.x, machine.state
+    diff = raise_on_failure(solver, diff, state.status, STEP_FAILURES, state, diff, "params")
+    return eqx.combine(tree_cast_to_avals(diff, given), static), state
