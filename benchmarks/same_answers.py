@@ -96,7 +96,10 @@ def record() -> dict:
                 continue
             solver = js.Solver(direction(), search(), gtol=1e-9, max_steps=300)
             for p_name, (fn, x0) in PROBLEMS.items():
-                put(f"{d_name}+{s_name}/{p_name}", outcome(solver.run(fn, x0(), compiler_options=None)))
+                put(
+                    f"{d_name}+{s_name}/{p_name}",
+                    outcome(solver.run(fn, x0(), compiler_options=None)),
+                )
             # A step loop of 15 calls on Rosenbrock.
             params = PROBLEMS["rosenbrock"][1]()
             state = solver.init(params)
@@ -107,9 +110,16 @@ def record() -> dict:
         solver = js.Solver(DIRECTIONS[d_name](), gtol=1e-9, max_steps=300)
         bounds = (jnp.full(4, -0.5), jnp.full(4, 0.8))
         x0 = jnp.array([0.1, 0.2, -0.3, 0.4])
-        put(f"{d_name}/bounds", outcome(solver.run(rosenbrock, x0, bounds=bounds, compiler_options=None)))
+        put(
+            f"{d_name}/bounds",
+            outcome(solver.run(rosenbrock, x0, bounds=bounds, compiler_options=None)),
+        )
     solver = js.Solver(js.LBFGS(), gtol=1e-9, max_steps=300, has_aux=True)
-    aux_result = solver.run(lambda x: (rosenbrock(x), {"r": x - 1.0}), PROBLEMS["rosenbrock"][1](), compiler_options=None)
+    aux_result = solver.run(
+        lambda x: (rosenbrock(x), {"r": x - 1.0}),
+        PROBLEMS["rosenbrock"][1](),
+        compiler_options=None,
+    )
     put("aux", outcome(aux_result) | {"aux": np.asarray(aux_result.aux["r"])})
     for d_name in ["LBFGS", "BFGS", "NonlinearCG"]:
         solver = js.Solver(DIRECTIONS[d_name](), gtol=1e-9, max_steps=12)
@@ -127,16 +137,19 @@ def main():
         with jax.enable_x64(True):
             out = record()
         np.savez(sys.argv[2], **out)
-        print(f"{len(out)} arrays from {len({k.rsplit('/', 1)[0] for k in out})} runs -> {sys.argv[2]}")
+        runs = {k.rsplit("/", 1)[0] for k in out}
+        print(f"{len(out)} arrays from {len(runs)} runs -> {sys.argv[2]}")
     elif sys.argv[1] == "compare":
         before, after = np.load(sys.argv[2]), np.load(sys.argv[3])
         differ = [
-            k for k in before.files
+            k
+            for k in before.files
             if k not in after.files or not np.array_equal(before[k], after[k], equal_nan=True)
         ]
         missing = sorted(set(after.files) - set(before.files))
         runs = {k.rsplit("/", 1)[0] for k in before.files}
-        print(f"{len(before.files) - len(differ)} of {len(before.files)} arrays the same bit for bit ({len(runs)} runs)")
+        same = len(before.files) - len(differ)
+        print(f"{same} of {len(before.files)} arrays the same bit for bit ({len(runs)} runs)")
         for k in differ:
             print("  differs:", k)
         for k in missing:

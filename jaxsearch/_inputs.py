@@ -154,7 +154,8 @@ def misfit(given, expected, what: str) -> str | None:
     """What `check_fits` would say of `given` against `expected`; None where it fits."""
     given_leaves, given_tree = jtu.tree_flatten_with_path(given)
     expected_leaves, expected_tree = jtu.tree_flatten_with_path(expected)
-    if given_tree != expected_tree:
+    # (jaxlib types the treedefs PyTreeDef | None, which mypy will not compare)
+    if given_tree != expected_tree:  # type: ignore[operator]
         found = _structure_misfit(given, expected, ())
         if found is None:  # the same nodes and keys, other static fields
             given_paths = {jtu.keystr(path) for path, _ in given_leaves}

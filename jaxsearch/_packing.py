@@ -56,7 +56,8 @@ def pack(state: SolverState) -> PackedState:
     dtypes = sorted({jnp.dtype(leaf.dtype).name for leaf in leaves if packed(leaf)})
     parts: list[list] = [[] for _ in dtypes]
     sizes = [0] * len(dtypes)
-    kept, places = [], []
+    kept: list = []
+    places: list[tuple] = []
     for leaf in leaves:
         if not packed(leaf):
             places.append(("kept", len(kept)))

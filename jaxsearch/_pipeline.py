@@ -306,8 +306,8 @@ def settled_run(solver, search, fn, x0, args, box, report: Report, small, large)
 
 def bundled_run(settings, large) -> Result:
     """The compiled run under `eqx.filter_jit` (non-array leaves static)."""
-    *settings, small = settings
-    return traced_run(*settings, eqx.combine(small, large))
+    solver, search, fn, x0, args, box, report, small = settings
+    return traced_run(solver, search, fn, x0, args, box, report, eqx.combine(small, large))
 
 
 def traced_run(solver, search, fn, x0, args, box, report: Report, state) -> Result:

@@ -32,9 +32,9 @@ def _counting_compiles():
     """A list that grows by one at each XLA backend compile inside the block."""
     seen: list[float] = []
 
-    def listen(event, duration, **kwargs):
+    def listen(event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event == _COMPILE_EVENT:
-            seen.append(duration)
+            seen.append(duration_secs)
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
@@ -124,7 +124,8 @@ def drive(search: AbstractLineSearch, phi, dtype, guess=1.0, max_step=None, min_
     record = _start(search, search.init(dtype), c(phi0), c(dphi0), c(guess), c(min_step), cap_given)
     started = _avals(record)
     cap = min(float(search.max_step_size), math.inf if max_step is None else max_step)
-    trials, values = [], []
+    trials: list[float] = []
+    values: list[tuple] = []
     while not bool(record.done):
         _require(
             len(trials) < search.max_trials,

@@ -2,6 +2,7 @@
 how a pair is offered to it (Nocedal & Wright, section 7.2)."""
 
 import abc
+from typing import Self
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -80,7 +81,7 @@ class AbstractLBFGSState(eqx.Module):
         )
         return eqx.tree_at(_memory_fields, self, memory), keep, sy, yy
 
-    def emptied(self) -> "AbstractLBFGSState":
+    def emptied(self) -> Self:
         """The memory with no pair: count and head 0."""
         return eqx.tree_at(lambda st: (st.count, st.head), self, (self.count * 0, self.head * 0))
 

@@ -2,7 +2,7 @@
 
 import abc
 import dataclasses
-from typing import Any
+from typing import Any, TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -81,15 +81,18 @@ def capped_start(first: Scalar, min_step: Scalar, cap: Scalar) -> dict:
     )
 
 
+_Search = TypeVar("_Search", bound=SearchState)
+
+
 def after_trial(
-    search: SearchState,
+    search: _Search,
     *,
     trial: Scalar,
     done: Bool[Array, ""],
     step: Scalar,
     success: Bool[Array, ""],
     **fields: Any,
-) -> SearchState:
+) -> _Search:
     """`search` once a trial was judged: the next `trial`, whether the search is `done`, the
     `step` taken (0: none; when positive, the trial just judged) and `success`; one more
     trial counted; `fields` replace the subclass's own fields of those names, every other
