@@ -2,7 +2,7 @@
 how a pair is offered to it (Nocedal & Wright, section 7.2)."""
 
 import abc
-from typing import Self
+from typing import TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -11,6 +11,9 @@ from equinox import AbstractVar
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from .._misc import dtype_eps, scalar, tree_dot, tree_norm, zeros_sharded_like
+
+
+_State = TypeVar("_State", bound="AbstractLBFGSState")
 
 
 class AbstractLBFGSState(eqx.Module):
@@ -81,7 +84,7 @@ class AbstractLBFGSState(eqx.Module):
         )
         return eqx.tree_at(_memory_fields, self, memory), keep, sy, yy
 
-    def emptied(self) -> Self:
+    def emptied(self: _State) -> _State:
         """The memory with no pair: count and head 0."""
         return eqx.tree_at(lambda st: (st.count, st.head), self, (self.count * 0, self.head * 0))
 
