@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from ._adjoint import AbstractAdjoint, ImplicitAdjoint
 from ._direction import AbstractDirection
 from ._linesearch import AbstractLineSearch
-from ._misc import leaves
+from ._misc import check_setting, leaves
 from ._state import SolverState
 
 
@@ -231,3 +232,21 @@ def _describe(node, keys: bool) -> str:
         return f"{article} {name}"
     children = [jtu.keystr((key,)) for key, _ in _children(node)]
     return f"{article} {name} with {children}"
+
+
+def tolerance(name: str, value):
+    """`Solver`'s `gtol` or `ftol`, checked non-negative: a 0-d array as given, else a float."""
+    check_setting("Solver", name, value, lambda v: v >= 0, "be non-negative")
+    return value if eqx.is_array(value) else float(value)
+
+
+def check_adjoint(adjoint):
+    """`Solver`'s `adjoint`, `js.ImplicitAdjoint()` for None, checked to be an adjoint."""
+    adjoint = ImplicitAdjoint() if adjoint is None else adjoint
+    check_instance("adjoint", adjoint, AbstractAdjoint)
+    if not isinstance(adjoint, AbstractAdjoint):
+        raise TypeError(
+            "adjoint must be an AbstractAdjoint, js.ImplicitAdjoint() or js.UnrolledAdjoint(), "
+            f"got {type(adjoint).__name__}."
+        )
+    return adjoint

@@ -28,3 +28,13 @@ def default_search(direction: AbstractDirection, bounded: bool) -> AbstractLineS
         if cls in DEFAULT_SEARCHES:
             return DEFAULT_SEARCHES[cls][bounded]()
     return Zoom()
+
+
+def searches(
+    direction: AbstractDirection, linesearch: AbstractLineSearch | None
+) -> tuple[AbstractLineSearch, AbstractLineSearch]:
+    """The searches of `Solver(direction, linesearch)`: (without bounds, with bounds); the one
+    given for both, else the direction's defaults."""
+    if linesearch is not None:
+        return linesearch, linesearch
+    return default_search(direction, bounded=False), default_search(direction, bounded=True)

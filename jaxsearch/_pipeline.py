@@ -245,7 +245,14 @@ def fresh_state(solver, search, fn, x0, args, value_dtype) -> SolverState:
 
 def report(history: bool, callback, verbose: bool, progress: bool) -> Report:
     """The `Report` of these settings, built once (a module's construction costs as much as
-    a small problem's dispatch)."""
+    a small problem's dispatch), once they are checked."""
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable, got {type(callback).__name__}.")
+    if progress:
+        try:
+            import tqdm  # noqa: F401
+        except ImportError as error:
+            raise ImportError("progress=True needs tqdm: pip install tqdm") from error
     try:
         return _kept_report(history, callback, verbose, progress)
     except TypeError:  # an unhashable callback

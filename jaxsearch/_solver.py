@@ -8,12 +8,12 @@ import numpy as np
 from jaxtyping import PyTree
 
 from . import _pipeline, _programs
-from ._adjoint import AbstractAdjoint, ImplicitAdjoint
+from ._adjoint import AbstractAdjoint
 from ._direction import LBFGS, AbstractDirection
-from ._inputs import check_fn, check_instance, check_parts, floating_dtype, throw_setting
+from ._inputs import check_adjoint, check_fn, check_parts, floating_dtype, throw_setting, tolerance
 from ._linesearch import AbstractLineSearch
-from ._misc import Setting, as_int, check_count, check_setting
-from ._pairing import default_search
+from ._misc import Setting, as_int, check_count
+from ._pairing import searches
 from ._result import Result
 from ._state import SolverState
 
@@ -61,42 +61,24 @@ class Solver(eqx.Module):
 
     **Stopping.** As scipy's L-BFGS-B: `gtol` on the infinity norm of the gradient, `ftol`
     on the relative decrease (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1) (`ftol=0` switches
-    it off), and `max_steps`. A step that changes no parameter ends with `Status.STALLED`,
-    never as converged; a step after which f did not change does not pass `ftol` when
-    `ftol` is below the value dtype's resolution (the run goes on: near a minimiser the line
-    searches judge steps by slopes). `result.message` says which rule ended a run.
+    it off), and `max_steps`; a run without progress (a new lowest f or least gradient norm)
+    for `stall_steps` steps ends `Status.STALLED`, as does a step that changes no parameter.
+    `result.message` says which rule ended a run.
 
-    **The best point.** Near a minimiser, where the decrease of f is lost in its rounding
-    error, the line searches judge a step by its slope and may accept one that raises f
-    within their rounding allowance epsilon C_k (see `Zoom`); `FixedStep` has no decrease
-    test at all. So a run keeps the best point it has seen, the lowest f among x0 and the
-    points it accepted (the newer of equal ones), and returns it, unless the last iterate is
-    as good within that allowance, not above f(x0), and flatter (a gradient norm no larger):
-    there values are rounding noise, and a run that meets `gtol` at its noise floor ends
-    there. So f never ends above f(x0), nor more than one allowance above any value the run
-    accepted: rises never add up. A `CONVERGED_GTOL` that the point returned does not meet
-    becomes `STALLED` (the precision of f is exhausted: scipy's "precision loss").
-    `return_best=False` returns the last iterate always (and keeps no copy of the best
-    point). Progress is a new lowest f or a new least gradient norm; `run` ends a run without
-    progress for `stall_steps` consecutive steps (cycling within the allowance, or climbing
-    on a wrong gradient) as `STALLED`, returning its lowest point. `step` counts such steps
-    in `state.steps_since_best` and leaves the decision to the loop (whose objective may
-    change from step to step, mini-batches say).
+    **The best point.** A run returns the lowest f it has seen among x0 and the points it
+    accepted, unless its last iterate is as low within the line search's rounding allowance,
+    not above f(x0), and flatter; so f never ends above f(x0). `return_best=False` returns the
+    last iterate always. Why, and what `step` keeps of it: docs/getting-started.md.
 
-    With `throw=True`, a run that ends in `MAX_STEPS`, `LINESEARCH_FAILED`, `NONFINITE` or
-    `STALLED`, and a step that ends in one of the last three, raise a runtime error naming the
-    status and its cause (`eqx.branched_error_if`) instead of returning it. `throw="failures"`
-    raises on the last three only, in `run` as in `step`: a run that uses up its `max_steps`
-    returns `MAX_STEPS` as a normal end, for a fixed budget of steps (a phase of a training
-    schedule, say) that should still stop on a real failure.
+    `throw=True` raises a runtime error naming the status and its cause where a run ends in
+    `MAX_STEPS`, `LINESEARCH_FAILED`, `NONFINITE` or `STALLED` (a step, in one of the last
+    three); `throw="failures"` raises on the last three only, in `run` as in `step`.
 
-    After a step that did not move (its search failed, or it rounded away), the direction's
-    memory is reset, so a further `step` starts again from steepest descent rather than
-    repeating the direction that failed. A `step` from a converged state (by `gtol`, or by
-    `ftol` in the step that reached it) changes nothing until `reevaluate`, so under `vmap`
-    finished problems stay put while others go on. A line search that has not ended after
-    its trial budget (`AbstractLineSearch.max_trials` evaluations) is cut off there: the step
-    takes no step and ends `LINESEARCH_FAILED`.
+    After a step that did not move, the direction's memory is reset (the next `step` starts
+    from steepest descent). A `step` from a converged state changes nothing until
+    `reevaluate`, so under `vmap` finished problems stay put while others go on. A line search
+    that has not ended after its trial budget (`max_trials` evaluations) is cut off there: the
+    step takes no step and ends `LINESEARCH_FAILED`.
 
     `adjoint` says how `run` is differentiated with respect to `args`:
     `js.ImplicitAdjoint()` (default, at the solution) or `js.UnrolledAdjoint()` (through the
@@ -137,35 +119,22 @@ class Solver(eqx.Module):
     ):
         direction = LBFGS() if direction is None else direction
         check_parts(direction, linesearch)
-        bounded_linesearch = default_search(direction, bounded=True)
-        if linesearch is None:
-            linesearch = default_search(direction, bounded=False)
-        else:
-            bounded_linesearch = linesearch
-        for name, value in (("gtol", gtol), ("ftol", ftol)):
-            check_setting("Solver", name, value, lambda v: v >= 0, "be non-negative")
-        adjoint = ImplicitAdjoint() if adjoint is None else adjoint
-        check_instance("adjoint", adjoint, AbstractAdjoint)
-        if not isinstance(adjoint, AbstractAdjoint):
-            raise TypeError(
-                "adjoint must be an AbstractAdjoint, js.ImplicitAdjoint() or "
-                "js.UnrolledAdjoint(), got "
-                f"{type(adjoint).__name__}."
-            )
+        linesearch, bounded_linesearch = searches(direction, linesearch)
+        gtol, ftol = (tolerance(name, v) for name, v in (("gtol", gtol), ("ftol", ftol)))
         steps, stall = as_int(max_steps), as_int(stall_steps)
         check_count("Solver", "max_steps", steps)
         check_count("Solver", "stall_steps", stall)
         self.direction = direction
         self.linesearch = linesearch
         self.bounded_linesearch = bounded_linesearch
-        self.gtol = gtol if eqx.is_array(gtol) else float(gtol)
-        self.ftol = ftol if eqx.is_array(ftol) else float(ftol)
+        self.gtol = gtol
+        self.ftol = ftol
         self.max_steps = steps
         self.stall_steps = stall
         self.return_best = bool(return_best)
         self.has_aux = bool(has_aux)
         self.throw = throw_setting(throw)
-        self.adjoint = adjoint
+        self.adjoint = check_adjoint(adjoint)
 
     def init(
         self, params: PyTree, value_dtype=None, *, fn=None, args: tuple = (), bounds=None
@@ -231,21 +200,13 @@ class Solver(eqx.Module):
         than through a new closure per call (after two such recompiles for the same shapes,
         `js.RetraceWarning` says so, once). `value_dtype` as in `init`.
 
-        Per step, a run can record: `step` (its number, from 1), `value` and `grad_norm` (f and
-        the infinity norm of its gradient after the step), `step_size`, `num_fun_evals`
-        (cumulative) and `step_evals` (evaluations in this step: its line-search trials, and
-        f at x0 in the first step).
-        - `history=True`: `result.history` is a `js.History` of device buffers with `max_steps`
-          rows and a row count, under `jit` and `vmap` too; `result.history.to_numpy()` gives
-          the used rows as NumPy arrays.
-        - `callback=f`: `f(record)` on the host after each step, with the record as a dict of
-          0-d NumPy arrays of the run's dtypes, bit for bit (under a scoped
-          `jax.enable_x64(True)` too), by `jax.debug.callback`. Under `jax.vmap`, each
-          problem's records alone (those of its history), with `batch_index`, its index in
-          the batch (a tuple under nested vmaps).
-        - `verbose=True`: one printed line per step (of each problem, under `vmap`).
-        - `progress=True`: a tqdm progress bar (one for a batch), closed when the run stops.
-        These settings, the identity of `callback` included, are part of the compile key.
+        Per step, a run can record `step`, `value`, `grad_norm`, `step_size`, `num_fun_evals`
+        and `step_evals` (docs/history.md): `history=True` keeps them in `result.history`, a
+        `js.History` of device buffers (under `jit` and `vmap` too); `callback=f` calls
+        `f(record)` on the host after each step with a dict of 0-d NumPy arrays, bit for bit
+        (under `jax.vmap`, each problem's own records, with its `batch_index`);
+        `verbose=True` prints a line per step; `progress=True` shows a tqdm bar. These
+        settings, the identity of `callback` included, are part of the compile key.
 
         `bounds=(lower, upper)` constrains lower <= params <= upper. Each is a scalar or a
         pytree like params whose leaves broadcast to the params' leaves, with -inf / +inf
@@ -266,10 +227,8 @@ class Solver(eqx.Module):
         next run where it is small), so that fresh and resumed runs share one compiled run
         (see docs/training-loops.md).
 
-        When every leaf of `x0` and `args` is a `jax.Array`, `fn` is hashable and `throw` is
-        off, the call is dispatched by `jax.jit` with the solver and fn static; otherwise by
-        `eqx.filter_jit`, with non-array leaves static. Both compile the same program; the first
-        dispatches in microseconds, which is most of the run time of a small problem.
+        A call whose `x0` and `args` are all `jax.Array`s, with `fn` hashable and `throw` off,
+        is dispatched by `jax.jit` (microseconds); others by `eqx.filter_jit`: one program.
         `compiler_options` are XLA's options for those programs (as `jax.jit`'s): None keeps
         XLA's defaults; "auto" (the default), on a CPU, compiles a problem whose x0 and args
         hold less than 1 MiB with options that halve the compile where the run time they may
@@ -277,15 +236,7 @@ class Solver(eqx.Module):
         (docs/recompiles.md). Inside your own `jax.jit` that jit's options apply.
         """
         check_fn(fn)
-        if value_dtype is not None:  # any spelling of a dtype shares one compiled program
-            value_dtype = floating_dtype(value_dtype, "value_dtype")
-        if progress:
-            try:
-                import tqdm  # noqa: F401
-            except ImportError as error:
-                raise ImportError("progress=True needs tqdm: pip install tqdm") from error
-        if callback is not None and not callable(callback):
-            raise TypeError(f"callback must be callable, got {type(callback).__name__}.")
+        value_dtype = None if value_dtype is None else floating_dtype(value_dtype, "value_dtype")
         report = _pipeline.report(bool(history), callback, bool(verbose), bool(progress))
         options = _programs.setting(compiler_options)
         return _pipeline.run(self, fn, x0, args, value_dtype, bounds, report, state, options)

@@ -12,7 +12,6 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from .._misc import dtype_eps, scalar, tree_dot, tree_norm, zeros_sharded_like
 
-
 _State = TypeVar("_State", bound="AbstractLBFGSState")
 
 
