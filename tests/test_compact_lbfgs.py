@@ -14,8 +14,8 @@ from jaxsearch._direction import _lbfgs
 
 from .helpers import compute
 from .problems import rosenbrock
+from .program_inspection import all_eqns, control_flow, lbfgs_memory_copies, run_jaxpr
 from .test_directions import explicit_lbfgs_direction, random_pair
-from .test_engine import all_eqns, control_flow, lbfgs_memory_copies, run_jaxpr
 
 COMPACT = js.LBFGS(memory_size=5, form="compact")
 

@@ -11,6 +11,7 @@ import jaxsearch as js
 from jaxsearch._linesearch import initial_step
 
 from .helpers import DIRECTIONS, compute
+from .program_inspection import all_eqns
 
 
 def explicit_lbfgs_direction(pairs, g):
@@ -276,8 +277,6 @@ def test_lbfgs_update_reads_no_row_of_its_memory(form):
     does not keep goes to slot m, which does not exist, and is dropped. Masking the write with
     the old row read that row at every iteration of the solver's loop (at n = 1e6, 0.73 ms
     against 0.45 ms per buffer for a kept pair; CHANGELOG.md, "Engineering history", round 10)."""
-    from .test_engine import all_eqns
-
     direction = js.LBFGS(memory_size=4, form=form)
     x = jnp.arange(16, dtype=jnp.float32)
     state = direction.init(x, jnp.float32)

@@ -4,40 +4,18 @@ boundaries, and the stopping rules as a pure function."""
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.extend import core as jcore
 
 import jaxsearch as js
 
 from .helpers import pairs, solver
 from .problems import rosenbrock
-
-
-def control_flow(jaxpr) -> list[tuple[str, int]]:
-    """(primitive, depth) of every while, cond and scan in `jaxpr`, nested ones included; the
-    depth counts the control flow around it (not calls such as jit or custom_jvp)."""
-    found = []
-
-    def visit(jaxpr, depth):
-        for eqn in jaxpr.eqns:
-            inner = depth
-            if eqn.primitive.name in ("while", "cond", "scan"):
-                found.append((eqn.primitive.name, depth))
-                inner = depth + 1
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, list | tuple) else (value,):
-                    if isinstance(sub, jcore.ClosedJaxpr):
-                        visit(sub.jaxpr, inner)
-                    elif isinstance(sub, jcore.Jaxpr):
-                        visit(sub, inner)
-
-    visit(jaxpr, 0)
-    return found
-
-
-def run_jaxpr(solver, **options):
-    return jax.make_jaxpr(lambda x: solver.run(rosenbrock, x, **options).params)(
-        jnp.zeros(2, jnp.float32)
-    ).jaxpr
+from .program_inspection import (
+    all_eqns,
+    cond_branches,
+    control_flow,
+    lbfgs_memory_copies,
+    run_jaxpr,
+)
 
 
 @pytest.mark.parametrize("direction,search", pairs())
@@ -67,23 +45,6 @@ def test_default_run_structure_is_exact():
     ]
 
 
-def all_eqns(jaxpr):
-    """Every equation of `jaxpr`, those of nested jaxprs included."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, list | tuple) else (value,):
-                if isinstance(sub, jcore.ClosedJaxpr):
-                    yield from all_eqns(sub.jaxpr)
-                elif isinstance(sub, jcore.Jaxpr):
-                    yield from all_eqns(sub)
-
-
-def cond_branches(jaxpr) -> list[int]:
-    """The number of branches of every cond in `jaxpr`, nested ones included."""
-    return [len(eqn.params["branches"]) for eqn in all_eqns(jaxpr) if eqn.primitive.name == "cond"]
-
-
 def test_f_at_x_is_one_branch_whether_fresh_or_resumed():
     """The boundary chooses between f at x and a step's end: a resumed run's check of f at x
     is the same branch as a fresh evaluation there, not a third (which cost the program about
@@ -96,19 +57,6 @@ def test_bounded_run_nests_the_cauchy_loop_in_the_boundary():
     found = control_flow(run_jaxpr(js.Solver(), bounds=(-1.0, 1.0)))
     assert [name for name, depth in found if depth <= 1] == ["while", "cond"]
     assert ("while", 3) in found
-
-
-def lbfgs_memory_copies(n: int, form: str = "auto") -> list[str]:
-    """The copies of an L-BFGS memory buffer ((m, n) float32) in the optimised program of a
-    compiled `run` (the one that initialises it, outside the loop, aside)."""
-    solver = js.Solver(js.LBFGS(memory_size=3, form=form))
-    x0 = jnp.zeros(n, jnp.float32)
-    text = jax.jit(lambda x: solver.run(rosenbrock, x).params).lower(x0).compile().as_text()
-    return [
-        line
-        for line in text.splitlines()
-        if f"f32[3,{n}]" in line and " copy(" in line and "broadcast" not in line
-    ]
 
 
 def test_memory_is_written_in_place():
