@@ -1,7 +1,12 @@
 """One registry of the directions and line searches that parametrised tests draw from, so a
 new method (or a new form of one) is tested everywhere by adding one line here.
 
-Each entry builds a new object (tests that count compiles need fresh, equal instances)."""
+Each entry builds a new object (tests that count compiles need fresh, equal instances).
+
+Below the registry, small helpers that several test modules share (test modules import
+nothing from each other)."""
+
+import numpy as np
 
 import jaxsearch as js
 
@@ -47,3 +52,25 @@ def compute(direction, state, grad, dtype, hvp=None, x=None):
     d, scaled, state, limit = direction.compute(state, info)
     assert float(limit) == float("inf")  # no limit without bounds
     return d, scaled, state
+
+
+# ------------------------------------------------------------------ L-BFGS's reference
+
+
+def random_pair(rng, n):
+    """A random (s, y) pair of n-vectors."""
+    s = rng.standard_normal(n)
+    y = s + 0.3 * rng.standard_normal(n)  # s'y > 0 with high probability
+    return s, y
+
+
+def explicit_lbfgs_direction(pairs, g):
+    """-H g with H from the BFGS inverse update (N&W eq. 6.17) applied to gamma I over the pairs."""
+    n = g.shape[0]
+    s_last, y_last = pairs[-1]
+    h = (s_last @ y_last) / (y_last @ y_last) * np.eye(n)
+    for s, y in pairs:
+        rho = 1.0 / (s @ y)
+        v = np.eye(n) - rho * np.outer(y, s)
+        h = v.T @ h @ v + rho * np.outer(s, s)
+    return -h @ g

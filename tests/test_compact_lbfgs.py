@@ -12,10 +12,9 @@ import pytest
 import jaxsearch as js
 from jaxsearch._direction import _lbfgs
 
-from .helpers import compute
+from .helpers import compute, explicit_lbfgs_direction, random_pair
 from .problems import rosenbrock
 from .program_inspection import all_eqns, control_flow, lbfgs_memory_copies, run_jaxpr
-from .test_directions import explicit_lbfgs_direction, random_pair
 
 COMPACT = js.LBFGS(memory_size=5, form="compact")
 

@@ -10,26 +10,8 @@ import pytest
 import jaxsearch as js
 from jaxsearch._linesearch import initial_step
 
-from .helpers import DIRECTIONS, compute
+from .helpers import DIRECTIONS, compute, explicit_lbfgs_direction, random_pair
 from .program_inspection import all_eqns
-
-
-def explicit_lbfgs_direction(pairs, g):
-    """-H g with H from the BFGS inverse update (N&W eq. 6.17) applied to gamma I over the pairs."""
-    n = g.shape[0]
-    s_last, y_last = pairs[-1]
-    h = (s_last @ y_last) / (y_last @ y_last) * np.eye(n)
-    for s, y in pairs:
-        rho = 1.0 / (s @ y)
-        v = np.eye(n) - rho * np.outer(y, s)
-        h = v.T @ h @ v + rho * np.outer(s, s)
-    return -h @ g
-
-
-def random_pair(rng, n):
-    s = rng.standard_normal(n)
-    y = s + 0.3 * rng.standard_normal(n)  # s'y > 0 with high probability
-    return s, y
 
 
 @pytest.mark.parametrize("num_pairs", [1, 3, 5, 8])
