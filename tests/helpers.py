@@ -54,6 +54,10 @@ def compute(direction, state, grad, dtype, hvp=None, x=None):
     return d, scaled, state
 
 
+# Solver settings that run to the rounding level of float64 (gtol alone stops the run).
+TIGHT = dict(gtol=1e-12, ftol=0.0)
+
+
 # ------------------------------------------------------------------ L-BFGS's reference
 
 

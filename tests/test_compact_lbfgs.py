@@ -12,8 +12,15 @@ import pytest
 import jaxsearch as js
 from jaxsearch._direction import _lbfgs
 
-from .helpers import compute, explicit_lbfgs_direction, random_pair
-from .problems import rosenbrock
+from .helpers import TIGHT, compute, explicit_lbfgs_direction, random_pair
+from .problems import (
+    REGRESSION_A,
+    REGRESSION_B,
+    regression_solution,
+    ridge,
+    ridge_closed_form,
+    rosenbrock,
+)
 from .program_inspection import all_eqns, control_flow, lbfgs_memory_copies, run_jaxpr
 
 COMPACT = js.LBFGS(memory_size=5, form="compact")
@@ -410,13 +417,11 @@ def test_bad_form_is_refused():
 
 def test_compact_unrolled_derivative_matches_closed_form():
     """Reverse mode through the compact form's products and substitutions (UnrolledAdjoint)."""
-    from .test_implicit import TIGHT, A, B, ridge, ridge_closed_form, solution
-
     solver = js.Solver(js.LBFGS(form="compact"), **TIGHT, adjoint=js.UnrolledAdjoint())
     with jax.enable_x64(True):
-        data, penalty = (jnp.asarray(A), jnp.asarray(B)), jnp.asarray(0.7)
+        data, penalty = (jnp.asarray(REGRESSION_A), jnp.asarray(REGRESSION_B)), jnp.asarray(0.7)
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
-        reverse = jax.jacrev(lambda p: solution(solver, ridge, data, p))(penalty)
+        reverse = jax.jacrev(lambda p: regression_solution(solver, ridge, data, p))(penalty)
         assert np.max(np.abs(reverse - expected)) <= 1e-10 * np.max(np.abs(expected))
 
 
