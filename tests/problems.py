@@ -82,6 +82,21 @@ def logistic_data(n=200, d=10, seed=0, dtype=np.float64):
     return x.astype(dtype), y.astype(dtype)
 
 
+QUADRATIC_WEIGHTS = jnp.array([1.0, 3.0, 10.0])
+
+
+def weighted_quadratic(x, weights):
+    """sum weights (x - 2)^2; minimum 0 at x = 2."""
+    return jnp.sum(weights * (x - 2.0) ** 2)
+
+
+def nan_away_from(x, center):
+    """The weighted quadratic (the first len(x) of QUADRATIC_WEIGHTS), finite only at `center`
+    itself: every trial point that differs from it is NaN."""
+    value = weighted_quadratic(x, QUADRATIC_WEIGHTS[: x.shape[0]])
+    return jnp.where(jnp.all(x == center), value, jnp.nan)
+
+
 # Regression data, 30 samples of 5 features: targets B for ridge regression and 0/1 labels for
 # a logistic fit (derivatives of a solution with respect to args, test_implicit.py).
 _REGRESSION_RNG = np.random.default_rng(0)
