@@ -6,6 +6,10 @@ Each entry builds a new object (tests that count compiles need fresh, equal inst
 Below the registry, small helpers that several test modules share (test modules import
 nothing from each other)."""
 
+import math
+from typing import ClassVar
+
+import jax.numpy as jnp
 import numpy as np
 
 import jaxsearch as js
@@ -54,6 +58,8 @@ def compute(direction, state, grad, dtype, hvp=None, x=None):
     return d, scaled, state
 
 
+# --------------------------------------------------------------------------- settings
+
 # Solver settings that run to the rounding level of float64 (gtol alone stops the run).
 TIGHT = dict(gtol=1e-12, ftol=0.0)
 
@@ -78,3 +84,48 @@ def explicit_lbfgs_direction(pairs, g):
         v = np.eye(n) - rho * np.outer(y, s)
         h = v.T @ h @ v + rho * np.outer(s, s)
     return -h @ g
+
+
+# ------------------------------------------------------------------ a broken search
+
+
+class Endless(js.AbstractLineSearch):
+    """A broken search that never ends: it halves its trial for ever."""
+
+    max_step_size: float = math.inf
+    max_trials: int = 7
+    evaluates_each_step: ClassVar[bool] = False
+    monotone: ClassVar[bool] = False
+
+    def allowance(self, state):
+        return 0.0
+
+    def init(self, dtype):
+        return None
+
+    def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None):
+        dtype = phi0.dtype
+        false = jnp.array(False)
+        return js.SearchState(
+            trial=guess.astype(dtype),
+            done=false,
+            step=jnp.zeros((), dtype),
+            success=false,
+            num_trials=jnp.zeros((), jnp.int32),
+            min_step=min_step,
+            max_step=jnp.full((), jnp.inf, dtype),
+        )
+
+    def update(self, search, t, phi, dphi):
+        return js.SearchState(
+            trial=search.trial / 2,
+            done=jnp.array(False),
+            step=t,  # claims a step, but never ends
+            success=jnp.array(False),
+            num_trials=search.num_trials + 1,
+            min_step=search.min_step,
+            max_step=search.max_step,
+        )
+
+    def finish(self, state, search):
+        return None
