@@ -3,7 +3,7 @@ boxes (some sides infinite, some cutting off the minimiser, x0 possibly outside)
 `step` returns lies in the box as given, is finite, and f never rises beyond rounding.
 
 The problem data go through `args` and the bounds are arrays, so each (direction, search,
-dtype) compiles one program that every example reuses. Profiles as in test_properties.py."""
+dtype) compiles one program that every example reuses. Profiles: tests/helpers.py."""
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 import jaxsearch as js
-from tests.test_properties import PROFILE_SETTINGS
+
+from .helpers import PROFILE_SETTINGS
 
 N = 5
 NUM_STEPS = 20
