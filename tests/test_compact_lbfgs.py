@@ -228,6 +228,7 @@ def test_compact_in_low_precision_reaches_the_minimiser(dtype):
     np.testing.assert_allclose(np.asarray(result.params, np.float32), 1.0, atol=8 * resolution)
 
 
+@pytest.mark.program_shape
 def test_compact_run_has_no_loop_over_the_memory():
     """The compact form's whole `run`: one while loop and conds only, no scan; an evaluation
     inside a line search still costs the loop's predicate and the boundary's cond."""
@@ -256,6 +257,7 @@ def _products_reading(jaxpr, sources: dict) -> dict:
     return counts
 
 
+@pytest.mark.program_shape
 def test_compact_reads_each_buffer_by_as_many_products():
     """Outside its branches (taken only after `gradient_replaced`, or after several pairs with
     no `compute` between them), the compact form reads each buffer twice: its product with g,
@@ -274,6 +276,7 @@ def test_compact_reads_each_buffer_by_as_many_products():
     assert counts == {"s": 2, "y": 2}
 
 
+@pytest.mark.program_shape
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_compact_bookkeeping_writes_no_small_matrix_by_index(dtype):
     """S'Y and Y'Y take the newest pair's column (and row), and `update` its own s'y and y'y,
@@ -352,6 +355,7 @@ def test_only_the_compact_form_keeps_s_dot_y(direction, size, compact):
         assert int(reset.count) == 0 and int(reset.head) == 0
 
 
+@pytest.mark.program_shape
 def test_default_run_of_large_params_has_no_loop_over_the_memory():
     """The default solver on params of 5000 elements in two leaves: no scan in its run."""
     params = {"a": jnp.zeros(3000), "b": jnp.zeros((20, 100))}
@@ -436,6 +440,7 @@ def test_compact_vmapped_run_equals_one_at_a_time():
             np.testing.assert_allclose(batched.params[i], single.params, rtol=1e-10)
 
 
+@pytest.mark.program_shape
 def test_compact_memory_is_written_in_place():
     """No copy of an (m, n) memory buffer in the compact form's compiled run (its products
     read the buffers the masked update writes in place)."""

@@ -253,6 +253,7 @@ def test_gradient_replaced_changes_how_not_what(name):
             np.testing.assert_allclose(d_told, d, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.program_shape
 @pytest.mark.parametrize("form", ["two_loop", "compact"])
 def test_lbfgs_update_reads_no_row_of_its_memory(form):
     """The update writes a pair into its slot without reading the slot's old row: a pair it

@@ -268,6 +268,7 @@ def test_a_large_state_is_donated_never_the_callers(monkeypatch):
     assert same_bits(whole.params, second.params)
 
 
+@pytest.mark.program_shape
 def test_a_caller_s_jit_that_returns_params_only_drops_the_state():
     """docs/training-loops.md: inside the caller's jit, returning `result.params` alone leaves
     the state out of the program's outputs."""
