@@ -46,6 +46,13 @@ def pairs(directions=None, searches=None) -> list[tuple[str, str]]:
     return [(d, s) for d in directions for s in searches if s != "FixedStep" or d == "Gradient"]
 
 
+def search_classes(base: type = js.AbstractLineSearch) -> dict[str, type]:
+    """The classes of the registry's searches that subclass `base`, by class name (once each,
+    however many forms of a class the registry lists)."""
+    classes = [type(make()) for make in SEARCHES.values()]
+    return {cls.__name__: cls for cls in classes if issubclass(cls, base)}
+
+
 def solver(direction: str, search: str, **settings) -> js.Solver:
     """A new Solver from the registry's direction and search."""
     return js.Solver(DIRECTIONS[direction](), SEARCHES[search](), **settings)
