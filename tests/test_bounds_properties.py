@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 
 import jaxsearch as js
 
-from .helpers import PROFILE_SETTINGS
+from .helpers import PROFILE_SETTINGS, solver
 
 N = 5
 NUM_STEPS = 20
@@ -43,12 +43,8 @@ def bounded_problems(draw):
     return a, a @ xstar, x0, lower, upper
 
 
-CASES = {
-    "LBFGS-Zoom": (js.LBFGS(), js.Zoom()),
-    "LBFGS-MoreThuente": (js.LBFGS(), js.MoreThuente()),
-    "Gradient-Backtracking": (js.Gradient(), js.Backtracking()),
-}
-SOLVERS = {name: js.Solver(*pair, gtol=0.0, ftol=0.0) for name, pair in CASES.items()}
+PAIRS = [("LBFGS", "Zoom"), ("LBFGS", "MoreThuente"), ("Gradient", "Backtracking")]
+SOLVERS = {f"{d}-{s}": solver(d, s, gtol=0.0, ftol=0.0) for d, s in PAIRS}
 
 
 def _step(solver, x, state, a, b, lower, upper):
