@@ -10,9 +10,9 @@ import math
 import os
 from typing import ClassVar
 
+import hypothesis
 import jax.numpy as jnp
 import numpy as np
-from hypothesis import HealthCheck, settings
 
 import jaxsearch as js
 
@@ -77,24 +77,24 @@ TIGHT = dict(gtol=1e-12, ftol=0.0)
 
 # "ci" (the default: few examples, derandomized) and "fuzz" (2000 examples per test), selected
 # by the environment variable HYPOTHESIS_PROFILE (`nox -s fuzz`).
-settings.register_profile(
+hypothesis.settings.register_profile(
     "ci",
     max_examples=6,
     deadline=None,
     derandomize=True,
     print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[hypothesis.HealthCheck.too_slow, hypothesis.HealthCheck.data_too_large],
 )
-settings.register_profile(
+hypothesis.settings.register_profile(
     "fuzz",
     max_examples=2000,
     deadline=None,
     print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[hypothesis.HealthCheck.too_slow, hypothesis.HealthCheck.data_too_large],
 )
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 # Applied per test (not `load_profile`), so other test modules keep their own settings.
-PROFILE_SETTINGS = settings.get_profile(PROFILE)
+PROFILE_SETTINGS = hypothesis.settings.get_profile(PROFILE)
 FUZZ = PROFILE != "ci"
 
 
