@@ -82,6 +82,44 @@ def logistic_data(n=200, d=10, seed=0, dtype=np.float64):
     return x.astype(dtype), y.astype(dtype)
 
 
+QUADRATIC_WEIGHTS = jnp.array([1.0, 3.0, 10.0])
+
+
+def weighted_quadratic(x, weights):
+    """sum weights (x - 2)^2; minimum 0 at x = 2."""
+    return jnp.sum(weights * (x - 2.0) ** 2)
+
+
+def nan_away_from(x, center):
+    """The weighted quadratic (the first len(x) of QUADRATIC_WEIGHTS), finite only at `center`
+    itself: every trial point that differs from it is NaN."""
+    value = weighted_quadratic(x, QUADRATIC_WEIGHTS[: x.shape[0]])
+    return jnp.where(jnp.all(x == center), value, jnp.nan)
+
+
+# Regression data, 30 samples of 5 features: targets B for ridge regression and 0/1 labels for
+# a logistic fit (derivatives of a solution with respect to args, test_implicit.py).
+_REGRESSION_RNG = np.random.default_rng(0)
+REGRESSION_A = _REGRESSION_RNG.normal(size=(30, 5))
+REGRESSION_B = REGRESSION_A @ _REGRESSION_RNG.normal(size=5) + 0.1 * _REGRESSION_RNG.normal(size=30)
+REGRESSION_LABELS = (
+    _REGRESSION_RNG.uniform(size=30) < 1 / (1 + np.exp(-REGRESSION_A @ np.ones(5)))
+).astype(np.float64)
+
+
+def ridge(w, a, b, penalty):
+    return 0.5 * jnp.sum((a @ w - b) ** 2) + 0.5 * penalty * jnp.sum(w**2)
+
+
+def ridge_closed_form(a, b, penalty):
+    return jnp.linalg.solve(a.T @ a + penalty * jnp.eye(a.shape[1]), a.T @ b)
+
+
+def regression_solution(solver, fn, data, penalty):
+    """The params `solver.run` reaches on fn(w, *data, penalty) from w = 0 (5 features)."""
+    return solver.run(fn, jnp.zeros(5), *data, penalty).params
+
+
 class EvaluationLog:
     """`fn(x, *args)`, with every evaluation inside a compiled program reported to the host:
     the point, f and the gradient with respect to x, bit for bit as that program computed

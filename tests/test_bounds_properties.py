@@ -3,7 +3,7 @@ boxes (some sides infinite, some cutting off the minimiser, x0 possibly outside)
 `step` returns lies in the box as given, is finite, and f never rises beyond rounding.
 
 The problem data go through `args` and the bounds are arrays, so each (direction, search,
-dtype) compiles one program that every example reuses. Profiles as in test_properties.py."""
+dtype) compiles one program that every example reuses. Profiles: tests/helpers.py."""
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 import jaxsearch as js
-from tests.test_properties import PROFILE_SETTINGS
+
+from .helpers import PROFILE_SETTINGS, solver
 
 N = 5
 NUM_STEPS = 20
@@ -42,12 +43,8 @@ def bounded_problems(draw):
     return a, a @ xstar, x0, lower, upper
 
 
-CASES = {
-    "LBFGS-Zoom": (js.LBFGS(), js.Zoom()),
-    "LBFGS-MoreThuente": (js.LBFGS(), js.MoreThuente()),
-    "Gradient-Backtracking": (js.Gradient(), js.Backtracking()),
-}
-SOLVERS = {name: js.Solver(*pair, gtol=0.0, ftol=0.0) for name, pair in CASES.items()}
+PAIRS = [("LBFGS", "Zoom"), ("LBFGS", "MoreThuente"), ("Gradient", "Backtracking")]
+SOLVERS = {f"{d}-{s}": solver(d, s, gtol=0.0, ftol=0.0) for d, s in PAIRS}
 
 
 def _step(solver, x, state, a, b, lower, upper):

@@ -12,10 +12,16 @@ import pytest
 import jaxsearch as js
 from jaxsearch._direction import _lbfgs
 
-from .helpers import compute
-from .problems import rosenbrock
-from .test_directions import explicit_lbfgs_direction, random_pair
-from .test_engine import all_eqns, control_flow, lbfgs_memory_copies, run_jaxpr
+from .helpers import TIGHT, compute, explicit_lbfgs_direction, random_pair
+from .problems import (
+    REGRESSION_A,
+    REGRESSION_B,
+    regression_solution,
+    ridge,
+    ridge_closed_form,
+    rosenbrock,
+)
+from .program_inspection import all_eqns, control_flow, lbfgs_memory_copies, run_jaxpr
 
 COMPACT = js.LBFGS(memory_size=5, form="compact")
 
@@ -222,6 +228,7 @@ def test_compact_in_low_precision_reaches_the_minimiser(dtype):
     np.testing.assert_allclose(np.asarray(result.params, np.float32), 1.0, atol=8 * resolution)
 
 
+@pytest.mark.program_shape
 def test_compact_run_has_no_loop_over_the_memory():
     """The compact form's whole `run`: one while loop and conds only, no scan; an evaluation
     inside a line search still costs the loop's predicate and the boundary's cond."""
@@ -250,6 +257,7 @@ def _products_reading(jaxpr, sources: dict) -> dict:
     return counts
 
 
+@pytest.mark.program_shape
 def test_compact_reads_each_buffer_by_as_many_products():
     """Outside its branches (taken only after `gradient_replaced`, or after several pairs with
     no `compute` between them), the compact form reads each buffer twice: its product with g,
@@ -268,6 +276,7 @@ def test_compact_reads_each_buffer_by_as_many_products():
     assert counts == {"s": 2, "y": 2}
 
 
+@pytest.mark.program_shape
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_compact_bookkeeping_writes_no_small_matrix_by_index(dtype):
     """S'Y and Y'Y take the newest pair's column (and row), and `update` its own s'y and y'y,
@@ -346,6 +355,7 @@ def test_only_the_compact_form_keeps_s_dot_y(direction, size, compact):
         assert int(reset.count) == 0 and int(reset.head) == 0
 
 
+@pytest.mark.program_shape
 def test_default_run_of_large_params_has_no_loop_over_the_memory():
     """The default solver on params of 5000 elements in two leaves: no scan in its run."""
     params = {"a": jnp.zeros(3000), "b": jnp.zeros((20, 100))}
@@ -411,13 +421,11 @@ def test_bad_form_is_refused():
 
 def test_compact_unrolled_derivative_matches_closed_form():
     """Reverse mode through the compact form's products and substitutions (UnrolledAdjoint)."""
-    from .test_implicit import TIGHT, A, B, ridge, ridge_closed_form, solution
-
     solver = js.Solver(js.LBFGS(form="compact"), **TIGHT, adjoint=js.UnrolledAdjoint())
     with jax.enable_x64(True):
-        data, penalty = (jnp.asarray(A), jnp.asarray(B)), jnp.asarray(0.7)
+        data, penalty = (jnp.asarray(REGRESSION_A), jnp.asarray(REGRESSION_B)), jnp.asarray(0.7)
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
-        reverse = jax.jacrev(lambda p: solution(solver, ridge, data, p))(penalty)
+        reverse = jax.jacrev(lambda p: regression_solution(solver, ridge, data, p))(penalty)
         assert np.max(np.abs(reverse - expected)) <= 1e-10 * np.max(np.abs(expected))
 
 
@@ -432,6 +440,7 @@ def test_compact_vmapped_run_equals_one_at_a_time():
             np.testing.assert_allclose(batched.params[i], single.params, rtol=1e-10)
 
 
+@pytest.mark.program_shape
 def test_compact_memory_is_written_in_place():
     """No copy of an (m, n) memory buffer in the compact form's compiled run (its products
     read the buffers the masked update writes in place)."""

@@ -14,41 +14,33 @@ For cells that cover every pair of direction, line search and params dtype setti
 
 Compiles are counted only around the calls under test: every input array and state is made
 before `compiles.reset()`, because eager array operations compile small programs too. The
-objectives are defined here, at module level: their identity is part of every compile key, so
-no other test can have compiled these programs already in the same worker process (each test
-here compiles programs of its own: solver settings, objective and dtypes differ).
+objectives are module level, in tests/compile_kit.py (with the dtype settings and solvers both
+halves share): their identity is part of every compile key, so no other test can have compiled
+these programs already in the same worker process (each test here compiles programs of its
+own: solver settings, objective and dtypes differ).
 """
-
-import dataclasses
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
-import jaxsearch as js
+from .compile_kit import (
+    SETTINGS,
+    Setting,
+    block,
+    leaf_dtypes,
+    make_solver,
+    rosenbrock_f64,
+    shifted_rosenbrock,
+    weak_leaves,
+)
+from .helpers import DIRECTIONS, SEARCHES
 
-from .helpers import DIRECTIONS, SEARCHES, solver
-from .problems import rosenbrock
-
-GTOL = 1e-6
-MAX_STEPS = 20
 NUM_STEPS = 5
 
 
 # --------------------------------------------------------------------------- objectives
-
-
-def _flat(params, dtype):
-    """The leaves of params (in `jax.tree.leaves` order), ravelled, cast to dtype, joined."""
-    return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in jax.tree.leaves(params)])
-
-
-def shifted_rosenbrock(params, shift):
-    """Rosenbrock of (params - shift), evaluated in shift's dtype; minimum 0 at 1 + shift.
-    `shift` is a data argument passed through `args`, like a mini-batch."""
-    return rosenbrock(_flat(params, shift.dtype) - shift)
 
 
 def rosenbrock_sanity(x, shift):
@@ -56,58 +48,7 @@ def rosenbrock_sanity(x, shift):
     return shifted_rosenbrock(x, shift)
 
 
-def rosenbrock_f64(x):
-    """Rosenbrock evaluated in float64 whatever the dtype of x (needs x64)."""
-    return rosenbrock(x.astype(jnp.float64))
-
-
 # ------------------------------------------------------------------------------ helpers
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """A params dtype setting: the params' leaf dtypes, the state's value_dtype (None: inferred)
-    and the dtype of the objective's data, which is the dtype fn returns."""
-
-    name: str
-    dtypes: tuple  # one per leaf; a single leaf is a bare array, several a dict
-    value_dtype: object
-    data_dtype: object
-    x64: bool = False
-
-    def params(self, seed: int):
-        """Rosenbrock-like 2-D start near (-1.2, 1), different for each seed."""
-        x = np.array([-1.2, 1.0]) + 0.05 * np.random.default_rng(seed).standard_normal(2)
-        if len(self.dtypes) == 1:
-            return jnp.asarray(x, self.dtypes[0])
-        return {
-            "a": jnp.asarray(x[:1], self.dtypes[0]),
-            "b": {"c": jnp.asarray(x[1:], self.dtypes[1])},
-        }
-
-    def data(self, seed: int):
-        shift = 0.1 * np.random.default_rng(1000 + seed).standard_normal(2)
-        return jnp.asarray(shift, self.data_dtype)
-
-    def expected_value_dtype(self):
-        return jnp.dtype(self.data_dtype if self.value_dtype is None else self.value_dtype)
-
-
-SETTINGS = [
-    # Low precision params, float32 values: the mixed-precision use case.
-    Setting("float16", (jnp.float16,), jnp.float32, jnp.float32),
-    Setting("bfloat16", (jnp.bfloat16,), jnp.float32, jnp.float32),
-    # value_dtype inferred (None) from the params: float32, and float64 under x64.
-    Setting("float32", (jnp.float32,), None, jnp.float32),
-    Setting("float64", (jnp.float64,), None, jnp.float64, x64=True),
-    # A pytree mixing a bfloat16 and a float32 leaf.
-    Setting("mixed_bf16_f32", (jnp.bfloat16, jnp.float32), jnp.float32, jnp.float32),
-]
-
-
-def make_solver(direction: str, search: str) -> js.Solver:
-    """A new Solver, from newly built direction and line search objects each time."""
-    return solver(direction, search, gtol=GTOL, max_steps=MAX_STEPS)
 
 
 def signature(tree) -> dict:
@@ -120,16 +61,6 @@ def signature(tree) -> dict:
     }
 
 
-def _dtypes(tree) -> list:
-    return [x.dtype for x in jax.tree.leaves(tree)]
-
-
-def weak_leaves(tree) -> list[str]:
-    """Paths of the weakly typed leaves of tree."""
-    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return [jax.tree_util.keystr(path) for path, x in flat if jax.typeof(x).weak_type]
-
-
 @eqx.filter_jit
 def train_step(solver, params, state, data):
     """The user's jitted training step. `solver` has no array leaves: it is static, hashed."""
@@ -139,10 +70,6 @@ def train_step(solver, params, state, data):
 @eqx.filter_jit
 def train_step_f64(solver, params, state):
     return solver.step(rosenbrock_f64, params, state)
-
-
-def block(tree):
-    return jax.block_until_ready(tree)
 
 
 # -------------------------------------------------------------------------------- tests
@@ -219,8 +146,8 @@ def test_step_compiles_once(direction, search, setting, compiles):
             assert signature(other) == signature(state0)
         assert weak_leaves(jit_params) == []
         assert jit_state.value.dtype == setting.expected_value_dtype()
-        assert _dtypes(jit_params) == list(map(jnp.dtype, setting.dtypes))
-        assert _dtypes(jit_state.grad) == list(map(jnp.dtype, setting.dtypes))
+        assert leaf_dtypes(jit_params) == list(map(jnp.dtype, setting.dtypes))
+        assert leaf_dtypes(jit_state.grad) == list(map(jnp.dtype, setting.dtypes))
         assert int(jit_state.num_steps) >= 1  # the steps ran (a search was made at least once)
         assert rebuilt == solver and hash(rebuilt) == hash(solver)
 

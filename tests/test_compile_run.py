@@ -14,16 +14,16 @@ import pytest
 
 import jaxsearch as js
 
-from .helpers import DIRECTIONS, SEARCHES
-from .test_compile import (
+from .compile_kit import (
     SETTINGS,
-    _dtypes,
     block,
+    leaf_dtypes,
     make_solver,
     rosenbrock_f64,
     shifted_rosenbrock,
     weak_leaves,
 )
+from .helpers import DIRECTIONS, SEARCHES
 
 # Every setting for the core pairs; the rest of the method set in float32 and the mixed
 # pytree only (a compiled `run` differs from a compiled `step` only in the outer loop;
@@ -78,8 +78,8 @@ def test_run_compiles_once(direction, search, setting, compiles):
 
         for result, x0 in [(first, x0s[0]), (second, x0s[1])]:
             assert jax.tree.structure(result.params) == jax.tree.structure(x0)
-            assert _dtypes(result.params) == _dtypes(x0)
-            assert _dtypes(result.grad) == _dtypes(x0)
+            assert leaf_dtypes(result.params) == leaf_dtypes(x0)
+            assert leaf_dtypes(result.grad) == leaf_dtypes(x0)
             assert result.value.dtype == setting.expected_value_dtype()
             assert weak_leaves(result) == []
             assert int(result.num_steps) >= 1

@@ -10,18 +10,19 @@ import jaxsearch as js
 from jaxsearch._linesearch._decrease import AbstractDecreaseSearch
 from jaxsearch.testing import LINES as PHIS, drive
 
-SEARCHES = {
-    "Zoom": js.Zoom,
-    "MoreThuente": js.MoreThuente,
-    "HagerZhang": js.HagerZhang,
-    "Backtracking": js.Backtracking,
-}
+from .helpers import SEARCHES as REGISTRY, search_classes
+
+# The registry's searches (tests/helpers.py) built on the base, by class: the tests below
+# build each with settings of their own.
+SEARCHES = search_classes(AbstractDecreaseSearch)
+# The registry's searches without it: FixedStep has no decrease test, NonmonotoneArmijo
+# tests against a reference value of its own and has no best-point fallback.
+WITHOUT_THE_BASE = {"FixedStep", "NonmonotoneArmijo"}
 
 
-@pytest.mark.parametrize("name", list(SEARCHES))
+@pytest.mark.parametrize("name", list(REGISTRY))
 def test_every_sufficient_decrease_search_has_the_base(name):
-    assert isinstance(SEARCHES[name](), AbstractDecreaseSearch)
-    assert not isinstance(js.FixedStep(), AbstractDecreaseSearch)  # no decrease test
+    assert isinstance(REGISTRY[name](), AbstractDecreaseSearch) == (name not in WITHOUT_THE_BASE)
 
 
 @pytest.mark.parametrize("name", list(SEARCHES))
@@ -39,11 +40,8 @@ def test_the_base_checks_the_shared_settings(name, setting, value, rule):
         SEARCHES[name](**{setting: value})
 
 
-BUDGETED = {**SEARCHES, "StochasticArmijo": js.StochasticArmijo}
-
-
 @pytest.mark.parametrize("max_trials", [1, 2, 3, 5])
-@pytest.mark.parametrize("name", list(BUDGETED))
+@pytest.mark.parametrize("name", list(SEARCHES))
 def test_max_trials_is_the_evaluations_a_search_may_use(name, max_trials):
     """`max_trials=k`: no search evaluates phi more than k times (`drive` asserts it), the
     re-evaluation of a failed search's best trial included, and searches far from their
@@ -51,7 +49,7 @@ def test_max_trials_is_the_evaluations_a_search_may_use(name, max_trials):
     k - 1 trials (one for k = 1) and keeps the k-th evaluation for that (the out-of-trials
     tests of each search check that it takes it); it is never needed after a single trial
     (that trial is the best, or there is none), so k = 2 evaluates at most once."""
-    search = BUDGETED[name](max_trials=max_trials)
+    search = SEARCHES[name](max_trials=max_trials)
     guesses = (1e3, 1e-3, 0.5)
     used = [len(drive(search, phi, jnp.float32, guess=g)[0]) for phi in PHIS for g in guesses]
     judged = max(max_trials - 1, 1) if search.refines_best else max_trials
@@ -59,18 +57,18 @@ def test_max_trials_is_the_evaluations_a_search_may_use(name, max_trials):
     assert judged <= max(used) <= max_trials, used  # (drive checks every search)
 
 
-@pytest.mark.parametrize("name", list(BUDGETED))
+@pytest.mark.parametrize("name", list(SEARCHES))
 def test_max_steps_is_deprecated_for_max_trials(name):
     """The old keyword keeps the old budget: max_steps trials judged, and for a search that
     re-evaluates its best trial (all but the backtracking ones) one evaluation more."""
     with pytest.warns(DeprecationWarning, match=rf"{name}\(max_steps=7\).*max_trials="):
-        search = BUDGETED[name](max_steps=7)
+        search = SEARCHES[name](max_steps=7)
     refines = "Backtracking" not in name and name != "StochasticArmijo"
     assert search.max_trials == 7 + refines
-    assert search == BUDGETED[name](max_trials=7 + refines)
+    assert search == SEARCHES[name](max_trials=7 + refines)
     assert search.judged_trials == 7
     with pytest.raises(TypeError, match="max_trials only"):
-        BUDGETED[name](max_steps=7, max_trials=8)
+        SEARCHES[name](max_steps=7, max_trials=8)
 
 
 def test_zoom_max_steps_25_is_the_default_budget():

@@ -10,25 +10,8 @@ import pytest
 import jaxsearch as js
 from jaxsearch._linesearch import initial_step
 
-from .helpers import DIRECTIONS, compute
-
-
-def explicit_lbfgs_direction(pairs, g):
-    """-H g with H from the BFGS inverse update (N&W eq. 6.17) applied to gamma I over the pairs."""
-    n = g.shape[0]
-    s_last, y_last = pairs[-1]
-    h = (s_last @ y_last) / (y_last @ y_last) * np.eye(n)
-    for s, y in pairs:
-        rho = 1.0 / (s @ y)
-        v = np.eye(n) - rho * np.outer(y, s)
-        h = v.T @ h @ v + rho * np.outer(s, s)
-    return -h @ g
-
-
-def random_pair(rng, n):
-    s = rng.standard_normal(n)
-    y = s + 0.3 * rng.standard_normal(n)  # s'y > 0 with high probability
-    return s, y
+from .helpers import DIRECTIONS, compute, explicit_lbfgs_direction, random_pair
+from .program_inspection import all_eqns
 
 
 @pytest.mark.parametrize("num_pairs", [1, 3, 5, 8])
@@ -270,14 +253,13 @@ def test_gradient_replaced_changes_how_not_what(name):
             np.testing.assert_allclose(d_told, d, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.program_shape
 @pytest.mark.parametrize("form", ["two_loop", "compact"])
 def test_lbfgs_update_reads_no_row_of_its_memory(form):
     """The update writes a pair into its slot without reading the slot's old row: a pair it
     does not keep goes to slot m, which does not exist, and is dropped. Masking the write with
     the old row read that row at every iteration of the solver's loop (at n = 1e6, 0.73 ms
     against 0.45 ms per buffer for a kept pair; CHANGELOG.md, "Engineering history", round 10)."""
-    from .test_engine import all_eqns
-
     direction = js.LBFGS(memory_size=4, form=form)
     x = jnp.arange(16, dtype=jnp.float32)
     state = direction.init(x, jnp.float32)

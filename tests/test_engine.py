@@ -4,42 +4,21 @@ boundaries, and the stopping rules as a pure function."""
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.extend import core as jcore
 
 import jaxsearch as js
 
 from .helpers import pairs, solver
 from .problems import rosenbrock
+from .program_inspection import (
+    all_eqns,
+    cond_branches,
+    control_flow,
+    lbfgs_memory_copies,
+    run_jaxpr,
+)
 
 
-def control_flow(jaxpr) -> list[tuple[str, int]]:
-    """(primitive, depth) of every while, cond and scan in `jaxpr`, nested ones included; the
-    depth counts the control flow around it (not calls such as jit or custom_jvp)."""
-    found = []
-
-    def visit(jaxpr, depth):
-        for eqn in jaxpr.eqns:
-            inner = depth
-            if eqn.primitive.name in ("while", "cond", "scan"):
-                found.append((eqn.primitive.name, depth))
-                inner = depth + 1
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, list | tuple) else (value,):
-                    if isinstance(sub, jcore.ClosedJaxpr):
-                        visit(sub.jaxpr, inner)
-                    elif isinstance(sub, jcore.Jaxpr):
-                        visit(sub, inner)
-
-    visit(jaxpr, 0)
-    return found
-
-
-def run_jaxpr(solver, **options):
-    return jax.make_jaxpr(lambda x: solver.run(rosenbrock, x, **options).params)(
-        jnp.zeros(2, jnp.float32)
-    ).jaxpr
-
-
+@pytest.mark.program_shape
 @pytest.mark.parametrize("direction,search", pairs())
 def test_run_is_one_loop_with_one_cond_per_evaluation(direction, search):
     """`run` compiles to one while loop; its body evaluates fn and has one cond at its top (the
@@ -51,6 +30,7 @@ def test_run_is_one_loop_with_one_cond_per_evaluation(direction, search):
     assert len(found) <= 7, found
 
 
+@pytest.mark.program_shape
 def test_default_run_structure_is_exact():
     """The default solver's whole program: one while loop, three conds (the boundary; in it, the
     choice between f at x0 and a step's end, and the start of the next step) and the two
@@ -67,23 +47,7 @@ def test_default_run_structure_is_exact():
     ]
 
 
-def all_eqns(jaxpr):
-    """Every equation of `jaxpr`, those of nested jaxprs included."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, list | tuple) else (value,):
-                if isinstance(sub, jcore.ClosedJaxpr):
-                    yield from all_eqns(sub.jaxpr)
-                elif isinstance(sub, jcore.Jaxpr):
-                    yield from all_eqns(sub)
-
-
-def cond_branches(jaxpr) -> list[int]:
-    """The number of branches of every cond in `jaxpr`, nested ones included."""
-    return [len(eqn.params["branches"]) for eqn in all_eqns(jaxpr) if eqn.primitive.name == "cond"]
-
-
+@pytest.mark.program_shape
 def test_f_at_x_is_one_branch_whether_fresh_or_resumed():
     """The boundary chooses between f at x and a step's end: a resumed run's check of f at x
     is the same branch as a fresh evaluation there, not a third (which cost the program about
@@ -91,6 +55,7 @@ def test_f_at_x_is_one_branch_whether_fresh_or_resumed():
     assert cond_branches(run_jaxpr(js.Solver())) == [2, 2, 2]
 
 
+@pytest.mark.program_shape
 def test_bounded_run_nests_the_cauchy_loop_in_the_boundary():
     """With bounds, L-BFGS-B's Cauchy-point walk is a loop, run only at a step's start."""
     found = control_flow(run_jaxpr(js.Solver(), bounds=(-1.0, 1.0)))
@@ -98,19 +63,7 @@ def test_bounded_run_nests_the_cauchy_loop_in_the_boundary():
     assert ("while", 3) in found
 
 
-def lbfgs_memory_copies(n: int, form: str = "auto") -> list[str]:
-    """The copies of an L-BFGS memory buffer ((m, n) float32) in the optimised program of a
-    compiled `run` (the one that initialises it, outside the loop, aside)."""
-    solver = js.Solver(js.LBFGS(memory_size=3, form=form))
-    x0 = jnp.zeros(n, jnp.float32)
-    text = jax.jit(lambda x: solver.run(rosenbrock, x).params).lower(x0).compile().as_text()
-    return [
-        line
-        for line in text.splitlines()
-        if f"f32[3,{n}]" in line and " copy(" in line and "broadcast" not in line
-    ]
-
-
+@pytest.mark.program_shape
 def test_memory_is_written_in_place():
     """The memory update is masked at the top of the loop's body, not inside the boundary's
     cond: there, next to the next direction's reads of it, XLA copied the whole memory at
@@ -118,6 +71,7 @@ def test_memory_is_written_in_place():
     assert lbfgs_memory_copies(1000) == []
 
 
+@pytest.mark.program_shape
 @pytest.mark.parametrize("memory_size", [3, 10])
 def test_step_end_copies_no_vector_out_of_the_boundary(memory_size):
     """The new iterate, its gradient and the best point's vectors are taken by in-place selects
@@ -136,6 +90,7 @@ def test_step_end_copies_no_vector_out_of_the_boundary(memory_size):
     assert temporaries < 2 * memory_size + 10
 
 
+@pytest.mark.program_shape
 def test_history_adds_no_control_flow():
     solver = js.Solver()
     assert control_flow(run_jaxpr(solver, history=True)) == control_flow(run_jaxpr(solver))
@@ -151,6 +106,7 @@ def test_search_that_ends_as_it_starts_costs_no_counted_evaluation():
     assert int(result.status) == js.Status.STALLED
 
 
+@pytest.mark.program_shape
 @pytest.mark.parametrize("direction", ["LBFGS", "LBFGS-compact", "NewtonCG"])
 def test_step_and_run_trace_the_direction_once(direction, monkeypatch):
     """The next direction is built at one place in each program: `step` prepares it at the top
@@ -189,6 +145,7 @@ def vector_eqns(solver, primitive: str, n: int = 7) -> list:
     ]
 
 
+@pytest.mark.program_shape
 def test_the_trial_is_compared_with_x_once():
     """Whether a trial left x where it was is one comparison per iteration, read by the
     masked memory update and by the step's end (which compared the new iterate with x again,
@@ -197,6 +154,7 @@ def test_the_trial_is_compared_with_x_once():
     assert len(vector_eqns(js.Solver(), "eq")) == 2
 
 
+@pytest.mark.program_shape
 def test_steepest_descent_slope_is_taken_from_the_gradient():
     """The steepest-descent fallback's slope is -<g, g>, which is <g, -g> to the bit, so that
     -g is left to the select that takes it (a vector of its own, 2 n-vectors of traffic per

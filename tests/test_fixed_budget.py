@@ -9,8 +9,7 @@ import pytest
 
 import jaxsearch as js
 
-from .problems import rosenbrock
-from .test_solver import _nan_away_from
+from .problems import nan_away_from, rosenbrock
 
 X0 = jnp.array([-1.2, 1.0], jnp.float32)
 
@@ -35,7 +34,7 @@ def test_a_budgeted_run_still_raises_on_a_failure(budget):
     with pytest.raises(eqx.EquinoxRuntimeError, match="NONFINITE"):
         budget.run(lambda x: jnp.sum(x) * jnp.nan, X0)
     with pytest.raises(eqx.EquinoxRuntimeError, match="LINESEARCH_FAILED|STALLED"):
-        budget.run(_nan_away_from, X0, X0)
+        budget.run(nan_away_from, X0, X0)
 
 
 def test_a_stalled_budgeted_run_raises():
@@ -53,7 +52,7 @@ def test_a_stalled_budgeted_run_raises():
 def test_a_budgeted_step_raises_as_throw_true(budget):
     state = budget.init(X0)
     with pytest.raises(eqx.EquinoxRuntimeError, match="LINESEARCH_FAILED|STALLED"):
-        budget.step(_nan_away_from, X0, state, X0)
+        budget.step(nan_away_from, X0, state, X0)
     x, state = budget.step(rosenbrock, X0, state)
     assert state.status == js.Status.RUNNING
 

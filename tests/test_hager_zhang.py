@@ -3,7 +3,7 @@ Wolfe (T2) conditions of Hager & Zhang (2005), checked independently in float64 
 failures; the state kept between searches; and, at solver level, the ill-conditioned quadratic
 on which approximate Wolfe reaches a gtol that a strong Wolfe search cannot.
 
-The searches run through the jitted driver of tests/test_linesearch.py (one evaluation of
+The searches run through the jitted driver of tests/linesearch_driver.py (one evaluation of
 phi, phi' per `lax.while_loop` iteration, every trial recorded).
 """
 
@@ -17,19 +17,21 @@ import jaxsearch as js
 from jaxsearch._linesearch._conditions import value_tolerance
 from jaxsearch._linesearch._hager_zhang import HagerZhang
 
-from .problems import quadratic, rosenbrock, spd_quadratic_data
-from .test_linesearch import (
-    CASES_1D,
+from .linesearch_driver import (
     DTYPES,
-    FUNCTIONS_1D,
-    ND_CASES,
-    NONFINITE,
-    STEEP,
     Run,
     check_contract,
     run_1d,
     run_nd,
 )
+from .linesearch_problems import (
+    CASES_1D,
+    FUNCTIONS_1D,
+    ND_CASES,
+    NONFINITE,
+    STEEP,
+)
+from .problems import quadratic, rosenbrock, spd_quadratic_data
 
 
 class _ApproximateFromStart(HagerZhang):

@@ -8,22 +8,18 @@ import pytest
 
 import jaxsearch as js
 
-RNG = np.random.default_rng(0)
-A = RNG.normal(size=(30, 5))
-B = A @ RNG.normal(size=5) + 0.1 * RNG.normal(size=30)
-LABELS = (RNG.uniform(size=30) < 1 / (1 + np.exp(-A @ np.ones(5)))).astype(np.float64)
+from .helpers import TIGHT
+from .problems import (
+    REGRESSION_A as A,
+    REGRESSION_B as B,
+    REGRESSION_LABELS as LABELS,
+    regression_solution,
+    ridge,
+    ridge_closed_form,
+)
 
-TIGHT = dict(gtol=1e-12, ftol=0.0)
 IMPLICIT = js.Solver(**TIGHT)
 UNROLLED = js.Solver(**TIGHT, adjoint=js.UnrolledAdjoint())
-
-
-def ridge(w, a, b, penalty):
-    return 0.5 * jnp.sum((a @ w - b) ** 2) + 0.5 * penalty * jnp.sum(w**2)
-
-
-def ridge_closed_form(a, b, penalty):
-    return jnp.linalg.solve(a.T @ a + penalty * jnp.eye(a.shape[1]), a.T @ b)
 
 
 def logistic(w, a, labels, penalty):
@@ -35,16 +31,12 @@ def logistic_with_aux(w, a, labels, penalty):
     return logistic(w, a, labels, penalty), {"margin": jnp.min(a @ w)}
 
 
-def solution(solver, fn, data, penalty):
-    return solver.run(fn, jnp.zeros(5), *data, penalty).params
-
-
 @pytest.mark.parametrize("solver", [IMPLICIT, UNROLLED], ids=["implicit", "unrolled"])
 def test_ridge_derivative_matches_closed_form(solver):
     with jax.enable_x64(True):
         data, penalty = (jnp.asarray(A), jnp.asarray(B)), jnp.asarray(0.7)
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
-        reverse = jax.jacrev(lambda p: solution(solver, ridge, data, p))(penalty)
+        reverse = jax.jacrev(lambda p: regression_solution(solver, ridge, data, p))(penalty)
         assert np.max(np.abs(reverse - expected)) <= 1e-10 * np.max(np.abs(expected))
         if solver is UNROLLED:  # (each checkpointed derivative costs a long compile)
             return
@@ -55,7 +47,7 @@ def test_ridge_derivative_matches_closed_form(solver):
         )
         assert np.max(np.abs(got_b - expected_b)) <= 1e-10 * np.max(np.abs(expected_b))
         # forward mode too
-        forward = jax.jacfwd(lambda p: solution(solver, ridge, data, p))(penalty)
+        forward = jax.jacfwd(lambda p: regression_solution(solver, ridge, data, p))(penalty)
         assert np.max(np.abs(forward - expected)) <= 1e-10 * np.max(np.abs(expected))
 
 
@@ -65,7 +57,7 @@ def test_logistic_derivative_matches_finite_differences(solver):
         data = (jnp.asarray(A), jnp.asarray(LABELS))
 
         def validation_loss(penalty):  # a hyperparameter objective through the solution
-            w = solution(solver, logistic, data, penalty)
+            w = regression_solution(solver, logistic, data, penalty)
             return jnp.sum((data[0] @ w - 1.0) ** 2)
 
         penalty, h = 0.05, 1e-5
@@ -103,7 +95,8 @@ def test_implicit_derivative_under_vmap():
     with jax.enable_x64(True):
         data = (jnp.asarray(A), jnp.asarray(B))
         penalties = jnp.asarray([0.1, 1.0, 10.0])
-        got = jax.vmap(jax.jacrev(lambda p: solution(IMPLICIT, ridge, data, p)))(penalties)
+        solved = lambda p: regression_solution(IMPLICIT, ridge, data, p)
+        got = jax.vmap(jax.jacrev(solved))(penalties)
         expected = jax.vmap(jax.jacfwd(ridge_closed_form, argnums=2), (None, None, 0))(
             *data, penalties
         )
@@ -122,7 +115,7 @@ def test_implicit_derivative_in_low_and_mixed_precision(low):
     data = (jnp.asarray(A, jnp.float32), jnp.asarray(B, jnp.float32))
     params = {"low": jnp.zeros(2, low), "high": jnp.zeros(3, jnp.float32)}
 
-    weights = jnp.asarray(RNG.normal(size=5), jnp.float32)
+    weights = jnp.asarray(np.random.default_rng(1).normal(size=5), jnp.float32)
 
     def solved(p):
         return solver.run(mixed_ridge, params, *data, p).params
@@ -149,7 +142,7 @@ def test_newton_cg_inner_loop_is_unrolled_through_the_engines_loop():
 
         def solved(adjoint):
             solver = js.Solver(js.NewtonCG(), **TIGHT, adjoint=adjoint)
-            return lambda p: solution(solver, ridge, data, p)
+            return lambda p: regression_solution(solver, ridge, data, p)
 
         unrolled = jax.jacrev(solved(js.UnrolledAdjoint()))(penalty)
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
@@ -185,7 +178,7 @@ def test_unrolled_adjoint_rejects_forward_mode():
     with jax.enable_x64(True):
         data = (jnp.asarray(A), jnp.asarray(B))
         with pytest.raises(Exception, match="(?i)forward-mode|jvp"):
-            jax.jvp(lambda p: solution(UNROLLED, ridge, data, p), (0.7,), (1.0,))
+            jax.jvp(lambda p: regression_solution(UNROLLED, ridge, data, p), (0.7,), (1.0,))
 
 
 def test_implicit_derivative_with_active_bounds():

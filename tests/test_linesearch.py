@@ -2,7 +2,8 @@
 
 Every search runs through one jitted driver per (line search, objective) that evaluates
 phi(t) = f(x + t d) and phi'(t) once per `lax.while_loop` iteration, exactly as the solver
-does, and records every trial. Problems are array arguments of that driver, so each search
+does, and records every trial (tests/linesearch_driver.py; the problems are in
+tests/linesearch_problems.py). Problems are array arguments of that driver, so each search
 configuration compiles once per dtype.
 
 Accepted steps are checked independently: phi and phi' are recomputed in float64 numpy from
@@ -12,8 +13,6 @@ difference between the driver's record and the float64 value) plus a few ulps fo
 comparison itself.
 """
 
-import dataclasses
-import functools
 import warnings
 
 import jax
@@ -21,368 +20,31 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.optimize
-import scipy.special
-from jax import lax
 
 import jaxsearch as js
 
-from .problems import logistic, logistic_data, quadratic, rosenbrock, spd_quadratic_data
-
-DTYPES = ["float32", "float64"]
-MT_STARTS = [1e-3, 1e-1, 1e1, 1e3]  # Moré & Thuente (1994), section 5
-ROSENBROCK_PAD = 10  # Rosenbrock n = 2..10 runs padded to this length, see `rosenbrock_masked`
-
-
-def cast(value, dtype):
-    return jnp.asarray(value).astype(dtype)
-
-
-def eps_of(dtype_name: str) -> float:
-    return float(np.finfo(np.dtype(dtype_name)).eps)
-
-
-def precision(dtype_name: str):
-    """Context for work in `dtype_name`: float64 needs the (global) x64 switch."""
-    return jax.enable_x64(dtype_name == "float64")
-
-
-# --------------------------------------------------------------------------------------------
-# One-dimensional test functions: phi(t) = f(0 + t * 1). JAX versions (what the search sees)
-# are branches of one `lax.switch`, so one compiled driver serves all of them; numpy float64
-# versions with hand-written derivatives are the independent reference.
-
-
-def _gamma(b):
-    return jnp.sqrt(1 + b * b) - b
-
-
-def _mt1(t, p):  # Moré & Thuente function 1: -t / (t^2 + beta)
-    return -t / (t * t + p[0])
-
-
-def _mt2(t, p):  # function 2: (t + beta)^5 - 2 (t + beta)^4
-    s = t + p[0]
-    return s**5 - 2 * s**4
-
-
-def _mt3(t, p):  # function 3: phi_0(t) + 2 (1 - beta) / (l pi) sin(l pi t / 2)
-    beta, ell = p[0], p[1]
-    base = jnp.where(
-        t <= 1 - beta,
-        1 - t,
-        jnp.where(t >= 1 + beta, t - 1, (t - 1) ** 2 / (2 * beta) + beta / 2),
-    )
-    return base + 2 * (1 - beta) / (ell * np.pi) * jnp.sin(ell * np.pi / 2 * t)
-
-
-def _mt456(t, p):  # functions 4-6: gamma(b1) sqrt((1 - t)^2 + b2^2) + gamma(b2) sqrt(t^2 + b1^2)
-    b1, b2 = p[0], p[1]
-    return _gamma(b1) * jnp.sqrt((1 - t) ** 2 + b2 * b2) + _gamma(b2) * jnp.sqrt(t * t + b1 * b1)
-
-
-def _quadratic1(t, p):  # p0 (t - p1)^2
-    return p[0] * (t - p[1]) ** 2
-
-
-def _quartic1(t, p):  # p0 (t - p1)^4: zero curvature at the minimiser
-    return p[0] * (t - p[1]) ** 4
-
-
-def _nan_beyond(t, p):  # t^2 - 2t, NaN for t >= p0
-    return jnp.where(t < p[0], t * t - 2 * t, jnp.nan)
-
-
-def _inf_beyond(t, p):  # t^2 - 2t, +inf for t >= p0
-    return jnp.where(t < p[0], t * t - 2 * t, jnp.inf)
-
-
-@jax.custom_jvp
-def _nan_tangent_beyond(t, c):
-    return t
-
-
-@_nan_tangent_beyond.defjvp
-def _nan_tangent_beyond_jvp(primals, tangents):
-    t, c = primals
-    dt, _ = tangents
-    return t, dt * jnp.where(t < c, jnp.ones((), t.dtype), jnp.nan)  # linear in dt
-
-
-def _nan_slope_beyond(t, p):  # t^2 - 2t with a finite value but a NaN slope for t >= p0
-    u = _nan_tangent_beyond(t, p[0])
-    return u * u - 2 * u
-
-
-def _steep(t, p):  # -t + p0 t^4: sufficient decrease only for tiny t when p0 is huge
-    return -t + p[0] * t**4
-
-
-_BRANCHES = [
-    _mt1,
-    _mt2,
-    _mt3,
-    _mt456,
-    _quadratic1,
-    _quartic1,
-    _nan_beyond,
-    _inf_beyond,
-    _nan_slope_beyond,
-    _steep,
-]
-
-
-def phi_1d(x, kind, p):
-    """The one-dimensional objective `kind` (an index into the branches) at x."""
-    return lax.switch(kind, _BRANCHES, x, p)
-
-
-def _np_gamma(b):
-    return np.sqrt(1 + b * b) - b
-
-
-def _np_mt1(t, p):
-    den = t * t + p[0]
-    return -t / den, (t * t - p[0]) / den**2
-
-
-def _np_mt2(t, p):
-    s = t + p[0]
-    return s**5 - 2 * s**4, 5 * s**4 - 8 * s**3
-
-
-def _np_mt3(t, p):
-    beta, ell = p
-    if t <= 1 - beta:
-        base, dbase = 1 - t, -1.0
-    elif t >= 1 + beta:
-        base, dbase = t - 1, 1.0
-    else:
-        base, dbase = (t - 1) ** 2 / (2 * beta) + beta / 2, (t - 1) / beta
-    w = ell * np.pi / 2
-    return base + (1 - beta) / w * np.sin(w * t), dbase + (1 - beta) * np.cos(w * t)
-
-
-def _np_mt456(t, p):
-    b1, b2 = p
-    r1, r2 = np.sqrt((1 - t) ** 2 + b2 * b2), np.sqrt(t * t + b1 * b1)
-    g1, g2 = _np_gamma(b1), _np_gamma(b2)
-    return g1 * r1 + g2 * r2, -g1 * (1 - t) / r1 + g2 * t / r2
-
-
-def _np_quadratic1(t, p):
-    return p[0] * (t - p[1]) ** 2, 2 * p[0] * (t - p[1])
-
-
-def _np_quartic1(t, p):
-    return p[0] * (t - p[1]) ** 4, 4 * p[0] * (t - p[1]) ** 3
-
-
-def _np_nan_beyond(t, p):
-    return (t * t - 2 * t, 2 * t - 2) if t < p[0] else (np.nan, 0.0)
-
-
-def _np_inf_beyond(t, p):
-    return (t * t - 2 * t, 2 * t - 2) if t < p[0] else (np.inf, 0.0)
-
-
-def _np_nan_slope_beyond(t, p):
-    return t * t - 2 * t, (2 * t - 2 if t < p[0] else np.nan)
-
-
-def _np_steep(t, p):
-    return -t + p[0] * t**4, -1 + 4 * p[0] * t**3
-
-
-_NP_BRANCHES = [
-    _np_mt1,
-    _np_mt2,
-    _np_mt3,
-    _np_mt456,
-    _np_quadratic1,
-    _np_quartic1,
-    _np_nan_beyond,
-    _np_inf_beyond,
-    _np_nan_slope_beyond,
-    _np_steep,
-]
-
-
-@dataclasses.dataclass(frozen=True)
-class Fn1d:
-    name: str
-    kind: int
-    params: tuple[float, float]
-    c1: float = 1e-4  # Moré & Thuente's mu and eta, made valid for Zoom (which needs c1 < c2)
-    c2: float = 0.9
-
-    def np(self, t: float) -> tuple[float, float]:
-        return _NP_BRANCHES[self.kind](float(t), self.params)
-
-
-# Moré & Thuente (1994), section 5, with their beta's. Their tolerances (mu, eta) are
-# (1e-3, 0.1), (0.1, 0.1), (0.1, 0.1), (1e-3, 1e-3) x 3; Zoom requires c1 < c2, so where
-# mu = eta we keep c2 = eta and take c1 = eta / 10.
-MT_FUNCTIONS = [
-    Fn1d("mt1", 0, (2.0, 0.0), c1=1e-3, c2=0.1),
-    Fn1d("mt2", 1, (0.004, 0.0), c1=1e-2, c2=0.1),
-    Fn1d("mt3", 2, (0.01, 39.0), c1=1e-2, c2=0.1),
-    Fn1d("mt4", 3, (0.001, 0.001), c1=1e-4, c2=1e-3),
-    Fn1d("mt5", 3, (0.01, 0.001), c1=1e-4, c2=1e-3),
-    Fn1d("mt6", 3, (0.001, 0.01), c1=1e-4, c2=1e-3),
-]
-SIMPLE_FUNCTIONS = [
-    Fn1d("quadratic", 4, (1.0, 1.0), c1=1e-4, c2=0.1),
-    Fn1d("quartic", 5, (1.0, 1.0), c1=1e-4, c2=0.1),
-]
-FUNCTIONS_1D = {f.name: f for f in MT_FUNCTIONS + SIMPLE_FUNCTIONS}
-NAN_BEYOND = Fn1d("nan_beyond", 6, (0.5, 0.0))
-INF_BEYOND = Fn1d("inf_beyond", 7, (0.5, 0.0))
-NAN_SLOPE_BEYOND = Fn1d("nan_slope_beyond", 8, (0.5, 0.0))
-NONFINITE = {f.name: f for f in (NAN_BEYOND, INF_BEYOND, NAN_SLOPE_BEYOND)}
-STEEP = Fn1d("steep", 9, (1e6, 0.0))
-
-
-# --------------------------------------------------------------------------------------------
-# The driver.
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """Everything one search did, as numpy: the trials in order and what they returned."""
-
-    step: float
-    success: bool
-    done: bool
-    n: int  # evaluations of (phi, phi') after phi(0), phi'(0)
-    trials: np.ndarray
-    values: np.ndarray
-    slopes: np.ndarray
-    phi0: float
-    dphi0: float
-    eps: float  # machine epsilon of the search's dtype
-
-
-@functools.cache
-def driver(ls: js.AbstractLineSearch, f):
-    """Jitted `(x, d, guess, args) -> dict`: one search along d from x with f(x, *args)."""
-    capacity = ls.max_trials + 1  # a search ends within its budget: one slot to spare
-
-    def phi(x, d, t, args):
-        value, grad = jax.value_and_grad(f)(x + t * d, *args)
-        return value.astype(t.dtype), jnp.sum(grad * d).astype(t.dtype)
-
-    @jax.jit
-    def run(x, d, guess, args):
-        dtype = x.dtype
-        phi0, dphi0 = phi(x, d, cast(0, dtype), args)
-        search = ls.start(ls.init(dtype), phi0, dphi0, guess, jnp.zeros((), dtype))
-        empty = jnp.full((capacity,), jnp.nan, dtype)
-
-        def cond(carry):
-            search, n, *_ = carry
-            return ~search.done & (n < capacity)
-
-        def body(carry):
-            search, n, trials, values, slopes = carry
-            t = search.trial
-            value, slope = phi(x, d, t, args)  # the one evaluation of this iteration
-            search = ls.update(search, t, value, slope)
-            return (
-                search,
-                n + 1,
-                trials.at[n].set(t),
-                values.at[n].set(value),
-                slopes.at[n].set(slope),
-            )
-
-        init = (search, cast(0, jnp.int32), empty, empty, empty)
-        search, n, trials, values, slopes = lax.while_loop(cond, body, init)
-        return dict(
-            step=search.step,
-            success=search.success,
-            done=search.done,
-            n=n,
-            trials=trials,
-            values=values,
-            slopes=slopes,
-            phi0=phi0,
-            dphi0=dphi0,
-        )
-
-    return run
-
-
-def _to_run(out, dtype_name) -> Run:
-    out = jax.device_get(out)
-    n = int(out["n"])
-    return Run(
-        step=float(out["step"]),
-        success=bool(out["success"]),
-        done=bool(out["done"]),
-        n=n,
-        trials=np.asarray(out["trials"][:n], np.float64),
-        values=np.asarray(out["values"][:n], np.float64),
-        slopes=np.asarray(out["slopes"][:n], np.float64),
-        phi0=float(out["phi0"]),
-        dphi0=float(out["dphi0"]),
-        eps=eps_of(dtype_name),
-    )
-
-
-@functools.cache
-def run_1d(ls, fn: Fn1d, t0: float, dtype_name: str) -> Run:
-    with precision(dtype_name):
-        dtype = jnp.dtype(dtype_name)
-        out = driver(ls, phi_1d)(
-            cast(0, dtype),
-            cast(1, dtype),
-            cast(t0, dtype),
-            (cast(fn.kind, jnp.int32), cast(fn.params, dtype)),
-        )
-        return _to_run(out, dtype_name)
-
-
-# --------------------------------------------------------------------------------------------
-# Independent checks in float64.
-
-
-def check_point(run: Run, i: int, true_phi, c1: float, c2: float | None):
-    """Do sufficient decrease (and, with c2, strong curvature) hold at trial i?
-
-    `true_phi(t)` is the float64 reference (value, slope) at the point the search evaluated
-    for step t. The allowance is the measured error of each value the search was given plus
-    4 ulps of every quantity in the comparison.
-    """
-    t = float(run.trials[i])
-    p0, g0 = true_phi(0.0)
-    pt, gt = true_phi(t)
-    if not (np.isfinite(pt) and np.isfinite(gt)):
-        return False, False
-    e0, ed0 = abs(run.phi0 - p0), abs(run.dphi0 - g0)
-    et, edt = abs(run.values[i] - pt), abs(run.slopes[i] - gt)
-    ulps = 4 * run.eps
-    tol_f = e0 + et + c1 * t * ed0 + ulps * (abs(p0) + abs(pt) + c1 * t * abs(g0))
-    decrease = pt <= p0 + c1 * t * g0 + tol_f
-    if c2 is None:
-        return bool(decrease), None
-    tol_g = edt + c2 * ed0 + ulps * (abs(gt) + c2 * abs(g0))
-    curvature = abs(gt) <= c2 * abs(g0) + tol_g
-    return bool(decrease), bool(curvature)
-
-
-def check_contract(run: Run, ls):
-    """The interface contract that holds for every search, successful or not."""
-    assert run.done, f"search not done after {run.n} evaluations"
-    assert 1 <= run.n <= ls.max_trials
-    assert run.step >= 0
-    if run.step > 0:
-        # The last evaluated trial is the accepted step, and it is finite.
-        assert run.trials[-1] == run.step, (run.trials[-1], run.step)
-        assert np.isfinite(run.values[-1]) and np.isfinite(run.slopes[-1])
-    else:
-        assert not run.success
-    # The driver's phi'(0) must be a descent slope (the contract of `start`).
-    assert run.dphi0 < 0
+from .linesearch_driver import (
+    DTYPES,
+    Run,
+    armijo_strictly,
+    cast,
+    check_contract,
+    check_point,
+    precision,
+    run_1d,
+    run_nd,
+)
+from .linesearch_problems import (
+    CASES_1D,
+    FUNCTIONS_1D,
+    ND_CASES,
+    NONFINITE,
+    STEEP,
+    Fn1d,
+    phi_1d,
+    rosenbrock_masked,
+)
+from .problems import rosenbrock
 
 
 def check_zoom(run: Run, ls: js.Zoom, true_phi):
@@ -401,7 +63,7 @@ def check_backtracking(run: Run, ls: js.Backtracking, t0: float, true_phi):
     expected = t0 * ls.shrink ** np.arange(run.n)
     np.testing.assert_allclose(run.trials, expected, rtol=8 * run.n * run.eps)
     for i in range(run.n - 1):  # every rejected trial fails Armijo (beyond rounding)
-        assert not _armijo_strictly(run, i, true_phi, ls.c1), (
+        assert not armijo_strictly(run, i, true_phi, ls.c1), (
             f"trial {run.trials[i]} satisfies Armijo but was rejected"
         )
     last_ok, _ = check_point(run, run.n - 1, true_phi, ls.c1, None)
@@ -409,155 +71,6 @@ def check_backtracking(run: Run, ls: js.Backtracking, t0: float, true_phi):
         assert run.step > 0 and last_ok, f"accepted step {run.step} fails Armijo"
     else:
         assert run.step == 0 and run.n == ls.max_trials
-
-
-def _armijo_strictly(run: Run, i: int, true_phi, c1: float) -> bool:
-    """Armijo holds at trial i with a margin larger than the rounding allowance."""
-    t = float(run.trials[i])
-    p0, g0 = true_phi(0.0)
-    pt, gt = true_phi(t)
-    if not (np.isfinite(pt) and np.isfinite(gt)):  # a non-finite slope is rejected too
-        return False
-    allowance = abs(run.phi0 - p0) + abs(run.values[i] - pt) + c1 * t * abs(run.dphi0 - g0)
-    allowance += 4 * run.eps * (abs(p0) + abs(pt) + c1 * t * abs(g0))
-    return bool(pt < p0 + c1 * t * g0 - allowance)
-
-
-# --------------------------------------------------------------------------------------------
-# n-dimensional problems along random descent directions.
-
-
-def rosenbrock_masked(x, n):
-    """`problems.rosenbrock(x[:n])` for x padded to a fixed length: one compile for all n."""
-    index = jnp.arange(x.shape[0] - 1, dtype=n.dtype)
-    terms = 100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2
-    return jnp.sum(jnp.where(index < n - 1, terms, jnp.zeros((), x.dtype)))
-
-
-def _np_rosenbrock(x):
-    a = x[1:] - x[:-1] ** 2
-    grad = np.zeros_like(x)
-    grad[:-1] = -400 * x[:-1] * a - 2 * (1 - x[:-1])
-    grad[1:] += 200 * a
-    return float(np.sum(100 * a**2 + (1 - x[:-1]) ** 2)), grad
-
-
-def _np_quadratic(x, a, b):
-    return float(0.5 * x @ (a @ x) - b @ x), (a + a.T) / 2 @ x - b
-
-
-def _np_logistic(w, x, y, lam):
-    margins = y * (x @ w)
-    value = np.mean(np.logaddexp(0, -margins)) + 0.5 * lam * (w @ w)
-    grad = x.T @ (-y * scipy.special.expit(-margins)) / x.shape[0] + lam * w
-    return float(value), grad
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class CaseNd:
-    """phi(t) = f(x + t d): `jax_fn(x, *jax_args)` for the search, `np_fn(x[:size], *np_args)`
-    (value, gradient) in float64 as the reference."""
-
-    name: str
-    jax_fn: object
-    np_fn: object
-    x: np.ndarray
-    d: np.ndarray
-    jax_args: tuple
-    np_args: tuple
-    size: int  # leading entries of x that the reference sees
-
-    def __repr__(self):
-        return self.name
-
-    def arrays(self, dtype_name):
-        """x, d and the float arguments rounded to `dtype_name` (as numpy)."""
-        dtype = np.dtype(dtype_name)
-        fl = lambda a: a.astype(dtype) if np.issubdtype(a.dtype, np.floating) else a
-        return self.x.astype(dtype), self.d.astype(dtype), tuple(fl(a) for a in self.jax_args)
-
-    def true_phi(self, dtype_name):
-        """Float64 (value, slope) at the point x + t d as the search computed it (in dtype)."""
-        x, d, _ = self.arrays(dtype_name)
-        np_args = tuple(
-            a.astype(dtype_name).astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
-            for a in self.np_args
-        )
-        x64, d64 = x[: self.size].astype(np.float64), d[: self.size].astype(np.float64)
-
-        def phi(t):
-            if t == 0:
-                point = x64
-            else:
-                tt = np.asarray(t).astype(dtype_name)
-                point = (x[: self.size] + tt * d[: self.size]).astype(np.float64)
-            value, grad = self.np_fn(point, *np_args)
-            return value, float(grad @ d64)
-
-        return phi
-
-
-def _descent(rng, grad, kind):
-    if kind == "steepest":
-        return -grad
-    d = rng.standard_normal(grad.shape)
-    return -d if d @ grad > 0 else d
-
-
-def _nd_cases():
-    cases = []
-    for n in range(2, 11):
-        rng = np.random.default_rng(100 + n)
-        x = rng.uniform(-2, 2, n)
-        grad = _np_rosenbrock(x)[1]
-        for kind in ("steepest", "random"):
-            d = _descent(rng, grad, kind)
-            pad = ROSENBROCK_PAD - n
-            cases.append(
-                CaseNd(
-                    f"rosenbrock{n}-{kind}",
-                    rosenbrock_masked,
-                    _np_rosenbrock,
-                    np.concatenate([x, np.zeros(pad)]),
-                    np.concatenate([d, np.zeros(pad)]),
-                    (np.asarray(n, np.int32),),
-                    (),
-                    n,
-                )
-            )
-    a, b, _ = spd_quadratic_data(n=50, cond=100.0, seed=0)
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal(50)
-    grad = _np_quadratic(x, a, b)[1]
-    for kind in ("steepest", "random", "newton"):
-        d = np.linalg.solve(a, -grad) if kind == "newton" else _descent(rng, grad, kind)
-        cases.append(
-            CaseNd(f"spd_quadratic-{kind}", quadratic, _np_quadratic, x, d, (a, b), (a, b), 50)
-        )
-    xs, ys = logistic_data(n=200, d=10, seed=0)
-    lam = np.asarray(1e-2)
-    rng = np.random.default_rng(2)
-    w = rng.standard_normal(10)
-    grad = _np_logistic(w, xs, ys, lam)[1]
-    for kind in ("steepest", "random"):
-        d = _descent(rng, grad, kind)
-        args = (xs, ys, lam)
-        cases.append(CaseNd(f"logistic-{kind}", logistic, _np_logistic, w, d, args, args, 10))
-    return cases
-
-
-ND_CASES = {case.name: case for case in _nd_cases()}
-
-
-@functools.cache
-def run_nd(ls, name: str, dtype_name: str, guess: float = 1.0) -> Run:
-    case = ND_CASES[name]
-    with precision(dtype_name):
-        x, d, args = case.arrays(dtype_name)
-        out = driver(ls, case.jax_fn)(
-            jnp.asarray(x), jnp.asarray(d), cast(guess, dtype_name), tuple(map(jnp.asarray, args))
-        )
-        return _to_run(out, dtype_name)
 
 
 def scipy_line_search(f, fprime, x, d):
@@ -574,7 +87,6 @@ def scipy_line_search(f, fprime, x, d):
 ZOOM = js.Zoom()
 BACKTRACKING = js.Backtracking()
 SEARCHES = {"zoom": ZOOM, "backtracking": BACKTRACKING}
-CASES_1D = [(name, t0) for name in FUNCTIONS_1D for t0 in MT_STARTS]
 
 
 # A demanding c1 puts many trials near the sufficient-decrease line, where a wrong test shows.

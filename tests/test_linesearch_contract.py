@@ -15,7 +15,7 @@ import pytest
 import jaxsearch as js
 from jaxsearch.testing import LINES, check_line_search, drive
 
-from .helpers import SEARCHES
+from .helpers import SEARCHES, Endless
 
 
 @pytest.mark.parametrize("name", list(SEARCHES))
@@ -96,7 +96,5 @@ def test_the_kit_catches_a_broken_search(flaw, message):
 
 
 def test_the_kit_catches_a_search_that_never_ends():
-    from .test_step_limits import Endless
-
     with pytest.raises(AssertionError, match="trial budget"):
         check_line_search(Endless())

@@ -1,7 +1,7 @@
 """The Moré–Thuente line search: the same trials as MINPACK-2's dcsrch (scipy's port), strong
 Wolfe at every success, honest failures, and L-BFGS-B's evaluation counts at solver level.
 
-The searches run through the jitted driver of tests/test_linesearch.py (one evaluation of
+The searches run through the jitted driver of tests/linesearch_driver.py (one evaluation of
 phi, phi' per `lax.while_loop` iteration, every trial recorded); accepted steps are checked
 there, independently, in float64 numpy.
 """
@@ -16,17 +16,10 @@ from scipy.optimize._dcsrch import DCSRCH
 import jaxsearch as js
 from jaxsearch._linesearch._more_thuente import MoreThuente
 
-from .problems import logistic, logistic_data, rosenbrock, scipy_minimize
-from .test_linesearch import (
+from .linesearch_driver import (
     DTYPES,
-    FUNCTIONS_1D,
-    MT_FUNCTIONS,
-    MT_STARTS,
-    ND_CASES,
-    NONFINITE,
-    STEEP,
     Run,
-    _armijo_strictly,
+    armijo_strictly,
     cast,
     check_contract,
     check_point,
@@ -34,6 +27,15 @@ from .test_linesearch import (
     run_1d,
     run_nd,
 )
+from .linesearch_problems import (
+    FUNCTIONS_1D,
+    MT_FUNCTIONS,
+    MT_STARTS,
+    ND_CASES,
+    NONFINITE,
+    STEEP,
+)
+from .problems import logistic, logistic_data, rosenbrock, scipy_minimize
 
 DEFAULT = MoreThuente()
 
@@ -106,7 +108,7 @@ def check_more_thuente(run: Run, ls: MoreThuente, true_phi):
         # The last trial re-evaluates an earlier one when that one was the best.
         again = run.n > 1 and run.trials[-1] in run.trials[:-1]
         tried = run.trials[:-1] if again else run.trials
-        clearly = [_armijo_strictly(run, i, true_phi, ls.ftol) for i in range(len(tried))]
+        clearly = [armijo_strictly(run, i, true_phi, ls.ftol) for i in range(len(tried))]
         if run.step > 0:
             lowest = np.min(run.values[: len(tried)][clearly], initial=np.inf)
             assert run.values[-1] <= lowest, (run.step, tried)

@@ -17,11 +17,10 @@ The solvers are module-level objects. Whether a search reported success is not i
 `SolverState`, so the line search is wrapped in `Recorded`, which delegates everything to it
 and keeps the finished search's `success` (and its value scale C_k) in its state.
 
-Profiles: "ci" (the default: few examples, derandomized) and "fuzz" (2000 examples per test),
-selected by the environment variable HYPOTHESIS_PROFILE (`nox -s fuzz`).
+Profiles (tests/helpers.py): "ci" (the default: few examples, derandomized) and "fuzz" (2000
+examples per test), selected by the environment variable HYPOTHESIS_PROFILE (`nox -s fuzz`).
 """
 
-import os
 import zlib
 from typing import ClassVar
 
@@ -30,34 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 import jaxsearch as js
 from jaxsearch._linesearch._conditions import value_tolerance
 
-from .helpers import DIRECTIONS, SEARCHES, pairs, solver
-
-# ------------------------------------------------------------------------------ profiles
-
-settings.register_profile(
-    "ci",
-    max_examples=6,
-    deadline=None,
-    derandomize=True,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.register_profile(
-    "fuzz",
-    max_examples=2000,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-# Applied per test (not `load_profile`), so other test modules keep their own settings.
-PROFILE_SETTINGS = settings.get_profile(PROFILE)
-FUZZ = PROFILE != "ci"
+from .helpers import DIRECTIONS, FUZZ, PROFILE_SETTINGS, SEARCHES, pairs, solver
 
 # ------------------------------------------------------------------- recording wrapper
 

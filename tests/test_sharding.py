@@ -11,6 +11,11 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+# Each script asserts that the compiled `run` and `step` hold no parameter-sized collective.
+pytestmark = pytest.mark.program_shape
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 SCRIPT = r"""

@@ -12,17 +12,20 @@ import jaxsearch as js
 
 from .helpers import pairs, solver
 from .problems import (
+    QUADRATIC_WEIGHTS,
     ROSENBROCK_START,
     EvaluationLog,
     inf_norm,
     logistic,
     logistic_data,
+    nan_away_from,
     quadratic,
     rosenbrock,
     rosenbrock_f32,
     rosenbrock_tree,
     scipy_minimize,
     spd_quadratic_data,
+    weighted_quadratic,
 )
 
 # A subset of the registry (tests/helpers.py), to keep the suite's time down.
@@ -431,20 +434,6 @@ def test_runtime_type_checking_is_on_in_the_test_run():
         js.LBFGS(memory_dtype=3.5)
 
 
-WEIGHTS = jnp.array([1.0, 3.0, 10.0])
-
-
-def _weighted_quadratic(x, weights):
-    return jnp.sum(weights * (x - 2.0) ** 2)
-
-
-def _nan_away_from(x, center):
-    """The weighted quadratic, finite only at `center` itself: every trial point that differs
-    from it is NaN."""
-    value = _weighted_quadratic(x, WEIGHTS[: x.shape[0]])
-    return jnp.where(jnp.all(x == center), value, jnp.nan)
-
-
 def test_throw_raises_on_failure_and_names_the_status():
     x0 = jnp.array([-1.2, 1.0])
     with pytest.raises(eqx.EquinoxRuntimeError, match="MAX_STEPS"):
@@ -454,7 +443,7 @@ def test_throw_raises_on_failure_and_names_the_status():
     solver = js.Solver(throw=True)
     state = solver.init(x0)
     with pytest.raises(eqx.EquinoxRuntimeError, match="LINESEARCH_FAILED|STALLED"):
-        solver.step(_nan_away_from, x0, state, x0)
+        solver.step(nan_away_from, x0, state, x0)
     # Converged runs return as usual.
     result = solver.run(rosenbrock, x0)
     assert result.status == js.Status.CONVERGED_GTOL or result.status == js.Status.CONVERGED_FTOL
@@ -466,18 +455,18 @@ def test_state_after_a_failed_search_is_recoverable(direction):
     as they were and resets the direction's memory; the next step on a sound objective goes
     on from there, with no NaN anywhere."""
     solver = js.Solver(getattr(js, direction)())
-    x, weights = jnp.array([0.5, -0.3, 0.8]), WEIGHTS
+    x, weights = jnp.array([0.5, -0.3, 0.8]), QUADRATIC_WEIGHTS
     state = solver.init(x)
     for _ in range(2):  # (CG solves this 3-D quadratic in 3 steps)
-        x, state = solver.step(_weighted_quadratic, x, state, weights)
+        x, state = solver.step(weighted_quadratic, x, state, weights)
     assert int(state.num_steps) == 2 and state.status == js.Status.RUNNING
-    failed_x, failed = solver.step(_nan_away_from, x, state, x)
+    failed_x, failed = solver.step(nan_away_from, x, state, x)
     assert failed.status in (js.Status.LINESEARCH_FAILED, js.Status.STALLED)
     np.testing.assert_array_equal(failed_x, x)
     assert float(failed.value) == float(state.value)
     reset = solver.direction.reset(failed.direction)
     for a, b in zip(jax.tree.leaves(reset), jax.tree.leaves(failed.direction), strict=True):
         np.testing.assert_array_equal(a, b)  # already reset
-    new_x, after = solver.step(_weighted_quadratic, failed_x, failed, weights)
+    new_x, after = solver.step(weighted_quadratic, failed_x, failed, weights)
     assert bool(jnp.all(jnp.isfinite(new_x))) and bool(jnp.isfinite(after.value))
     assert float(after.value) < float(failed.value)

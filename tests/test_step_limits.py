@@ -1,14 +1,13 @@
 """What bounds a step: a scale-free first trial, the static cap, the trial budget."""
 
-import math
-from typing import ClassVar
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxsearch as js
+
+from .helpers import Endless
 
 
 def scaled_parabola(x, scale):
@@ -64,48 +63,6 @@ def test_static_cap_below_the_resolution_takes_no_step():
         assert js.Status(int(result.status)) == js.Status.STALLED, result.message
         np.testing.assert_array_equal(result.params, x0)
         assert int(result.num_fun_evals) == 1  # f at x0 only
-
-
-class Endless(js.AbstractLineSearch):
-    """A broken search that never ends: it halves its trial for ever."""
-
-    max_step_size: float = math.inf
-    max_trials: int = 7
-    evaluates_each_step: ClassVar[bool] = False
-    monotone: ClassVar[bool] = False
-
-    def allowance(self, state):
-        return 0.0
-
-    def init(self, dtype):
-        return None
-
-    def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None):
-        dtype = phi0.dtype
-        false = jnp.array(False)
-        return js.SearchState(
-            trial=guess.astype(dtype),
-            done=false,
-            step=jnp.zeros((), dtype),
-            success=false,
-            num_trials=jnp.zeros((), jnp.int32),
-            min_step=min_step,
-            max_step=jnp.full((), jnp.inf, dtype),
-        )
-
-    def update(self, search, t, phi, dphi):
-        return js.SearchState(
-            trial=search.trial / 2,
-            done=jnp.array(False),
-            step=t,  # claims a step, but never ends
-            success=jnp.array(False),
-            num_trials=search.num_trials + 1,
-            min_step=search.min_step,
-            max_step=search.max_step,
-        )
-
-    def finish(self, state, search):
-        return None
 
 
 def test_a_search_that_never_ends_is_cut_off_at_its_trial_budget():
