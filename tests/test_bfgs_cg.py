@@ -12,7 +12,7 @@ import jaxsearch as js
 from jaxsearch._direction._bfgs import BFGS
 from jaxsearch._direction._nonlinear_cg import METHODS, NonlinearCG
 
-from .helpers import compute
+from .helpers import compute, random_pair
 from .problems import (
     ROSENBROCK_START,
     avals,
@@ -39,12 +39,8 @@ def explicit_bfgs(pairs, n):
 
 
 def random_pairs(rng, n, k):
-    pairs = []
-    for _ in range(k):
-        s = rng.standard_normal(n)
-        y = s + 0.3 * rng.standard_normal(n)
-        assert s @ y > 0
-        pairs.append((s, y))
+    pairs = [random_pair(rng, n) for _ in range(k)]
+    assert all(s @ y > 0 for s, y in pairs)
     return pairs
 
 
