@@ -29,6 +29,26 @@ def sharing_traces():
         _shared.reset(token)
 
 
+def _share_key(fn, params, args: tuple):
+    """The key under which `sharing_traces` keeps fn's trace at params and args (raises
+    TypeError where fn or a non-array leaf is unhashable)."""
+    dynamic, static = eqx.partition((params, args), eqx.is_array)
+    # by type too: 2 == 2.0 == True, but each traces to another program
+    fixed_leaves = tuple((type(leaf), leaf) for leaf in jtu.tree_leaves(static))
+    fixed = (jtu.tree_structure(static), fixed_leaves)
+    key = (fn, jtu.tree_structure(dynamic), fixed, tuple(map(jax.typeof, jtu.tree_leaves(dynamic))))
+    hash(key)
+    return key
+
+
+def share(traced: "TracedOnce", fn, params, args: tuple) -> None:
+    """Within `sharing_traces`, let `TracedOnce(fn, params, *args)` reuse `traced` (a trace
+    of another function that computes what fn does)."""
+    shared = _shared.get()
+    if shared is not None:
+        shared[_share_key(fn, params, args)] = (traced.jaxpr, traced.out_tree)
+
+
 class TracedOnce(eqx.Module):
     """`fn(params, *args)` traced to a jaxpr once, at the example arguments; calling it (or
     differentiating it) evaluates the jaxpr and never runs the Python function again.
@@ -45,14 +65,11 @@ class TracedOnce(eqx.Module):
         leaves = jtu.tree_leaves(dynamic)
         shared, key = _shared.get(), None
         if shared is not None:
-            # by type too: 2 == 2.0 == True, but each traces to another program
-            fixed_leaves = tuple((type(leaf), leaf) for leaf in jtu.tree_leaves(static))
-            fixed = (jtu.tree_structure(static), fixed_leaves)
-            key = (fn, jtu.tree_structure(dynamic), fixed, tuple(map(jax.typeof, leaves)))
             try:
-                found = shared.get(key)
+                key = _share_key(fn, params, args)
             except TypeError:  # an unhashable fn or non-array leaf: traced here
-                found, key = None, None
+                key = None
+            found = None if key is None else shared.get(key)
             if found is not None:
                 self.jaxpr, self.out_tree = found
                 return

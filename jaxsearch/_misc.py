@@ -166,10 +166,15 @@ def tree_scale(t: Scalar, a: PyTree) -> PyTree:
 def zeros_sharded_like(x: Array, dtype, lead: tuple[int, ...] = ()) -> Array:
     """Zeros of shape `lead + x.shape` in `dtype` (strongly typed), sharded like x on the
     trailing axes and replicated along `lead`, on any mesh: by type on an explicit mesh, by
-    `shard_alike` (a no-op without a mesh) where the partitioner chooses. Plain zeros would
-    not depend on x: XLA would place them whole on every device, or jit on one."""
+    `shard_alike` where the partitioner chooses. Plain zeros would not depend on x: XLA would
+    place them whole on every device, or jit on one. With one device there is nothing to
+    share, and no `shard_alike`: each one's group takes a number from a count kept by the
+    process, so that the same program lowered twice would differ (and miss JAX's persistent
+    compilation cache)."""
     shape = (*lead, *x.shape)
     zeros = jnp.broadcast_to(jnp.zeros_like(x, dtype), shape)
+    if jax.device_count() == 1:
+        return zeros
     return shard_alike(zeros, jnp.broadcast_to(x, shape))[0]
 
 

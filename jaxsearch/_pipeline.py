@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
 
-from . import _evaluate, _programs, _retrace
+from . import _computation, _evaluate, _programs, _retrace
 from ._adjoint import Problem
 from ._box import Box, check_order
 from ._engine import Engine, gradient_norm
@@ -270,9 +270,12 @@ def run(
     it is compiled and dispatched; `compiler_options` as `_programs.setting` gives them)."""
     box = None if bounds is None else make_box(solver, bounds, partition(x0)[0])
     search = line_search(solver, box)
-    # equinox turns a `throw=True` error into a clean exception under its own jit only
-    plain = not solver.throw and _programs.plain_call(fn, (x0, args)) and _programs.hashable(solver)
     with _evaluate.sharing_traces():  # fn is traced once for its price, the state and the run
+        fn = same_computation(solver, fn, x0, args)
+        # equinox turns a `throw=True` error into a clean exception under its own jit only
+        plain = (
+            not solver.throw and _programs.plain_call(fn, (x0, args)) and _programs.hashable(solver)
+        )
         _programs.price(solver, fn, x0, args)
         chosen = state_options = _programs.options(compiler_options, solver, fn, x0, args)
         if compiler_options == "auto" and chosen is None and _programs.lean_eligible((x0, args)):
@@ -302,6 +305,15 @@ def run(
         return _programs.call(
             bundled_run, settings, large, filtered=True, donate=donate, options=chosen
         )
+
+
+def same_computation(solver, fn, params, args: tuple):
+    """At the top level, fn's stand-in that is equal to any fn computing the same thing
+    (`_computation`): a new closure over the same computation takes the program compiled for
+    an earlier one. Inside a trace, fn (the caller's compile decides)."""
+    if _programs.traced((params, args)):
+        return fn
+    return _computation.by_computation(fn, solver.has_aux, params, args)
 
 
 def settled_run(solver, search, fn, x0, args, box, report: Report, small, large) -> Result:
@@ -426,9 +438,12 @@ def step(solver, fn, params, state, args: tuple, bounds):
     they went in)."""
     if _programs.price(solver, fn, params, args):
         return params, state
-    chosen = _programs.options("auto", solver, fn, params, args)
-    arguments = (solver, fn, params, state, args, bounds, False)
-    return _programs.call(take_step, *arguments, filtered=True, options=chosen)
+    with _evaluate.sharing_traces():  # fn is traced once for its stand-in and the step
+        if not _programs.traced(state):
+            fn = same_computation(solver, fn, params, args)
+        chosen = _programs.options("auto", solver, fn, params, args)
+        arguments = (solver, fn, params, state, args, bounds, False)
+        return _programs.call(take_step, *arguments, filtered=True, options=chosen)
 
 
 def take_step(solver, fn, params, state, args: tuple, bounds, evaluated: bool):

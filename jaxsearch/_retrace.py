@@ -1,4 +1,5 @@
-"""Warn when a solver keeps compiling for the same shapes because fn is a new object."""
+"""Warn when a solver keeps compiling for the same shapes because fn is a new object that
+computes something else (`_computation` lets new objects computing the same share one compile)."""
 
 import functools
 import warnings
@@ -6,6 +7,8 @@ import weakref
 
 import jax
 import numpy as np
+
+from ._computation import Computation
 
 # Compiles that repeat for one (entry point, solver, fn's code, argument shapes) before a
 # warning: the first may be a second problem on purpose; the third is a pattern.
@@ -52,6 +55,8 @@ def note_trace(entry: str, solver, fn, arguments) -> None:
     """Record that `entry` ("run" or "step") of `solver` is being traced for `fn` at
     `arguments`; warn once per key when fn's code has been compiled `_WARN_AT` times for the
     same shapes and dtypes with a different function object each time."""
+    if isinstance(fn, Computation):  # the stand-in of fn (`_computation`): fn's identity
+        fn = fn.fn
     code = _code(fn)
     if code is None:
         return
@@ -72,9 +77,10 @@ def note_trace(entry: str, solver, fn, arguments) -> None:
         warnings.warn(
             f"jaxsearch: Solver.{entry} compiled {seen.count} times for the same shapes and "
             f"dtypes because `fn` ({code.co_name} in {code.co_filename}:{code.co_firstlineno})"
-            " is a new function object on every call, typically a lambda or closure created "
-            "inside a loop. The function's identity is part of the compile key. Define fn "
-            f"once and pass data through its arguments: solver.{entry}(fn, params, *args).",
+            " is a new function object on every call that computes something else or closes "
+            "over other arrays, typically a closure over new data created inside a loop. New "
+            "closures over the same computation and equal arrays share one compile; pass the "
+            f"data through fn's arguments instead: solver.{entry}(fn, params, *args).",
             RetraceWarning,
             stacklevel=4,
         )
