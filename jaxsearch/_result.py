@@ -2,6 +2,7 @@
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
@@ -32,7 +33,9 @@ class Result(eqx.Module):
     `run(fn, result.iterate, *args, state=result.state)` continues the run as if it had not
     stopped, and `step(fn, result.iterate, result.state, *args)` goes on step by step. Its
     `status` is that of the last step (`RUNNING` where the run stopped at `max_steps`).
-    `iterate` is `params` unless the run returned an earlier, better point. The state is
+    `iterate` is `params` unless the run returned an earlier, better point. To go on from
+    `params` rather than from `iterate` (a library that hands params and state on), use
+    `state_at_params`. The state is
     carried in a few buffers, `packed_state` (a compiled program's every output array costs
     a dispatch), and unpacked when `state` is first read.
     """
@@ -57,6 +60,27 @@ class Result(eqx.Module):
         when first read."""
         packed = self.packed_state
         return packed.unpack() if isinstance(packed, PackedState) else packed
+
+    @property
+    def state_at_params(self) -> PyTree:
+        """The state to go on from the point the run returned (the hand-over to `step`, or
+        to another run): `solver.step(fn, result.params, result.state_at_params, *args)`.
+        Its `status` is the run's (`result.status`: `MAX_STEPS`, say, not the last step's
+        `RUNNING`). Where `params` is the last iterate, it is `state` otherwise: f, its
+        gradient and aux there, the direction's memory and the search's state go on. Where
+        the run returned an earlier, better point, it is `state` with f marked for
+        evaluation (as `Solver.reevaluate` does): the next step first evaluates fn at
+        `params`, one evaluation, then searches from there with the direction's memory and
+        the search's state the run built. Under `jax.vmap`, per problem."""
+        state = self.state
+        batch = jnp.ndim(state.has_eval)
+        same = jnp.ones(jnp.shape(state.has_eval), bool)
+        for x, y in zip(leaves(self.params), leaves(self.iterate), strict=True):
+            axes = tuple(range(batch, jnp.ndim(x)))
+            same = same & jnp.all(jnp.asarray(x) == jnp.asarray(y), axis=axes)
+        status = jnp.asarray(self.status).astype(jnp.int32)
+        # `tree_at`, not a constructor: a batched state's leaves have the batch's shape
+        return eqx.tree_at(lambda s: (s.has_eval, s.status), state, (state.has_eval & same, status))
 
     @property
     def num_steps(self) -> Int[Array | np.ndarray, "*batch"]:

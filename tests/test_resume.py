@@ -275,3 +275,46 @@ def test_a_caller_s_jit_that_returns_params_only_drops_the_state():
     whole = jax.jit(lambda x: solver.run(chain, x, a)).lower(x0).compile()
     assert params_only.memory_analysis().output_size_in_bytes == x0.nbytes
     assert whole.memory_analysis().output_size_in_bytes > 20 * x0.nbytes  # with the memory
+
+
+def test_state_at_params_hands_over_the_best_point():
+    """Where a run returns an earlier, better point, `state_at_params` goes on from it: the
+    next step evaluates f at params first (as after `reevaluate`, bit for bit), and carries
+    the run's status; handing on `state` (the last iterate's) would step from params with
+    the iterate's gradient."""
+    solver = js.Solver(js.Gradient(), js.FixedStep(1.5), max_steps=3, gtol=0.0, ftol=0.0)
+    x0, a = jnp.asarray([1.0, -2.0]), jnp.asarray(1.0)
+    first = solver.run(quadratic, x0, a)
+    assert same_bits(first.params, x0) and not same_bits(first.iterate, x0)
+    handed = first.state_at_params
+    assert int(handed.status) == js.Status.MAX_STEPS == int(first.status)
+    assert int(first.state.status) == js.Status.RUNNING  # the last step's
+    params, state = solver.step(quadratic, first.params, handed, a)
+    again, _ = solver.step(quadratic, first.params, solver.reevaluate(first.state), a)
+    assert same_bits(params, again)
+    np.testing.assert_array_equal(params, x0 - 1.5 * 2 * x0)  # -grad f(x0), not the iterate's
+    assert int(state.num_fun_evals) == int(first.num_fun_evals) + 2
+    mixed, _ = solver.step(quadratic, first.params, first.state, a)
+    assert not same_bits(mixed, params)
+
+
+def test_state_at_params_of_the_last_iterate_is_its_state():
+    """Where params is the last iterate, the state goes on as it is (no evaluation more), with
+    the run's status; under vmap, per problem."""
+    with jax.enable_x64(True):
+        a = jnp.asarray(100.0)
+        solver = js.Solver(js.LBFGS(), max_steps=6, gtol=0.0, ftol=0.0)
+        first = solver.run(chain, start(jnp.float64), a)
+        assert same_bits(first.params, first.iterate)
+        handed = first.state_at_params
+        assert int(handed.status) == js.Status.MAX_STEPS
+        assert same_bits(eqx.tree_at(lambda s: s.status, handed, first.state.status), first.state)
+        by_params = solver.step(chain, first.params, handed, a)
+        by_iterate = solver.step(chain, first.iterate, first.state, a)
+        assert same_bits(by_params, by_iterate)
+
+    fixed = js.Solver(js.Gradient(), js.FixedStep(1.5), max_steps=3, gtol=0.0, ftol=0.0)
+    starts = jnp.asarray([[1.0, -2.0], [0.0, 0.0]])  # climbs (returns x0); at the minimiser
+    batch = jax.vmap(lambda x: fixed.run(quadratic, x, jnp.asarray(1.0)))(starts)
+    np.testing.assert_array_equal(batch.state_at_params.has_eval, [False, True])
+    np.testing.assert_array_equal(batch.state_at_params.status, batch.status)
