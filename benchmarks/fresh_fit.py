@@ -3,6 +3,7 @@
     python benchmarks/fresh_fit.py              # float32 and float64, both GLMs, 10 fits
     python benchmarks/fresh_fit.py --quick      # float32, the small GLM, 3 fits (< 2 min, 2 CPUs)
     python benchmarks/fresh_fit.py --fits 5 --dtypes float64 --out /tmp/fresh_fit
+    python benchmarks/fresh_fit.py --vmap       # 10 single-neuron models under jax.vmap
 
 A downstream neural-GLM library builds, for every `fit`, the penalised loss as a new Python
 closure over its regulariser and observation model, then calls the solver on it (issue 35,
@@ -76,6 +77,7 @@ RIDGE = 0.1
 MAX_STEPS = 1000
 SEED = 0
 TARGET = 0.5  # jaxsearch total / optx+optax total, at most (issue 35)
+VMAPPED = 10  # single-neuron models fitted at once under jax.vmap (`--vmap`)
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
@@ -266,8 +268,59 @@ def child(spec: dict) -> dict:
     return out
 
 
-def run_child(spec: dict) -> dict:
-    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child", json.dumps(spec)]
+def vmap_child(spec: dict) -> dict:
+    """One process: the large GLM's neurons as `VMAPPED` single-neuron models fitted at once
+    under `jax.vmap` by `spec["solver"]`: the first call (its compiles) and a second one."""
+    if spec["dtype"] == "float64":
+        jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_compilation_cache", False)
+    compiles: list[float] = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, **kwargs: (
+            compiles.append(duration) if event == _COMPILE_EVENT else None
+        )
+    )
+    samples, features, _ = PROBLEMS["GLM 10000 x 40 x 10"]
+    X, y, _ = glm_data(samples, features, VMAPPED, spec["dtype"])
+    models = jnp.moveaxis(y, 1, 0)[:, :, None]  # (models, samples, 1)
+    one = Params(jnp.zeros((features, 1), X.dtype), jnp.zeros((1,), X.dtype))
+    fn = make_loss(PoissonObservations(), Ridge(RIDGE))
+    tol = TOL[spec["dtype"]]
+
+    def fit_all(models):
+        return jax.vmap(lambda y: fit_traced(spec["solver"], fn, one, X, y, tol))(models)
+
+    walls = []
+    for _ in range(2):
+        t0, before = time.perf_counter(), len(compiles)
+        jax.block_until_ready(fit_all(models))
+        walls.append((time.perf_counter() - t0, len(compiles) - before, sum(compiles[before:])))
+    return {
+        **spec,
+        "first_s": walls[0][0],
+        "compiles": walls[0][1],
+        "compile_s": walls[0][2],
+        "second_s": walls[1][0],
+        "second_compiles": walls[1][1],
+    }
+
+
+def fit_traced(solver: str, fn, params, X, y, tol):
+    """One fit's params, traceable (under `jax.vmap`)."""
+    if solver == "jaxsearch":
+        return js.Solver(gtol=tol, max_steps=MAX_STEPS).run(fn, params, X, y).params
+    import optax
+    import optimistix as optx
+
+    minimiser = optx.OptaxMinimiser(optax.lbfgs(), rtol=0.0, atol=tol)
+    sol = optx.minimise(
+        lambda p, args: fn(p, *args), minimiser, params, (X, y), max_steps=MAX_STEPS, throw=False
+    )
+    return sol.value
+
+
+def run_child(spec: dict, flag: str = "--child") -> dict:
+    command = [sys.executable, str(pathlib.Path(__file__).resolve()), flag, json.dumps(spec)]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
@@ -412,6 +465,29 @@ def markdown(data: dict, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def vmapped_table(dtypes) -> str:
+    """The large GLM's neurons as single-neuron models fitted at once under `jax.vmap`, each
+    solver in a fresh process: the first call (compiles included) and the second."""
+    lines = [
+        f"{VMAPPED} single-neuron Poisson GLMs (10000 x 40) fitted at once under jax.vmap; "
+        "first call (backend compiles: count, seconds) and second call, in seconds.",
+        "",
+        "| dtype | solver | first call | compiles | compile s | second call | compiles |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for dtype in dtypes:
+        for solver in ("jaxsearch", "optx+optax"):
+            r = run_child({"dtype": dtype, "solver": solver}, "--vmap-child")
+            if "error" in r:
+                lines.append(f"| {dtype} | {solver} | error: {r['error'][-1][:80]} | | | | |")
+                continue
+            lines.append(
+                f"| {dtype} | {solver} | {r['first_s']:.3g} | {r['compiles']} | "
+                f"{r['compile_s']:.3g} | {r['second_s']:.3g} | {r['second_compiles']} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="float32, the small GLM, 3 fits")
@@ -419,10 +495,20 @@ def main(argv=None):
     parser.add_argument("--dtypes", default=None, help="comma list (default float32,float64)")
     parser.add_argument("--solvers", default=",".join(SOLVERS), help="comma list")
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument(
+        "--vmap", action="store_true", help="only the vmapped fit: its first call's compile"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--vmap-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
+        return
+    if args.vmap_child:
+        print(json.dumps(vmap_child(json.loads(args.vmap_child))))
+        return
+    if args.vmap:
+        print(vmapped_table((args.dtypes or "float32,float64").split(",")))
         return
 
     import optax
