@@ -48,7 +48,6 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
@@ -64,6 +63,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the jaxsearch of this checkout
 
 import jaxsearch as js  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+from stochastic import cpu_model  # noqa: E402
 
 PROBLEMS = {  # name: (samples, features, neurons)
     "GLM 10000 x 40 x 10": (10_000, 40, 10),
@@ -345,16 +347,6 @@ def measure(dtype: str, problem: str, solver: str, fits: int) -> dict:
 
 
 # ------------------------------------------------------------------------------ report
-
-
-def cpu_model() -> str:
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def markdown(data: dict, meta: dict) -> str:
