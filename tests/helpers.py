@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxsearch as js
+from jaxsearch import _programs
 
 DIRECTIONS = {
     "Gradient": lambda: js.Gradient(),
@@ -71,6 +72,13 @@ def compute(direction, state, grad, dtype, hvp=None, x=None):
 
 # Solver settings that run to the rounding level of float64 (gtol alone stops the run).
 TIGHT = dict(gtol=1e-12, ftol=0.0)
+
+# `run(..., compiler_options=LEAN)`: the lean XLA options (elemental fusion emitters, LLVM at
+# -O1) that "auto" picks for a small problem on a CPU, at about half the compile time of XLA's
+# defaults; for tests of what a run computes whose large `max_steps` prices them out of
+# "auto". The options change how XLA compiles the program, not what it computes (no fast
+# math either way); where a backend refuses them, `run` falls back to XLA's defaults.
+LEAN = dict(_programs.LEAN_OPTIONS)
 
 
 # ------------------------------------------------------------------ hypothesis profiles
