@@ -13,7 +13,7 @@ import numpy as np
 
 import jaxsearch as js
 
-from .helpers import solver
+from .helpers import LEAN, solver
 from .problems import rosenbrock
 
 GTOL = 1e-6  # the settings of `make_solver`'s solvers
@@ -80,6 +80,13 @@ SETTINGS = [
     # A pytree mixing a bfloat16 and a float32 leaf.
     Setting("mixed_bf16_f32", (jnp.bfloat16, jnp.float32), jnp.float32, jnp.float32),
 ]
+
+
+# The keywords of the user train steps' `eqx.filter_jit`: on a CPU, the lean XLA options that
+# `run` and `step` choose for their own programs (helpers.LEAN, about half the compile time of
+# XLA's defaults). What these tests count is whether a program compiles, not how XLA optimises
+# it.
+USER_JIT = {"compiler_options": LEAN}
 
 
 def make_solver(direction: str, search: str) -> js.Solver:

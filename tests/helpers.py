@@ -11,10 +11,12 @@ import os
 from typing import ClassVar
 
 import hypothesis
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 import jaxsearch as js
+from jaxsearch import _programs
 
 DIRECTIONS = {
     "Gradient": lambda: js.Gradient(),
@@ -71,6 +73,15 @@ def compute(direction, state, grad, dtype, hvp=None, x=None):
 
 # Solver settings that run to the rounding level of float64 (gtol alone stops the run).
 TIGHT = dict(gtol=1e-12, ftol=0.0)
+
+# The lean XLA options (elemental fusion emitters, LLVM at -O1) that "auto" picks for a small
+# problem on a CPU, at about half the compile time of XLA's defaults: `run(...,
+# compiler_options=LEAN)` where a large `max_steps` prices them out of "auto", and
+# `jax.jit(..., compiler_options=LEAN)` for a test's own jit of a solver call (under a trace,
+# the caller's compile decides), in tests of what a program computes. The options change how
+# XLA compiles it, not what it computes (no fast math either way). XLA's defaults (None) on
+# other backends.
+LEAN = dict(_programs.LEAN_OPTIONS) if jax.default_backend() == "cpu" else None
 
 
 # ------------------------------------------------------------------ hypothesis profiles

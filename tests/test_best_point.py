@@ -12,6 +12,7 @@ import jaxsearch as js
 from jaxsearch._linesearch._conditions import value_tolerance
 from jaxsearch._misc import at_least_float32
 
+from .helpers import LEAN
 from .problems import EvaluationLog
 
 # ------------------------------------------------------------------ a wrong gradient
@@ -126,7 +127,8 @@ def test_returned_value_is_the_best_seen(name, dtype):
     with jax.enable_x64(True):
         x0, a, b, c, lie = problems(dtype, seed=len(name))
         solver = BATCHED[name]
-        result = jax.vmap(lambda *p: solver.run(offset_bowl, *p, history=True))(x0, a, b, c, lie)
+        batched = jax.vmap(lambda *p: solver.run(offset_bowl, *p, history=True))
+        result = jax.jit(batched, compiler_options=LEAN)(x0, a, b, c, lie)
         x, a64, b64, c64 = (np.asarray(v, np.float64) for v in (x0, a, b, c))
         z = x - b64
         terms = a64 * z**2 + 0.1 * z**4

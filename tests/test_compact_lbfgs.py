@@ -2,6 +2,7 @@
 with no loop over the memory."""
 
 import dataclasses
+import functools
 import types
 
 import jax
@@ -12,7 +13,7 @@ import pytest
 import jaxsearch as js
 from jaxsearch._direction import _lbfgs
 
-from .helpers import TIGHT, compute, explicit_lbfgs_direction, random_pair
+from .helpers import LEAN, TIGHT, compute, explicit_lbfgs_direction, random_pair
 from .problems import (
     REGRESSION_A,
     REGRESSION_B,
@@ -141,7 +142,10 @@ def test_solver_says_when_it_replaces_the_gradient():
         targets = [jnp.asarray(1 + 0.1 * rng.standard_normal(6)) for _ in range(8)]
         x = jnp.zeros(6)
         state = solver.init(x, fn=_shifted_bowl, args=(targets[0],))
-        step = jax.jit(lambda x, st, t: solver.step(_shifted_bowl, x, solver.reevaluate(st), t))
+        step = jax.jit(
+            lambda x, st, t: solver.step(_shifted_bowl, x, solver.reevaluate(st), t),
+            compiler_options=LEAN,
+        )
         for target in targets:
             x, state = step(x, state, target)
         assert int(state.direction.count) == 3
@@ -150,7 +154,7 @@ def test_solver_says_when_it_replaces_the_gradient():
         opt = solver.as_optax()
         value_and_grad = jax.value_and_grad(_shifted_bowl)
 
-        @jax.jit
+        @functools.partial(jax.jit, compiler_options=LEAN)
         def update(x, opt_state, target):
             value, grad = value_and_grad(x, target)
             updates, opt_state = opt.update(
@@ -433,7 +437,7 @@ def test_compact_vmapped_run_equals_one_at_a_time():
     solver = js.Solver(js.LBFGS(form="compact"), gtol=1e-10, ftol=0.0)
     with jax.enable_x64(True):
         x0s = jnp.array([[-1.2, 1.0], [2.0, -1.5], [0.5, 0.5]])
-        batched = jax.jit(jax.vmap(lambda x: solver.run(rosenbrock, x)))(x0s)
+        batched = jax.jit(jax.vmap(lambda x: solver.run(rosenbrock, x)), compiler_options=LEAN)(x0s)
         for i, x0 in enumerate(x0s):
             single = solver.run(rosenbrock, x0)
             assert int(batched.num_steps[i]) == int(single.num_steps)

@@ -3,7 +3,8 @@
 For cells that cover every pair of direction, line search and params dtype setting
 (`covering_cells`), one test checks in sequence:
 
-1. a user `eqx.filter_jit` train step calling `solver.step` five times compiles exactly once;
+1. a user `eqx.filter_jit` train step calling `solver.step` five times compiles exactly once
+   (compiled with the lean XLA options that `step` itself uses on a CPU: `USER_JIT`);
 2. the state after `init` and after five steps has the same tree structure, shapes, dtypes and
    weak types, and no leaf is weakly typed;
 3. `solver.step` called eagerly five times compiles once (it is `eqx.filter_jit`-ed itself);
@@ -27,6 +28,7 @@ import pytest
 
 from .compile_kit import (
     SETTINGS,
+    USER_JIT,
     Setting,
     block,
     leaf_dtypes,
@@ -61,13 +63,13 @@ def signature(tree) -> dict:
     }
 
 
-@eqx.filter_jit
+@eqx.filter_jit(**USER_JIT)
 def train_step(solver, params, state, data):
     """The user's jitted training step. `solver` has no array leaves: it is static, hashed."""
     return solver.step(shifted_rosenbrock, params, state, data)
 
 
-@eqx.filter_jit
+@eqx.filter_jit(**USER_JIT)
 def train_step_f64(solver, params, state):
     return solver.step(rosenbrock_f64, params, state)
 

@@ -7,11 +7,14 @@ import pytest
 
 import jaxsearch as js
 
-from .helpers import pairs, solver
+from .helpers import LEAN, pairs, solver
 from .problems import logistic, logistic_data, quadratic, rosenbrock, spd_quadratic_data
 
 # The registry's directions (tests/helpers.py) but the compact L-BFGS form, with every search
-# that tests convergence (FixedStep does not); a subset, to keep the suite's time down.
+# that tests convergence (FixedStep does not); a subset, to keep the suite's time down. Every
+# run is compiled with the lean options (`LEAN`): "auto" chooses them for all the runs here but
+# the float64 logistic one (its transcendentals at a budget of 100 000 steps), and nearly all
+# of this file's time is compiling.
 DIRECTION_NAMES = ["Gradient", "LBFGS", "BFGS", "NonlinearCG", "NewtonCG"]
 SEARCH_NAMES = ["Zoom", "Backtracking", "MoreThuente", "HagerZhang"]
 CELLS = pairs(DIRECTION_NAMES, SEARCH_NAMES)
@@ -41,7 +44,7 @@ def test_float64_reaches_gtol(direction, search):
     method = solver(direction, search, gtol=1e-6, ftol=0.0, max_steps=100_000)
     with jax.enable_x64(True):
         for name, (fn, x0, args) in problems(jnp.float64).items():
-            result = method.run(fn, x0, *args)
+            result = method.run(fn, x0, *args, compiler_options=LEAN)
             assert result.status == js.Status.CONVERGED_GTOL, (name, result.message)
             grad = jax.grad(fn)(result.params, *args)
             assert float(jnp.max(jnp.abs(grad))) <= 1e-6, name
@@ -53,7 +56,7 @@ def test_float32_converges_or_says_why(direction, search):
     honestly (slow gradient descent, Armijo-only CG) but never with a worse or non-finite point."""
     method = solver(direction, search, gtol=1e-3, max_steps=20_000)
     for name, (fn, x0, args) in problems(jnp.float32).items():
-        result = method.run(fn, x0, *args)
+        result = method.run(fn, x0, *args, compiler_options=LEAN)
         assert bool(jnp.all(jnp.isfinite(result.params))), name
         assert float(result.value) <= float(fn(x0, *args)), name
         if direction in QUASI_NEWTON or name == "logistic":
