@@ -66,8 +66,8 @@ class Result(eqx.Module):
         """The state to go on from the point the run returned (the hand-over to `step`, or
         to another run): `solver.step(fn, result.params, result.state_at_params, *args)`.
         Its `status` is the run's (`result.status`: `MAX_STEPS`, say, not the last step's
-        `RUNNING`). Where `params` is the last iterate, it is `state` otherwise: f, its
-        gradient and aux there, the direction's memory and the search's state go on. Where
+        `RUNNING`). Where `params` is the last iterate, it is `state` but for that status:
+        f, its gradient and aux there, the direction's memory and the search's state go on. Where
         the run returned an earlier, better point, it is `state` with f marked for
         evaluation (as `Solver.reevaluate` does): the next step first evaluates fn at
         `params`, one evaluation, then searches from there with the direction's memory and
