@@ -181,9 +181,12 @@ def _poisson_loss(model, interior, boundary):
 def test_bfloat16_pinn_returns_its_best_point():
     """An Equinox MLP 2-20-20-20-1 (tanh) with bfloat16 weights, a float32 loss and
     `LBFGS(memory_dtype=float32)`, defaults otherwise: f rises on some steps (within the
-    searches' float32 allowance), and the run ends STALLED when it stops making progress,
-    not at max_steps. It returns the point with the lowest value seen, or the last iterate
-    where that is as low within the allowance and flatter."""
+    searches' float32 allowance). It returns the point with the lowest value seen, or the
+    last iterate where that is as low within the allowance and flatter. Where the run stops
+    making progress it ends STALLED, never with a failure; where it still makes progress
+    it ends at max_steps. Which of the two depends on bfloat16 rounding, which differs
+    between CPUs (an AMD EPYC runs all 1000 steps down to 0.085; an Intel Xeon with
+    avx512_fp16 stalls after about 470 steps at 0.100)."""
     model = eqx.nn.MLP(2, 1, 20, 3, activation=jnp.tanh, key=jax.random.key(0))
     model = jax.tree.map(lambda x: x.astype(jnp.bfloat16) if eqx.is_inexact_array(x) else x, model)
     rng = np.random.default_rng(0)
@@ -201,8 +204,12 @@ def test_bfloat16_pinn_returns_its_best_point():
     if float(result.value) != values[lowest]:
         assert float(result.value) == values[-1] <= values[lowest] * (1 + 3.5e-4)
         assert norms[-1] <= norms[lowest]
-    assert js.Status(int(result.status)) == js.Status.STALLED, result.message
-    assert int(result.num_steps) < 1000
+    status = js.Status(int(result.status))
+    if int(result.num_steps) < 1000:
+        assert status == js.Status.STALLED, result.message
+    else:
+        assert status in (js.Status.MAX_STEPS, js.Status.STALLED), result.message
+    assert float(result.value) < 0.15  # from 85.2 at the start
     weights = jax.tree.leaves(eqx.filter(result.params, eqx.is_array))
     assert all(x.dtype == jnp.bfloat16 for x in weights)
 
