@@ -1,8 +1,8 @@
 """Objectives compared by what they compute, so that a new closure over the same computation
 reuses the program compiled for an earlier one.
 
-A top-level `run` or `step` compiles with fn static, and jax's compile cache tells functions
-apart by identity: a library that builds its loss as a new closure for every fit compiled the
+A `run` or `step` at the top level or under an eager `jax.vmap` compiles with fn static, and
+jax's compile cache tells functions apart by identity: a library that builds its loss as a new closure for every fit compiled the
 solver again every time. `by_computation` gives fn a stand-in, `Computation`, that is equal to
 another exactly when both compute the same thing at the same argument types: the jaxpr of
 fn's value, gradient and Hessian-vector products (forward over reverse, with respect to the
@@ -80,7 +80,9 @@ _KEPT = 64
 def by_computation(fn, has_aux: bool, params, args: tuple):
     """fn's `Computation` for a call at params and args, or fn itself where it cannot have
     one (its jaxpr has no value to compare, or tracing it raises: the call itself then
-    raises with the solver's message). Only for calls outside any trace, on arrays. fn is
+    raises with the solver's message). Only for calls that run eagerly (`_programs.eager`:
+    outside any trace but an eager `jax.vmap`'s), on arrays; a fn that closes over a tracer
+    is its own stand-in. fn is
     traced once (`_evaluate.TracedOnce`); within `_evaluate.sharing_traces`, the call's
     programs reuse that trace for the stand-in."""
     if isinstance(fn, Computation):

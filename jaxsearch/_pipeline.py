@@ -308,10 +308,11 @@ def run(
 
 
 def same_computation(solver, fn, params, args: tuple):
-    """At the top level, fn's stand-in that is equal to any fn computing the same thing
-    (`_computation`): a new closure over the same computation takes the program compiled for
-    an earlier one. Inside a trace, fn (the caller's compile decides)."""
-    if _programs.traced((params, args)):
+    """At the top level or under an eager `jax.vmap` (`_programs.eager`), fn's stand-in that
+    is equal to any fn computing the same thing (`_computation`): a new closure over the
+    same computation takes the program compiled for an earlier one. Inside another trace, fn
+    (the caller's compile decides)."""
+    if not _programs.eager((params, args)):
         return fn
     return _computation.by_computation(fn, solver.has_aux, params, args)
 
@@ -439,7 +440,7 @@ def step(solver, fn, params, state, args: tuple, bounds):
     if _programs.price(solver, fn, params, args):
         return params, state
     with _evaluate.sharing_traces():  # fn is traced once for its stand-in and the step
-        if not _programs.traced(state):
+        if _programs.eager(state):
             fn = same_computation(solver, fn, params, args)
         chosen = _programs.options("auto", solver, fn, params, args)
         arguments = (solver, fn, params, state, args, bounds, False)

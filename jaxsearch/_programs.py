@@ -59,6 +59,22 @@ def traced(tree) -> bool:
     return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves(tree))
 
 
+def eager(tree) -> bool:
+    """Whether every leaf of `tree` is concrete or a `jax.vmap` tracer over concrete values
+    (nested vmaps included): the call runs eagerly, each of its programs compiled on its
+    own, as at the top level."""
+    try:
+        from jax._src.interpreters.batching import BatchTracer
+    except ImportError:  # a later jax: only concrete leaves count as eager
+        BatchTracer = ()  # noqa: N806
+    for leaf in leaves(tree):
+        while isinstance(leaf, BatchTracer):
+            leaf = leaf.val
+        if isinstance(leaf, jax.core.Tracer):
+            return False
+    return True
+
+
 def top_level() -> bool:
     """Whether no trace is under way (jax accepts compile options on top-level jits only)."""
     try:

@@ -196,6 +196,82 @@ def test_step_shares_for_new_closures(compiles):
     np.testing.assert_allclose(x, centre, rtol=1e-4)
 
 
+def _vmapped_fits(fit, method, compiles, *batched, times=3):
+    """`times` runs of `jax.vmap(method.run)`, each with fit(i)'s new fn; the compiles of
+    each and its result."""
+    counts, results = [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(times):
+            compiles.reset()
+            results.append(jax.vmap(lambda x, *a, i=i: method.run(fit(i), x, *a))(*batched))
+            counts.append(compiles.count)
+    retraces = [w for w in caught if issubclass(w.category, js.RetraceWarning)]
+    return counts, results, retraces
+
+
+def test_vmapped_runs_share_for_new_closures(compiles):
+    """An eager `jax.vmap` of `run` (ten models at once, as a wrapping library fits them):
+    new closures over the same computation compile once, and each problem of the batch gets
+    its own answer, the closed form's."""
+    method = js.Solver(max_steps=50, gtol=1e-6)
+    scale = jnp.array([1.0, 2.0, 3.0])  # captured: a constant of the jaxpr, equal bit for bit
+    centres = jnp.arange(12.0).reshape(4, 3)
+
+    def fit(_):
+        return lambda x, centre: jnp.sum(scale * (x - centre) ** 2)
+
+    per_fit, results, retraces = _vmapped_fits(fit, method, compiles, jnp.zeros((4, 3)), centres)
+    assert per_fit[0] >= 1 and per_fit[1:] == [0, 0]
+    assert retraces == []
+    for result in results:
+        np.testing.assert_allclose(result.params, centres, rtol=1e-5)
+        assert (result.status == js.Status.CONVERGED_GTOL).all()
+
+
+def test_vmapped_closures_over_other_data_keep_their_own_answers(compiles):
+    """Under vmap, closures over other arrays compile again, and closures over the batch's
+    own (traced) values are never shared: each gets its own answer."""
+    method = js.Solver(max_steps=50, gtol=1e-6)
+    offsets = [jnp.full((3,), c) for c in (0.0, 10.0)]
+    centres = jnp.arange(12.0).reshape(4, 3)
+    per_fit, results, _ = _vmapped_fits(
+        lambda i: lambda x, centre: jnp.sum((x - centre - offsets[i]) ** 2),
+        method,
+        compiles,
+        jnp.zeros((4, 3)),
+        centres,
+        times=2,
+    )
+    assert all(count >= 1 for count in per_fit)
+    for offset, result in zip(offsets, results, strict=True):
+        np.testing.assert_allclose(result.params, centres + offset, rtol=1e-5)
+    # fn closes over the batched centre itself: a tracer, compared to nothing
+    for shift in (0.0, 1.0):
+        result = jax.vmap(
+            lambda x, centre, shift=shift: method.run(
+                lambda y: jnp.sum((y - centre - shift) ** 2), x
+            )
+        )(jnp.zeros((4, 3)), centres)
+        np.testing.assert_allclose(result.params, centres + shift, rtol=1e-5)
+
+
+def test_vmapped_steps_share_for_new_closures(compiles):
+    method = js.Solver(max_steps=20, gtol=1e-4)
+    centres = jnp.array([[1.0, -2.0], [3.0, 0.5]])
+    x = jnp.zeros((2, 2))
+    state = jax.vmap(method.init)(x)
+    counts = []
+    for _ in range(4):
+        compiles.reset()
+        x, state = jax.vmap(
+            lambda p, s, c: method.step(lambda q, c: jnp.sum((q - c) ** 2), p, s, c)
+        )(x, state, centres)
+        counts.append(compiles.count)
+    assert counts[1:] == [0, 0, 0]
+    np.testing.assert_allclose(x, centres, rtol=1e-4)
+
+
 def test_equality_is_by_bits():
     """-0.0 and 0.0 (and two NaNs) compare by their bits, as they compute differently."""
     x = jnp.ones(2)
