@@ -2,8 +2,8 @@
 reuses the program compiled for an earlier one.
 
 A `run` or `step` at the top level or under an eager `jax.vmap` compiles with fn static, and
-jax's compile cache tells functions apart by identity: a library that builds its loss as a new closure for every fit compiled the
-solver again every time. `by_computation` gives fn a stand-in, `Computation`, that is equal to
+jax's compile cache tells functions apart by identity: a library that builds its loss as a
+new closure for every fit compiled the solver again every time. `by_computation` gives fn a stand-in, `Computation`, that is equal to
 another exactly when both compute the same thing at the same argument types: the jaxpr of
 fn's value, gradient and Hessian-vector products (forward over reverse, with respect to the
 floating leaves of params, every other array leaf an input; of a fn not twice
