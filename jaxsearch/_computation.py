@@ -2,15 +2,15 @@
 reuses the program compiled for an earlier one.
 
 A `run` or `step` at the top level or under an eager `jax.vmap` compiles with fn static, and
-jax's compile cache tells functions apart by identity: a library that builds its loss as a
-new closure for every fit compiled the solver again every time. `by_computation` gives fn a stand-in, `Computation`, that is equal to
-another exactly when both compute the same thing at the same argument types: the jaxpr of
-fn's value, gradient and Hessian-vector products (forward over reverse, with respect to the
-floating leaves of params, every other array leaf an input; of a fn not twice
-differentiable, its value and gradient) is equal equation by equation, with equal
-parameters, literals and input and output types, and the arrays fn closes over (the jaxpr's
-constants) are equal bit for bit. The derivatives' jaxpr is compared rather than fn's, as it
-holds the rules of `jax.custom_jvp` and `jax.custom_vjp` functions (whose own equations
+jax's compile cache tells functions apart by identity: a library that builds its loss as a new
+closure for every fit compiled the solver again every time. `by_computation` gives fn a stand-
+in, `Computation`, that is equal to another exactly when both compute the same thing at the
+same argument types: the jaxpr of fn's value, gradient and Hessian-vector products (forward
+over reverse, with respect to the floating leaves of params, every other array leaf an input;
+of a fn not twice differentiable, its value and gradient) is equal equation by equation, with
+equal parameters, literals and input and output types, and the arrays fn closes over (the
+jaxpr's constants) are equal bit for bit. The derivatives' jaxpr is compared rather than fn's,
+as it holds the rules of `jax.custom_jvp` and `jax.custom_vjp` functions (whose own equations
 carry a rule traced anew for every closure) worked out into equations.
 
 Where something in the jaxpr cannot be compared by value (a callback, a rule that is still
