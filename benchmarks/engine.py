@@ -16,9 +16,17 @@ Rows (issue 17's table), each a ratio measured in this process:
                  again with the state donated to the jitted step;
   compile        compile of `run` on sum(x^2), n = 1000 float32, over optax.lbfgs's compile in
                  its documented `lax.while_loop`: `run` called as it is (its own programs, with
-                 the lean compile options on a CPU) and inside a caller's `jax.jit`; and the
-                 kernels (fusions) and copies in both optimised programs (`anatomy`): XLA's
-                 CPU compile time goes with the kernels;
+                 the options "auto" picks, the lean ones on a CPU) and inside a caller's
+                 `jax.jit` (one program, XLA's defaults); and the kernels (fusions) and copies
+                 in the optimised programs (`anatomy`): XLA's CPU compile time goes with the
+                 kernels. A table beside it: each solver's backend compiles of a first call
+                 (number and seconds, `jax.monitoring`) and its main program's kernels and
+                 copies, fresh_fit.py's optimistix peers (`optx.minimise` with
+                 OptaxMinimiser(optax.lbfgs()) and with BFGS, rtol 0, atol = gtol) included,
+                 as fresh_fit calls them and inside a caller's `jax.jit`;
+  compile_glm    that table for fresh_fit.py's Poisson GLM (10,000 x 40 x 10 neurons, ridge
+                 0.1, float32, Equinox-module params, tol 1e-4): jaxsearch as fresh_fit runs it
+                 and in `jax.jit`, optax.lbfgs's loop on the module, the optimistix peers;
   small          2-D Rosenbrock `run` under `jax.jit`, wall (min over repeats), over optax's
                  jitted loop to the same gtol: the jit returning the whole `Result` (its
                  state included), and returning params and num_steps, as optax's loop does;
@@ -62,12 +70,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import fresh_fit  # noqa: E402
 import peers as peers_mod  # noqa: E402
 import problems as problems_mod  # noqa: E402
 import speed  # noqa: E402  (its measuring helpers; it also switches the compile cache off)
 from unrolled_lbfgs import UnrolledLBFGS  # noqa: E402
 
 import jaxsearch as js  # noqa: E402
+from jaxsearch import _programs  # noqa: E402
 
 CONTROL_FLOW = ("while", "cond", "scan")
 INLINE_FLOPS = 1000  # XLA's PjRt CPU client: a "cheap" program runs on the calling thread
@@ -251,28 +261,200 @@ def large(n: int, reps: int, direction=None) -> dict:
     return row
 
 
-def compile_small(direction=None) -> dict:
+def first_call(call, program=None) -> dict:
+    """The compile of a whole minimisation `call()` (`speed.compile_whole_run`): the XLA
+    backend compiles of its first call (`jax.monitoring`'s
+    `/jax/core/compile/backend_compile_duration`: their number and seconds), its wall less the
+    second call's, the second call's compiles (0 where the first compiled everything); and
+    `anatomy(*program)` of `program`, a (jitted, arguments) pair, where given."""
+    whole = speed.compile_whole_run(call)
+    row = {
+        "compiles": whole["first_call"]["compiles"],
+        "backend_compile_s": whole["first_call"]["backend_compile_s"],
+        "compile_s": whole["compile_s"],
+        "second_call_compiles": whole["second_call"]["compiles"],
+    }
+    if program is not None:
+        jitted, arguments = program
+        row["anatomy"] = anatomy(jitted, *arguments)
+    return row
+
+
+RUN_PROGRAMS = ("settled_run", "bundled_run")  # `run`'s own program (the loop), by function
+
+
+def _abstract(tree):
+    return jax.tree.map(
+        lambda x: (
+            jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+            if isinstance(x, jax.Array)
+            else x
+        ),
+        tree,
+    )
+
+
+def first_call_as_called(call) -> dict:
+    """`first_call` of a jaxsearch `run` called as it is, outside any trace: its own programs,
+    compiled as `compiler_options="auto"` chooses (`jaxsearch._programs`), each recorded where
+    `_programs.call` compiles it (the function `_programs._compiled` jits, with its options,
+    and the arguments) and its `anatomy` taken after the timed calls; "anatomy" is the run's
+    program's (the loop), "programs" every program's by function."""
+    recorded = []
+    compiled = _programs._compiled
+
+    def recording(fun, filtered, donated, options, static_argnums):
+        jitted = compiled(fun, filtered, donated, options, static_argnums)
+
+        def called(*arguments):
+            kept = arguments
+            if not filtered:  # avals only: a donated buffer is gone once the call returns
+                kept = tuple(
+                    a if i in static_argnums else _abstract(a) for i, a in enumerate(arguments)
+                )
+            recorded.append((fun.__name__, options == _programs.LEAN_ITEMS, jitted, kept))
+            return jitted(*arguments)
+
+        return called
+
+    _programs._compiled = recording
+    try:
+        row = first_call(call)
+    finally:
+        _programs._compiled = compiled
+    programs = {}
+    for name, lean, jitted, arguments in recorded:
+        if name not in programs:
+            programs[name] = {**anatomy(jitted, *arguments), "lean_options": lean}
+    row["programs"] = programs
+    row["anatomy"] = next((programs[n] for n in RUN_PROGRAMS if n in programs), None)
+    return row
+
+
+def optimistix_in_jit(kind: str, fn, tol: float):
+    """`optx.minimise` as fresh_fit.py calls it for `kind` ("optx+optax" or "optx-bfgs",
+    rtol 0, atol `tol`, fn(params, *args)), inside a caller's `jax.jit`, returning the params:
+    fresh_fit's `fit_traced` for "optx+optax", the same call with `optx.BFGS` for the other."""
+    if kind == "optx+optax":
+        return jax.jit(lambda p, X, y: fresh_fit.fit_traced(kind, fn, p, X, y, tol))
+    import optimistix as optx
+
+    minimiser = optx.BFGS(rtol=0.0, atol=tol)
+
+    @jax.jit
+    def solve(p, X, y):
+        return optx.minimise(
+            lambda q, args: fn(q, *args),
+            minimiser,
+            p,
+            (X, y),
+            max_steps=fresh_fit.MAX_STEPS,
+            throw=False,
+        ).value
+
+    return solve
+
+
+def optimistix_peers(fn, params, X, y, tol: float) -> dict:
+    """fresh_fit.py's optimistix peers on fn(params, X, y): each as fresh_fit calls it
+    (`fresh_fit.fit`: `optx.minimise` under its own `eqx.filter_jit`), compiles only, and
+    inside a caller's `jax.jit` (`optimistix_in_jit`), compiles and `anatomy`."""
+    rows = {}
+    for kind in ("optx+optax", "optx-bfgs"):
+        rows[kind] = first_call(lambda kind=kind: fresh_fit.fit(kind, fn, params, X, y, tol))
+        solve = optimistix_in_jit(kind, fn, tol)
+        rows[f"{kind} in jax.jit"] = first_call(
+            lambda solve=solve: jax.block_until_ready(solve(params, X, y)), (solve, (params, X, y))
+        )
+    return rows
+
+
+def _ratios(solvers: dict, base: str = "optax.lbfgs loop") -> dict:
+    """Each solver's backend compile seconds and kernels over `base`'s."""
+    theirs = solvers.get(base, {})
+    for row in solvers.values():
+        if "backend_compile_s" in row and theirs.get("backend_compile_s"):
+            row["compile_vs_optax"] = row["backend_compile_s"] / theirs["backend_compile_s"]
+        ours, base_counts = row.get("anatomy"), theirs.get("anatomy")
+        if ours and base_counts and base_counts["kernels"]:
+            row["kernels_vs_optax"] = ours["kernels"] / base_counts["kernels"]
+    return solvers
+
+
+def compile_small(direction=None, optimistix: bool = True) -> dict:
     """Compile of `run` on sum(x^2), n = 1000 float32, against optax's documented loop: `run`
     called as it is (its own programs, compiled with `jaxsearch._programs.LEAN_OPTIONS` on a
-    CPU) and inside a caller's `jax.jit` (one program, XLA's default options)."""
+    CPU) and inside a caller's `jax.jit` (one program, XLA's default options); with
+    `optimistix`, fresh_fit.py's optimistix peers too (`optimistix_peers`, atol = gtol).
+    "solvers" holds each one's `first_call`."""
     x0 = jnp.ones(1000, jnp.float32)
     cfg = peers_mod.Config(gtol=1e-6, ftol=0.0, max_steps=100)
     solver = js.Solver(direction, gtol=cfg.gtol, ftol=0.0, max_steps=cfg.max_steps)
     fn = speed.sum_of_squares
-    ours = speed.compile_whole_run(peers_mod._jaxsearch(solver, fn, x0, None, cfg))
     in_jit = jax.jit(lambda x: solver.run(fn, x, None).params)
-    ours_in_jit = speed.compile_whole_run(lambda: jax.block_until_ready(in_jit(x0)))
     optax_call = peers_mod.optax_lbfgs(fn, x0, None, cfg)
-    optax_solve, optax_arguments = optax_call.program
-    theirs = speed.compile_whole_run(optax_call)
+    solvers = {
+        "jaxsearch run": first_call_as_called(peers_mod._jaxsearch(solver, fn, x0, None, cfg)),
+        "jaxsearch run in jax.jit": first_call(
+            lambda: jax.block_until_ready(in_jit(x0)), (in_jit, (x0,))
+        ),
+        "optax.lbfgs loop": first_call(optax_call, optax_call.program),
+    }
+    if optimistix:
+
+        def unpacked(x, X, y):  # fresh_fit's fn(params, X, y); no data here
+            return fn(x, None)
+
+        solvers.update(optimistix_peers(unpacked, x0, None, None, cfg.gtol))
+    ours, ours_in_jit = solvers["jaxsearch run"], solvers["jaxsearch run in jax.jit"]
+    theirs = solvers["optax.lbfgs loop"]
     return {
         "jaxsearch_s": ours["compile_s"],
         "jaxsearch_in_jit_s": ours_in_jit["compile_s"],
         "optax_s": theirs["compile_s"],
         "ratio": ours["compile_s"] / theirs["compile_s"],
         "ratio_in_jit": ours_in_jit["compile_s"] / theirs["compile_s"],
-        "jaxsearch_in_jit_anatomy": anatomy(in_jit, x0),
-        "optax_anatomy": anatomy(optax_solve, *optax_arguments),
+        "jaxsearch_in_jit_anatomy": ours_in_jit["anatomy"],
+        "optax_anatomy": theirs["anatomy"],
+        "solvers": _ratios(solvers),
+    }
+
+
+def compile_glm() -> dict:
+    """`compile_small`'s measurements on fresh_fit.py's Poisson GLM (10,000 samples x 40
+    features x 10 neurons, ridge 0.1, float32, Equinox-module params, the data in args):
+    jaxsearch as fresh_fit runs it (`js.Solver(gtol=tol)`, "auto" compile options) and inside
+    a caller's `jax.jit` (`fresh_fit.fit_traced`), optax.lbfgs in its documented loop on the
+    module (peers.py, |g|_inf <= tol), and fresh_fit's optimistix peers; tol
+    `fresh_fit.TOL["float32"]`, at most `fresh_fit.MAX_STEPS` steps."""
+    problem = "GLM 10000 x 40 x 10"
+    X, y, params = fresh_fit.glm_data(*fresh_fit.PROBLEMS[problem], "float32")
+    fn = fresh_fit.make_loss(fresh_fit.PoissonObservations(), fresh_fit.Ridge(fresh_fit.RIDGE))
+    tol = fresh_fit.TOL["float32"]
+    in_jit = jax.jit(lambda p, X, y: fresh_fit.fit_traced("jaxsearch", fn, p, X, y, tol))
+
+    def objective(p, args):  # peers.py's optax loop passes the data as `args=`
+        return fn(p, *args)
+
+    cfg = peers_mod.Config(gtol=tol, ftol=0.0, max_steps=fresh_fit.MAX_STEPS)
+    optax_call = peers_mod.optax_lbfgs(objective, params, (X, y), cfg)
+    solvers = {
+        "jaxsearch run": first_call_as_called(
+            lambda: fresh_fit.fit("jaxsearch", fn, params, X, y, tol)
+        ),
+        "jaxsearch run in jax.jit": first_call(
+            lambda: jax.block_until_ready(in_jit(params, X, y)), (in_jit, (params, X, y))
+        ),
+        "optax.lbfgs loop": first_call(optax_call, optax_call.program),
+        **optimistix_peers(fn, params, X, y, tol),
+    }
+    return {
+        "problem": problem,
+        "dtype": "float32",
+        "tol": tol,
+        "parameters": sum(x.size for x in jax.tree.leaves(params)),
+        "data_bytes": X.nbytes + y.nbytes,
+        "solvers": _ratios(solvers),
     }
 
 
@@ -342,7 +524,7 @@ def variant(direction, n: int, n_large: int, reps: int) -> dict:
     return {
         **structure(js.Solver(direction, js.Zoom())),
         "bytes_vs_floor": float(cost["bytes accessed"]) / speed.bytes_floor(n),
-        "compile_vs_optax": compile_small(direction)["ratio"],
+        "compile_vs_optax": compile_small(direction, optimistix=False)["ratio"],
         "small_vs_optax": small(reps, direction)["ratio"],
         **{f"large_{k}": v for k, v in large(n_large, 3, direction).items()},
     }
@@ -363,6 +545,7 @@ def measure(quick: bool, only=None, save=lambda data: None) -> dict:
         ("control_flow", lambda: structure(js.Solver(js.LBFGS(), js.Zoom()))),
         ("bytes", lambda: speed.step_bytes(n_bytes)),
         ("compile", compile_small),
+        ("compile_glm", compile_glm),
         ("small", lambda: small(reps * 10)),
         ("small_synchronous", lambda: small_synchronous(reps * 10)),
         ("large", lambda: large(n_large, 3)),
@@ -402,6 +585,65 @@ def _get(d, *keys):
 def _anatomy(data: dict, row: str, who: str) -> str:
     counts = _get(data, row, f"{who}_anatomy")
     return "—" if counts is None else f"{counts['kernels']} and {counts['copies']}"
+
+
+def compile_table(row) -> list[str]:
+    """A `compile_small` or `compile_glm` row's solvers as markdown lines."""
+    if not isinstance(row, dict) or "solvers" not in row:
+        return [f"error: {row.get('error') if isinstance(row, dict) else row}"]
+
+    def fmt(x, digits=3):
+        return "—" if x is None else f"{x:.{digits}g}"
+
+    lines = [
+        "| solver | compiles | compile s | first − second call s | kernels | copies | "
+        "compile / optax | kernels / optax |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, r in row["solvers"].items():
+        if "error" in r:
+            lines.append(f"| {name} | error: {r['error'][:80]} | | | | | | |")
+            continue
+        counts = r.get("anatomy") or {}
+        second = r["second_call_compiles"]
+        compiles = f"{r['compiles']}" + (f" (+{second} on the 2nd call)" if second else "")
+        wall = None if second else r["compile_s"]  # a 2nd call that compiles: no baseline
+        lines.append(
+            f"| {name} | {compiles} | {fmt(r['backend_compile_s'])} | {fmt(wall)} | "
+            f"{counts.get('kernels', '—')} | {counts.get('copies', '—')} | "
+            f"{fmt(r.get('compile_vs_optax'))} | {fmt(r.get('kernels_vs_optax'))} |"
+        )
+    again = [name for name, r in row["solvers"].items() if r.get("second_call_compiles")]
+    if again:
+        lines += [
+            "",
+            f"Compiled again on the second call: {', '.join(again)} (fresh_fit's optimistix "
+            "call builds its fn wrapper, and optx+optax its optax.lbfgs(), anew on every call): "
+            "first − second call left out.",
+        ]
+    programs = _get(row, "solvers", "jaxsearch run", "programs") or {}
+    if programs:
+        lines += [
+            "",
+            "jaxsearch run's own programs: "
+            + "; ".join(
+                f"{name} {p['kernels']} kernels, {p['copies']} copies"
+                f"{' (lean options)' if p['lean_options'] else ' (XLA defaults)'}"
+                for name, p in programs.items()
+            )
+            + ".",
+        ]
+    return lines
+
+
+COMPILE_NOTE = (
+    "compiles: XLA backend compiles of a first call (jax.monitoring), compile s their seconds; "
+    "first − second call: the wall of the first call less the second's; kernels and copies "
+    "(`anatomy`): fusions and copies outside fused computations in the optimised HLO of the "
+    "solver's main program (jaxsearch run: its loop program, compiled with the options "
+    '"auto" picks; in jax.jit: one program, XLA\'s default options; optimistix as called: '
+    "compiles only, its program is the one in jax.jit); ratios over optax.lbfgs's loop."
+)
 
 
 def markdown(data: dict, meta: dict) -> str:
@@ -522,6 +764,21 @@ def markdown(data: dict, meta: dict) -> str:
             f"{fmt(row.get('small_vs_optax'))} | {fmt(row.get('large_jaxsearch_s'))} | "
             f"{row.get('large_steps')} |"
         )
+    if "compile" in data:
+        lines += ["", "## Compile, sum(x^2), n = 1000 float32, gtol 1e-6", "", COMPILE_NOTE, ""]
+        lines += compile_table(data["compile"])
+    if "compile_glm" in data:
+        glm = data["compile_glm"]
+        lines += [
+            "",
+            f"## Compile, Poisson {glm.get('problem', 'GLM')} (fresh_fit.py), float32, "
+            f"tol {glm.get('tol')}",
+            "",
+            f"{glm.get('parameters')} parameters (an Equinox module), {glm.get('data_bytes')} "
+            "bytes of data in args. " + COMPILE_NOTE,
+            "",
+        ]
+        lines += compile_table(glm)
     if data.get("large_1e7"):
         lines += ["", f"n = 1e7: {json.dumps(data['large_1e7'])}"]
     return "\n".join(lines) + "\n"

@@ -96,7 +96,8 @@ def scipy_lbfgsb(fn, x0, args, cfg: Config):
 
 
 def optax_lbfgs(fn, x0, args, cfg: Config):
-    """optax.lbfgs() in optax's documented while loop, stopping on |g|_inf <= gtol."""
+    """optax.lbfgs() in optax's documented while loop, stopping on |g|_inf <= gtol; x0 an
+    array or a pytree of arrays."""
     import optax
     import optax.tree_utils as otu
 
@@ -117,7 +118,9 @@ def optax_lbfgs(fn, x0, args, cfg: Config):
             _, state = carry
             count = otu.tree_get(state, "count")
             grad = otu.tree_get(state, "grad")
-            err = jnp.max(jnp.abs(grad))
+            err = functools.reduce(  # |g|_inf over the leaves (one array: jnp.max(jnp.abs))
+                jnp.maximum, [jnp.max(jnp.abs(leaf)) for leaf in jax.tree.leaves(grad)]
+            )
             return (count == 0) | ((count < cfg.max_steps) & (err > cfg.gtol))
 
         params, state = jax.lax.while_loop(keep_going, step, (x0, opt.init(x0)))
