@@ -12,6 +12,7 @@ from ._direction import (
     BarzilaiBorwein as BarzilaiBorwein,
     DirectionInfo as DirectionInfo,
     Gradient as Gradient,
+    Newton as Newton,
     NewtonCG as NewtonCG,
     NonlinearCG as NonlinearCG,
     Preconditioned as Preconditioned,

@@ -64,12 +64,14 @@ def eager(tree) -> bool:
     (nested vmaps included): the call runs eagerly, each of its programs compiled on its
     own, as at the top level."""
     try:
-        from jax._src.interpreters.batching import BatchTracer
+        from jax._src.interpreters import batching
     except ImportError:  # a later jax: only concrete leaves count as eager
-        BatchTracer = ()  # noqa: N806
+        batched: tuple[type, ...] = ()
+    else:
+        batched = (batching.BatchTracer,)
     for leaf in leaves(tree):
-        while isinstance(leaf, BatchTracer):
-            leaf = leaf.val
+        while isinstance(leaf, batched):
+            leaf = leaf.val  # type: ignore[attr-defined]
         if isinstance(leaf, jax.core.Tracer):
             return False
     return True

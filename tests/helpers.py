@@ -25,6 +25,7 @@ DIRECTIONS = {
     "BFGS": lambda: js.BFGS(),
     "NonlinearCG": lambda: js.NonlinearCG(),
     "NewtonCG": lambda: js.NewtonCG(),
+    "Newton": lambda: js.Newton(),
     "Preconditioned": lambda: js.Preconditioned(),
     "BarzilaiBorwein": lambda: js.BarzilaiBorwein(),
 }

@@ -394,6 +394,15 @@ HYPER = [
         )
         for v in [0, -3]
     ],
+    *[
+        (
+            f"Newton-beta={v}",
+            lambda v=v: js.Newton(beta=v),
+            ValueError,
+            [r"Newton: beta must lie in \(0, 1\)"],
+        )
+        for v in [0.0, 1.0, -1e-3]
+    ],
     (
         "BFGS-curvature_eps<0",
         lambda: js.BFGS(curvature_eps=-1.0),

@@ -15,6 +15,7 @@ from ._lbfgs import LBFGS as LBFGS
 from ._lbfgs_compact import CompactLBFGSState as CompactLBFGSState
 from ._lbfgs_memory import AbstractLBFGSState as AbstractLBFGSState
 from ._lbfgs_two_loop import TwoLoopLBFGSState as TwoLoopLBFGSState
+from ._newton import Newton as Newton, NewtonState as NewtonState
 from ._newton_cg import NewtonCG as NewtonCG, NewtonCGState as NewtonCGState
 from ._nonlinear_cg import NonlinearCG as NonlinearCG, NonlinearCGState as NonlinearCGState
 from ._preconditioned import (
