@@ -49,6 +49,18 @@ def jaxsearch_configs(cfg: Config) -> dict[str, js.Solver]:
     }
 
 
+def second_order_configs(cfg: Config) -> dict[str, js.Solver]:
+    """jaxsearch's dense and Hessian-free second-order directions, each with its default
+    search (`Zoom`): run only when `--solvers` names them (`run.py`), as Newton forms an n x n
+    Hessian every step."""
+    common = dict(gtol=cfg.gtol, ftol=cfg.ftol, max_steps=cfg.max_steps)
+    return {
+        "jaxsearch-newton": js.Solver(js.Newton(), **common),
+        "jaxsearch-newtoncg": js.Solver(js.NewtonCG(), **common),
+        "jaxsearch-bfgs": js.Solver(js.BFGS(), **common),
+    }
+
+
 def _jaxsearch(solver: js.Solver, fn, x0, args, cfg: Config):
     def call():
         result = jax.block_until_ready(solver.run(fn, x0, args))
@@ -178,12 +190,13 @@ def _optimistix(kind: str, fn, x0, args, cfg: Config):
     return call
 
 
-def peers(cfg: Config) -> dict[str, Any]:
-    """name -> peer function, jaxsearch configurations first."""
-    out = {
-        name: functools.partial(_jaxsearch, solver)
-        for name, solver in jaxsearch_configs(cfg).items()
-    }
+def peers(cfg: Config, second_order: bool = False) -> dict[str, Any]:
+    """name -> peer function, jaxsearch configurations first (with `second_order`, those of
+    `second_order_configs` too)."""
+    configs = jaxsearch_configs(cfg)
+    if second_order:
+        configs.update(second_order_configs(cfg))
+    out = {name: functools.partial(_jaxsearch, solver) for name, solver in configs.items()}
     out["scipy"] = scipy_lbfgsb
     out["optax"] = optax_lbfgs
     out["jaxopt"] = jaxopt_lbfgs

@@ -63,7 +63,12 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=["float64", "float32", "both"], default="both")
     p.add_argument("--max-n", type=int, default=2000, help="largest sif2jax problem size")
     p.add_argument("--problems", default=None, help="comma-separated name substrings")
-    p.add_argument("--solvers", default=None, help="comma-separated solver name substrings")
+    p.add_argument(
+        "--solvers",
+        default=None,
+        help="comma-separated solver name substrings (jaxsearch-newton, -newtoncg and -bfgs "
+        "run only when named)",
+    )
     p.add_argument("--quick", action="store_true", help="a handful of small problems")
     p.add_argument("--large", action="store_true", help="add the large synthetic problems")
     p.add_argument("--gtol", type=float, default=1e-5)
@@ -270,7 +275,7 @@ def main(argv=None):
     # of equal size share shapes: that is no user's retrace, so the warning would mislead here.
     warnings.filterwarnings("ignore", category=js.RetraceWarning)
     cfg = peers_mod.Config(gtol=a.gtol, ftol=a.ftol, max_steps=a.max_steps)
-    all_peers = peers_mod.peers(cfg)
+    all_peers = peers_mod.peers(cfg, second_order=bool(a.solvers))
     if a.solvers:
         all_peers = {
             k: v
