@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jaxtyping import Array, Float, Int
 
-from .._misc import at_least_float32, leaves, scalar, widest_float
 from ._base import AbstractDirection, DirectionInfo, no_limit, run_loop
 from ._flat import flatten_tree, unflatten_tree
 
@@ -53,7 +52,7 @@ class Newton(AbstractDirection):
             raise ValueError(f"Newton: beta must lie in (0, 1), got {self.beta}.")
 
     def init(self, params, dtype) -> NewtonState:
-        return NewtonState(shift=scalar(0, dtype), num_hvp=scalar(0, jnp.int32))
+        return NewtonState(shift=jnp.zeros((), dtype), num_hvp=jnp.zeros((), jnp.int32))
 
     def compute(self, state: NewtonState, info: DirectionInfo):
         grad, hvp = info.grad, info.hvp
@@ -62,7 +61,9 @@ class Newton(AbstractDirection):
                 "Newton needs Hessian-vector products: pass DirectionInfo(..., hvp=hvp) "
                 "with hvp(v) = H v (the Solver passes it)."
             )
-        dtype = widest_float(info.dtype, *(at_least_float32(x.dtype) for x in leaves(grad)))
+        dtypes = [info.dtype, *(x.dtype for x in jax.tree.leaves(grad))]
+        wide = any(jnp.dtype(d) == jnp.float64 for d in dtypes)
+        dtype = jnp.float64 if wide else jnp.float32  # float32 at least, as the solver's
         g = flatten_tree(grad, dtype)
         n = g.size
 
@@ -79,8 +80,8 @@ class Newton(AbstractDirection):
         finite = jnp.all(jnp.isfinite(h))
 
         def factor(tau):
-            factor = jnp.linalg.cholesky(h + tau * jnp.eye(n, dtype=dtype))
-            return factor, jnp.all(jnp.isfinite(factor))
+            lower = jnp.linalg.cholesky(h + tau * jnp.eye(n, dtype=dtype))
+            return lower, jnp.all(jnp.isfinite(lower))
 
         def failed(carry):
             k, _, _, ok = carry
