@@ -119,3 +119,29 @@ def test_pytree_params_in_low_precision_reach_the_minimiser():
     assert result.params["w"].dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(result.params["w"], np.float32), 1.0, atol=2e-2)
     np.testing.assert_allclose(result.params["b"], -2.0, atol=1e-3)
+
+
+def test_a_nonfinite_hessian_gives_a_nonfinite_d_and_the_run_steps_along_minus_g():
+    """A Hessian that is not finite: no shift is tried (the loop of algorithm 3.3 does not
+    run), d is not finite, and a run whose Hessian is NaN at x0 still descends, along -g."""
+    with jax.enable_x64(True):
+        grad = jnp.array([1.0, -2.0])
+        direction = js.Newton()
+        state = direction.init(grad, jnp.float64)
+        d, _, state = compute(
+            direction, state, grad, jnp.float64, hvp=lambda v: jnp.full_like(v, jnp.nan)
+        )
+        assert not bool(jnp.all(jnp.isfinite(d)))
+
+        @jax.custom_jvp
+        def bowl(x):
+            return jnp.sum((x - 3.0) ** 2)
+
+        @bowl.defjvp
+        def _(primals, tangents):  # a gradient whose own derivative is NaN: H = NaN
+            (x,), (t,) = primals, tangents
+            slope = 2 * (x - 3.0) + jnp.sqrt(0.0 * jnp.abs(x))  # 0, of derivative NaN
+            return bowl(x), jnp.sum(slope * t)
+
+        result = js.Solver(js.Newton(), max_steps=3, gtol=0.0, ftol=0.0).run(bowl, jnp.zeros(2))
+        assert float(result.value) < float(bowl(jnp.zeros(2)))
