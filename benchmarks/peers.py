@@ -58,6 +58,8 @@ def second_order_configs(cfg: Config) -> dict[str, js.Solver]:
         "jaxsearch-newton": js.Solver(js.Newton(), **common),
         "jaxsearch-newtoncg": js.Solver(js.NewtonCG(), **common),
         "jaxsearch-bfgs": js.Solver(js.BFGS(), **common),
+        "jaxsearch-ssbfgs": js.Solver(js.SSBFGS(), **common),
+        "jaxsearch-ssbroyden": js.Solver(js.SSBroyden(), **common),
     }
 
 

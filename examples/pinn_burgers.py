@@ -124,7 +124,8 @@ def exact_solution(x, t, nodes=100):
 def relative_l2_error(model, num_x=256, num_t=101):
     """||u_net - u_exact|| / ||u_exact|| on a regular grid of the domain."""
     x, t = np.meshgrid(np.linspace(-1, 1, num_x), np.linspace(0, 1, num_t), indexing="ij")
-    points = jnp.asarray(np.stack([x.ravel(), t.ravel()], axis=1), jnp.float32)
+    dtype = jax.tree.leaves(eqx.filter(model, eqx.is_array))[0].dtype  # the model's own
+    points = jnp.asarray(np.stack([x.ravel(), t.ravel()], axis=1), dtype)
     u_net = np.asarray(jax.vmap(model)(points)[:, 0], np.float64)
     u_exact = exact_solution(x.ravel(), t.ravel())
     return np.linalg.norm(u_net - u_exact) / np.linalg.norm(u_exact)

@@ -8,7 +8,9 @@ from ._adjoint import (
 from ._direction import (
     BFGS as BFGS,
     LBFGS as LBFGS,
+    SSBFGS as SSBFGS,
     AbstractDirection as AbstractDirection,
+    AbstractSelfScaled as AbstractSelfScaled,
     BarzilaiBorwein as BarzilaiBorwein,
     DirectionInfo as DirectionInfo,
     Gradient as Gradient,
@@ -16,6 +18,7 @@ from ._direction import (
     NewtonCG as NewtonCG,
     NonlinearCG as NonlinearCG,
     Preconditioned as Preconditioned,
+    SSBroyden as SSBroyden,
     flatten_tree as flatten_tree,
     no_limit as no_limit,
     run_loop as run_loop,

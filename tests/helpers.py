@@ -23,6 +23,8 @@ DIRECTIONS = {
     "LBFGS": lambda: js.LBFGS(),
     "LBFGS-compact": lambda: js.LBFGS(form="compact"),
     "BFGS": lambda: js.BFGS(),
+    "SSBFGS": lambda: js.SSBFGS(),
+    "SSBroyden": lambda: js.SSBroyden(),
     "NonlinearCG": lambda: js.NonlinearCG(),
     "NewtonCG": lambda: js.NewtonCG(),
     "Newton": lambda: js.Newton(),

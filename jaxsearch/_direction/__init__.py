@@ -22,3 +22,9 @@ from ._preconditioned import (
     Preconditioned as Preconditioned,
     PreconditionedState as PreconditionedState,
 )
+from ._self_scaled import (
+    SSBFGS as SSBFGS,
+    AbstractSelfScaled as AbstractSelfScaled,
+    SelfScaledState as SelfScaledState,
+    SSBroyden as SSBroyden,
+)

@@ -11,7 +11,7 @@ from .._misc import at_least_float32, dtype_eps, leaves, scalar, widest_float
 from ._base import AbstractDirection, DirectionInfo, no_limit
 from ._flat import flatten_tree, unflatten_tree
 
-_HIGHEST = lax.Precision.HIGHEST  # no reduced-precision (e.g. TF32) matrix products
+HIGHEST = lax.Precision.HIGHEST  # no reduced-precision (e.g. TF32) matrix products
 
 
 class BFGSState(eqx.Module):
@@ -20,9 +20,36 @@ class BFGSState(eqx.Module):
     eps: Scalar  # curvature-guard epsilon, in the matrix dtype
 
 
-def _matrix_dtype(tree: PyTree):
+def matrix_dtype(tree: PyTree):
     """The widest leaf dtype of `tree`, widened to at least float32."""
     return at_least_float32(widest_float(*(x.dtype for x in leaves(tree))))
+
+
+def check_curvature_eps(owner: str, eps: float | None) -> None:
+    if eps is not None and not eps >= 0:
+        raise ValueError(f"{owner}: curvature_eps must be non-negative, got {eps}.")
+
+
+def identity_and_guard(params: PyTree, curvature_eps: float | None) -> tuple[Array, Scalar]:
+    """H_0 = I (n x n, n the total size of `params`, in `matrix_dtype`) and the curvature
+    guard's eps: `curvature_eps`, else the machine epsilon of the least precise leaf."""
+    kind = matrix_dtype(params)
+    n = sum(x.size for x in leaves(params))
+    eps = dtype_eps(params) if curvature_eps is None else curvature_eps
+    return jnp.eye(n, dtype=kind), scalar(eps, kind)
+
+
+def usable_pair(s: Array, y: Array, eps: Scalar, accept) -> tuple[Array, Scalar, Scalar]:
+    """(usable, s'y, y'y) for a flat pair: usable where `accept` and the curvature guard
+    s'y > eps |s| |y| hold and s'y, y'y are finite with y'y > 0. Where it is not usable s'y and
+    y'y are returned as 1: the update also runs for pairs it does not take (s = 0, say), and a
+    derivative through quotients by them would be NaN."""
+    sy = jnp.dot(s, y, precision=HIGHEST)
+    ss = jnp.dot(s, s, precision=HIGHEST)
+    yy = jnp.dot(y, y, precision=HIGHEST)
+    guard = sy > eps * jnp.sqrt(ss) * jnp.sqrt(yy)
+    usable = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & (yy > 0) & accept
+    return usable, jnp.where(usable, sy, 1), jnp.where(usable, yy, 1)
 
 
 class BFGS(AbstractDirection):
@@ -54,43 +81,29 @@ class BFGS(AbstractDirection):
     curvature_eps: float | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
-        if self.curvature_eps is not None and not self.curvature_eps >= 0:
-            raise ValueError(f"BFGS: curvature_eps must be non-negative, got {self.curvature_eps}.")
+        check_curvature_eps("BFGS", self.curvature_eps)
 
     def init(self, params, dtype) -> BFGSState:
-        matrix_dtype = _matrix_dtype(params)
-        n = sum(x.size for x in leaves(params))
-        eps = dtype_eps(params) if self.curvature_eps is None else self.curvature_eps
-        return BFGSState(
-            inv_hessian=jnp.eye(n, dtype=matrix_dtype),
-            count=scalar(0, jnp.int32),
-            eps=scalar(eps, matrix_dtype),
-        )
+        eye, eps = identity_and_guard(params, self.curvature_eps)
+        return BFGSState(inv_hessian=eye, count=scalar(0, jnp.int32), eps=eps)
 
     def compute(self, state, info: DirectionInfo):
         h = state.inv_hessian
         g = flatten_tree(info.grad, h.dtype)
-        d = -jnp.matmul(h, g, precision=_HIGHEST)
+        d = -jnp.matmul(h, g, precision=HIGHEST)
         return unflatten_tree(d, info.grad), state.count > 0, state, no_limit(info.dtype)
 
     def update(self, state, s, y, dtype, accept=True) -> BFGSState:
         h = state.inv_hessian
-        matrix_dtype = h.dtype
-        s, y = flatten_tree(s, matrix_dtype), flatten_tree(y, matrix_dtype)
-        sy = jnp.dot(s, y, precision=_HIGHEST)
-        ss = jnp.dot(s, s, precision=_HIGHEST)
-        yy = jnp.dot(y, y, precision=_HIGHEST)
-        guard = sy > state.eps * jnp.sqrt(ss) * jnp.sqrt(yy)
-        usable = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & (yy > 0) & accept
-        # Divisors of 1 where the pair is not used: the update also runs for pairs it does
-        # not take (s = 0, say), and a derivative through the unused quotients would be NaN.
-        sy, yy = jnp.where(usable, sy, 1), jnp.where(usable, yy, 1)
+        kind = h.dtype
+        s, y = flatten_tree(s, kind), flatten_tree(y, kind)
+        usable, sy, yy = usable_pair(s, y, state.eps, accept)
 
-        eye = jnp.eye(h.shape[0], dtype=matrix_dtype)
+        eye = jnp.eye(h.shape[0], dtype=kind)
         base = jnp.where(state.count == 0, (sy / yy) * eye, h)  # N&W eq. 6.20 before the first
         rho = 1 / sy
-        hy = jnp.matmul(base, y, precision=_HIGHEST)
-        yhy = jnp.dot(y, hy, precision=_HIGHEST)
+        hy = jnp.matmul(base, y, precision=HIGHEST)
+        yhy = jnp.dot(y, hy, precision=HIGHEST)
         rs = rho * s  # rho is applied to s first so that rho^2 never overflows on its own
         new = base - jnp.outer(rs, hy) - jnp.outer(hy, rs) + (1 + rho * yhy) * jnp.outer(rs, s)
         new = (new + new.T) / 2
