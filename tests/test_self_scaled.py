@@ -106,6 +106,26 @@ def test_ssbroyden_parameters_by_hand():
         assert (float(tau), float(phi)) == (0.25, 1.0)
 
 
+def test_after_a_reset_the_pair_is_scaled_for_h_equal_to_identity():
+    """Where d = -H g does not descend, the solver resets the direction and steps along -g:
+    the next pair's b is then s's / s'y (B = I), not the one for the H that made d."""
+    h, g, _, _ = _random_pair(5)
+    s = -0.3 * g
+    y = (np.eye(len(g)) * 0.5 + 0.05) @ s  # b = s's / s'y > 1: tau = 1/b < 1
+    with jax.enable_x64(True):
+        x = jnp.zeros(len(g))
+        direction = js.SSBFGS()
+        state = direction.init(x, jnp.float64)
+        state = state.__class__(**{**vars(state), "inv_hessian": jnp.asarray(h)})
+        info = js.DirectionInfo(x=x, grad=jnp.asarray(g), dtype=jnp.float64)
+        _, _, state, _ = direction.compute(state, info)
+        state = direction.reset(state)
+        new = direction.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
+    b = (s @ s) / (s @ y)
+    expected = _family_update(np.eye(len(g)), s, y, min(1.0, 1 / b), 1.0)
+    np.testing.assert_allclose(np.asarray(new.inv_hessian), expected, rtol=1e-12, atol=1e-14)
+
+
 def test_a_pair_failing_the_curvature_guard_changes_nothing():
     h, g, s, _ = _random_pair(0)
     for direction in (js.SSBFGS(), js.SSBroyden()):

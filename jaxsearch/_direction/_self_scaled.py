@@ -103,11 +103,17 @@ class AbstractSelfScaled(AbstractDirection):
         )
 
     def reset(self, state) -> SelfScaledState:
+        """H = I. The solver then steps along -g (its fallback where d does not descend), so
+        the curvature the next pair's b divides by becomes g'I g."""
         h = state.inv_hessian
         return eqx.tree_at(
-            lambda t: (t.inv_hessian, t.count),
+            lambda t: (t.inv_hessian, t.count, t.curvature),
             state,
-            (jnp.eye(h.shape[0], dtype=h.dtype), jnp.zeros_like(state.count)),
+            (
+                jnp.eye(h.shape[0], dtype=h.dtype),
+                jnp.zeros_like(state.count),
+                jnp.dot(state.grad, state.grad, precision=HIGHEST),
+            ),
         )
 
     def gradient_replaced(self, state):
