@@ -30,11 +30,13 @@ from ._misc import (
 
 class Problem(NamedTuple):
     """What the optimality conditions at a run's solution need: the objective (as the
-    solver calls it), whether it returns aux, and the box (None without bounds)."""
+    solver calls it), whether it returns aux, the box (None without bounds) and whether fn
+    returns residuals (a least-squares direction: f = 0.5 |r|^2)."""
 
     fn: Callable
     has_aux: bool
     box: Any
+    residual: bool = False  # fn returns residuals r, and f = 0.5 |r|^2 (least squares)
 
 
 class AbstractAdjoint(eqx.Module):
@@ -191,7 +193,7 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
     x0, args = primals
     _, args_dot = tangents  # the solution does not depend on x0
     result = _implicit_minimise(x0, args, **settings)
-    adjoint, (fn, has_aux, box) = settings["adjoint"], settings["problem"]
+    adjoint, (fn, has_aux, box, residual) = settings["adjoint"], settings["problem"]
     # Split args into the leaves being differentiated and everything else.
     flat, treedef = jtu.tree_flatten(args)
     # args_dot is args with None where a leaf is not differentiated
@@ -216,7 +218,9 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
 
     def at(x, a):  # f, grad f and aux at (x, a)
         dtype, aux_like = result.value.dtype, result.aux
-        return _evaluate.value_and_grad(fn, has_aux, dtype, aux_like, x, static, with_args(a))
+        return _evaluate.value_and_grad(
+            fn, has_aux, dtype, aux_like, x, static, with_args(a), residual
+        )
 
     def grad_x(x, a):
         return at(x, a)[1]

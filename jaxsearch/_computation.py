@@ -77,19 +77,20 @@ _kept: dict = {}
 _KEPT = 64
 
 
-def by_computation(fn, has_aux: bool, params, args: tuple):
+def by_computation(fn, has_aux: bool, params, args: tuple, residual: bool = False):
     """fn's `Computation` for a call at params and args, or fn itself where it cannot have
     one (its jaxpr has no value to compare, or tracing it raises: the call itself then
     raises with the solver's message). Only for calls that run eagerly (`_programs.eager`:
     outside any trace but an eager `jax.vmap`'s), on arrays; a fn that closes over a tracer
     is its own stand-in. fn is
     traced once (`_evaluate.TracedOnce`); within `_evaluate.sharing_traces`, the call's
-    programs reuse that trace for the stand-in."""
+    programs reuse that trace for the stand-in. `residual`: fn returns residuals r and the
+    objective is 0.5 |r|^2 (a least-squares direction)."""
     if isinstance(fn, Computation):
         return fn
     flat, treedef = jtu.tree_flatten((params, args))
     try:
-        key = (fn, has_aux, treedef, tuple(map(_leaf_type, flat)))
+        key = (fn, has_aux, residual, treedef, tuple(map(_leaf_type, flat)))
         kept = _kept.get(key)
     except TypeError:  # an unhashable fn or leaf
         return fn
@@ -97,7 +98,7 @@ def by_computation(fn, has_aux: bool, params, args: tuple):
         return kept
     try:
         traced = _evaluate.TracedOnce(fn, params, *args)
-        stand_in = Computation(fn, *_derivatives_key(traced, has_aux, params, args))
+        stand_in = Computation(fn, *_derivatives_key(traced, has_aux, residual, params, args))
     except _NotComparable:
         stand_in = fn
     except Exception:  # noqa: BLE001 - the call raises it, with the solver's message
@@ -114,17 +115,21 @@ def _leaf_type(leaf):
     return jax.typeof(leaf) if isinstance(leaf, jax.Array) else (type(leaf), leaf)
 
 
-def _derivatives_key(fn, has_aux: bool, params, args: tuple) -> tuple[tuple, tuple]:
+def _derivatives_key(fn, has_aux: bool, residual: bool, params, args: tuple) -> tuple[tuple, tuple]:
     """The key and constants of the jaxpr of fn's value, gradient and Hessian-vector
     products with respect to the floating leaves of params (of a fn not twice
-    differentiable: its value and gradient)."""
+    differentiable: its value and gradient); with `residual`, of f = 0.5 |r|^2 of fn's
+    residuals r."""
     diff, fixed = eqx.partition(params, eqx.is_inexact_array)
     dynamic, static = eqx.partition((fixed, args), eqx.is_array)
 
     def value_and_grad(diff, dynamic):
         def value(diff):
             fixed, args = eqx.combine(dynamic, static)
-            return _evaluate.split_output(fn(eqx.combine(diff, fixed), *args), has_aux)
+            out = fn(eqx.combine(diff, fixed), *args)
+            if residual:
+                return _evaluate.objective_value(out, has_aux, residual)
+            return _evaluate.split_output(out, has_aux)
 
         return jax.value_and_grad(value, has_aux=True)(diff)
 

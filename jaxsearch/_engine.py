@@ -29,6 +29,7 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 from . import _evaluate
 from ._box import Box
 from ._direction import DirectionInfo
+from ._direction._base import least_squares
 from ._history import History, Report, step_record
 from ._linesearch import AbstractLineSearch, SearchState, initial_step
 from ._misc import (
@@ -120,7 +121,13 @@ class Engine:
             point,
             self.static,
             self.args,
+            least_squares(self.solver),
         )
+
+    def residuals(self, point):
+        """fn's residuals at `point` (a least-squares direction's fn), aux dropped."""
+        out = self.fn(eqx.combine(point, self.static), *self.args)
+        return _evaluate.split_output(out, self.solver.has_aux, residual=True)[0]
 
     def check(self, value, grad, grad_norm: Scalar) -> Int[Array, ""]:
         """The status that forbids a search from a point with f = `value`, its gradient and
@@ -324,7 +331,8 @@ class Engine:
         dtype = st.scalar_dtype
         direction = solver.direction
         hvp = functools.partial(_hessian_vector_product, functools.partial(self.evaluate, st), x)
-        info = DirectionInfo(x, st.grad, dtype, hvp, box, solver.adjoint.while_loop)
+        residuals = self.residuals if least_squares(solver) else None
+        info = DirectionInfo(x, st.grad, dtype, hvp, box, solver.adjoint.while_loop, residuals)
         d, scaled, direction_state, limit = direction.compute(st.direction, info)
         # Not a descent direction (e.g. rounding in low precision): restart from steepest
         # descent (projected onto the box when there is one). Its slope without a box,

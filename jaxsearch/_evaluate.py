@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import PyTree
 
-from ._misc import tree_cast_like
+from ._misc import at_least_float32, tree_cast_like, widest_float
 
 # The traces of the call in progress (see `sharing_traces`), or None outside one.
 _shared: contextvars.ContextVar[dict | None] = contextvars.ContextVar("traces", default=None)
@@ -91,8 +91,10 @@ class TracedOnce(eqx.Module):
         return jtu.tree_unflatten(self.out_tree, out)
 
 
-def split_output(out, has_aux: bool):
-    """(value, aux) from fn's output, with a clear error when has_aux does not match it."""
+def split_output(out, has_aux: bool, residual: bool = False):
+    """(value, aux) from fn's output, with a clear error when has_aux does not match it.
+    With `residual` (a least-squares direction), value is fn's pytree of residuals, which may
+    itself be a tuple."""
     if has_aux:
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TypeError(
@@ -101,7 +103,7 @@ def split_output(out, has_aux: bool):
                 "has_aux=False if fn returns only the value."
             )
         return out
-    if isinstance(out, tuple | list):
+    if not residual and isinstance(out, tuple | list):
         raise TypeError(
             f"fn returned a {type(out).__name__} but has_aux=False: fn must return a scalar. "
             "If fn returns (value, aux), build the solver with has_aux=True."
@@ -131,14 +133,62 @@ def check_value(value) -> None:
         )
 
 
-def value_and_grad(fn, has_aux: bool, value_dtype, aux_like, diff: PyTree, static: PyTree, args):
+def check_residuals(residuals) -> None:
+    """Raise unless `residuals` is a non-empty pytree of real floating arrays."""
+    found = jtu.tree_leaves(residuals)
+    if not found:
+        raise TypeError(
+            "fn must return a pytree of residuals for a least-squares direction; it "
+            "returned one with no leaves."
+        )
+    for leaf in found:
+        dtype = jnp.result_type(leaf)
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise TypeError(
+                "fn must return real floating residuals for a least-squares direction, got "
+                f"a leaf of dtype {dtype}. Cast it, e.g. `r.astype(jnp.float32)`."
+            )
+
+
+def half_squared_norm(residuals: PyTree):
+    """f = 0.5 * sum_i r_i^2 over every leaf of `residuals`, summed in the widest residual
+    float dtype widened to at least float32 (the objective of a least-squares direction)."""
+    found = jtu.tree_leaves(residuals)
+    acc = at_least_float32(widest_float(*(jnp.result_type(r) for r in found)))
+    total = jnp.zeros((), acc)
+    for r in found:
+        r = jnp.asarray(r).astype(acc)
+        total = total + jnp.sum(r * r)
+    return total / 2
+
+
+def objective_value(out, has_aux: bool, residual: bool):
+    """(f, aux) from fn's output: f itself, checked to be a real floating scalar; or, with
+    `residual` (a least-squares direction), 0.5 |r|^2 of fn's residuals r."""
+    value, aux = split_output(out, has_aux, residual)
+    if residual:
+        check_residuals(value)
+        return half_squared_norm(value), aux
+    check_value(value)
+    return value, aux
+
+
+def value_and_grad(
+    fn,
+    has_aux: bool,
+    value_dtype,
+    aux_like,
+    diff: PyTree,
+    static: PyTree,
+    args,
+    residual: bool = False,
+):
     """f, grad f and aux at `combine(diff, static)`: value cast to `value_dtype`, gradient
-    leaves cast to the dtypes of `diff`, aux leaves to those of `aux_like` (all strongly typed)."""
+    leaves cast to the dtypes of `diff`, aux leaves to those of `aux_like` (all strongly typed).
+    With `residual`, fn returns residuals r and f = 0.5 |r|^2 (`half_squared_norm`)."""
 
     def objective(d):
-        value, aux = split_output(fn(eqx.combine(d, static), *args), has_aux)
-        check_value(value)
-        return value, aux
+        return objective_value(fn(eqx.combine(d, static), *args), has_aux, residual)
 
     (value, aux), grad = jax.value_and_grad(objective, has_aux=True)(diff)
     grad = tree_cast_like(grad, diff)

@@ -20,6 +20,7 @@ from jax import lax
 from . import _computation, _evaluate, _programs, _retrace
 from ._adjoint import Problem
 from ._box import Box, check_order
+from ._direction._base import least_squares
 from ._engine import Engine, gradient_norm
 from ._history import History, Report
 from ._inputs import check_fits, check_fn, check_is_state, floating_dtype, misfit, partition
@@ -90,10 +91,10 @@ def initial_state(solver, search, params, diff, value_dtype, fn, args: tuple) ->
     out = None
     if fn is not None:
         check_fn(fn)
+        residual = least_squares(solver)
         out = eqx.filter_eval_shape(
-            lambda p: _evaluate.split_output(fn(p, *args), solver.has_aux), params
+            lambda p: _evaluate.objective_value(fn(p, *args), solver.has_aux, residual), params
         )
-        _evaluate.check_value(out[0])
     elif solver.has_aux:
         raise TypeError("Solver(has_aux=True).init needs `fn=` to learn the structure of aux.")
     if value_dtype is None:
@@ -314,7 +315,7 @@ def same_computation(solver, fn, params, args: tuple):
     (the caller's compile decides)."""
     if not _programs.eager((params, args)):
         return fn
-    return _computation.by_computation(fn, solver.has_aux, params, args)
+    return _computation.by_computation(fn, solver.has_aux, params, args, least_squares(solver))
 
 
 def settled_run(solver, search, fn, x0, args, box, report: Report, small, large) -> Result:
@@ -342,7 +343,9 @@ def traced_run(solver, search, fn, x0, args, box, report: Report, state) -> Resu
     # settings are their leaves, not hidden constants).
     solver, search = weak_settings((solver, search))
     minimise_from = jtu.Partial(minimise, solver, search, fn, box=box, report=report, state=state)
-    return solver.adjoint.apply(minimise_from, x0, args, Problem(fn, solver.has_aux, box))
+    return solver.adjoint.apply(
+        minimise_from, x0, args, Problem(fn, solver.has_aux, box, least_squares(solver))
+    )
 
 
 def minimise(solver, search, fn, x0, args, *, box, report: Report, state: SolverState) -> Result:

@@ -20,7 +20,13 @@ class DirectionInfo(NamedTuple):
     body, init, max_steps)` when given (the solver passes its adjoint's, so that a run can be
     differentiated through its iterations, which needs the bound `max_steps` on the loop's
     iterations: a Python int); None: `lax.while_loop`. All scalars are in `dtype`, at least
-    float32."""
+    float32.
+
+    `residuals(p)` is fn's pytree of residuals r(p) at the point p (like `x`), at the call's
+    args, aux dropped: the solver passes it only to a least-squares direction
+    (`AbstractLeastSquares`, whose fn returns residuals and whose objective is
+    f = 0.5 |r|^2), None to any other; like `hvp`, fn is traced for it only if the direction
+    calls it."""
 
     x: PyTree
     grad: PyTree
@@ -28,6 +34,7 @@ class DirectionInfo(NamedTuple):
     hvp: Callable[[PyTree], PyTree] | None = None
     box: Any = None
     while_loop: Callable | None = None
+    residuals: Callable[[PyTree], PyTree] | None = None
 
 
 def no_limit(dtype) -> Scalar:
@@ -97,3 +104,19 @@ class AbstractDirection(eqx.Module):
         `update` whose y ends at g_new = g + y, then `compute` at g_new; a direction may rely
         on it (L-BFGS's compact form does, see `LBFGS`). A direction that does not, returns
         `state`."""
+
+
+class AbstractLeastSquares(AbstractDirection):
+    """A direction for nonlinear least squares: with one, `fn(params, *args)` returns a pytree
+    of residuals r (or `(r, aux)` with `has_aux=True`) instead of a scalar, and the objective
+    that the line searches, the stopping rules, the history and `result.value` see is
+    f = 0.5 * sum_i r_i^2 over all leaves (summed in the widest residual float dtype, at least
+    float32, then cast to the value dtype). `compute` is handed `info.residuals`, the map
+    p -> r(p) at the call's args; `info.grad` is J'r, J the Jacobian of r.
+
+    A marker base: a subclass implements the members of `AbstractDirection`."""
+
+
+def least_squares(solver) -> bool:
+    """Whether `solver`'s fn returns residuals (its direction is an `AbstractLeastSquares`)."""
+    return isinstance(solver.direction, AbstractLeastSquares)
