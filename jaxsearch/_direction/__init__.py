@@ -4,6 +4,7 @@ from ._barzilai_borwein import (
 )
 from ._base import (
     AbstractDirection as AbstractDirection,
+    AbstractLeastSquares as AbstractLeastSquares,
     DirectionInfo as DirectionInfo,
     no_limit as no_limit,
     run_loop as run_loop,
@@ -15,6 +16,12 @@ from ._lbfgs import LBFGS as LBFGS
 from ._lbfgs_compact import CompactLBFGSState as CompactLBFGSState
 from ._lbfgs_memory import AbstractLBFGSState as AbstractLBFGSState
 from ._lbfgs_two_loop import TwoLoopLBFGSState as TwoLoopLBFGSState
+from ._least_squares import (
+    GaussNewton as GaussNewton,
+    GaussNewtonState as GaussNewtonState,
+    LevenbergMarquardt as LevenbergMarquardt,
+    LevenbergMarquardtState as LevenbergMarquardtState,
+)
 from ._newton import Newton as Newton, NewtonState as NewtonState
 from ._newton_cg import NewtonCG as NewtonCG, NewtonCGState as NewtonCGState
 from ._nonlinear_cg import NonlinearCG as NonlinearCG, NonlinearCGState as NonlinearCGState

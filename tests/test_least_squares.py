@@ -1,0 +1,287 @@
+"""Least squares (issue 36, part 1): with a least-squares direction (`js.GaussNewton`,
+`js.LevenbergMarquardt`, any `js.AbstractLeastSquares`), fn returns residuals r and the
+solver minimises f = 0.5 |r|^2. Checked on a consistent linear problem (one Gauss-Newton
+step), on the NIST StRD problems of higher difficulty against NIST's certified values, in
+low precision and mixed dtypes, under vmap, resumed, with history, aux and bounds, and by the
+errors of a residual fn given to another direction."""
+
+import importlib.util
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+
+import jaxsearch as js
+
+_spec = importlib.util.spec_from_file_location(
+    "_nist_problems", pathlib.Path(__file__).parents[1] / "benchmarks" / "nist_problems.py"
+)
+assert _spec is not None and _spec.loader is not None
+nist = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(nist)
+
+TIGHT = dict(gtol=1e-12, ftol=0.0)
+
+
+def nist_residuals(b, problem):
+    return nist.residuals(b, problem)
+
+
+def exponential(params, t, y):  # y ~ a exp(-k t) + c
+    return params["a"] * jnp.exp(-params["k"] * t) + params["c"] - y
+
+
+def exponential_data(dtype):
+    t = jnp.linspace(0.0, 3.0, 20, dtype=dtype)
+    y = (2.0 * jnp.exp(-1.3 * t) + 0.5).astype(dtype)
+    x0 = {"a": jnp.asarray(1.0, dtype), "k": jnp.asarray(0.5, dtype), "c": jnp.asarray(0.0, dtype)}
+    return x0, t, y
+
+
+# ------------------------------------------------------------------ linear least squares
+
+
+def test_consistent_linear_problem_takes_one_gauss_newton_step():
+    """r(x) = A x - b with b = A x*: the unit Gauss-Newton step lands on x* to float64
+    rounding, and the run converges there in one step."""
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        a = jnp.asarray(rng.normal(size=(12, 5)))
+        solution = jnp.asarray(rng.normal(size=5))
+        b = a @ solution
+        solver = js.Solver(js.GaussNewton(), **TIGHT, max_steps=5)
+        result = solver.run(lambda x, a, b: a @ x - b, jnp.zeros(5), a, b)
+        assert result.status == js.Status.CONVERGED_GTOL, result.message
+        assert int(result.num_steps) == 1
+        np.testing.assert_allclose(result.params, solution, rtol=1e-13, atol=1e-13)
+        assert int(result.state.direction.num_jvp) == 5  # n = 5 JVPs for the one step
+
+
+def test_value_is_half_the_squared_residual_norm():
+    """`result.value` and the history's values are 0.5 |r|^2, computed by hand, and the
+    gradient is J'r (the solver's f is the least-squares objective, not fn's output)."""
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+        for direction in (js.GaussNewton(), js.LevenbergMarquardt()):
+            solver = js.Solver(direction, max_steps=2, gtol=0.0, ftol=0.0)
+            result = solver.run(exponential, x0, t, y, history=True)
+            r = exponential(result.params, t, y)
+            expected = 0.5 * float(jnp.sum(r * r))
+            assert float(result.value) == pytest.approx(expected, rel=1e-14)
+            grad = jax.grad(lambda p: 0.5 * jnp.sum(exponential(p, t, y) ** 2))(result.params)
+            for key in grad:
+                np.testing.assert_allclose(result.grad[key], grad[key], rtol=1e-12)
+            values = result.history.to_numpy()["value"]  # f after each step
+            assert values[-1] == pytest.approx(expected, rel=1e-14)
+
+
+# ------------------------------------------------------------------ NIST StRD
+
+LM_PROBLEMS = ["Thurber", "BoxBOD", "Rat42", "Eckerle4", "Rat43", "Bennett5"]
+GN_PROBLEMS = list(nist.PROBLEMS)  # from start 2
+
+
+def _fit(direction, name, start):
+    problem = nist.PROBLEMS[name]
+    with jax.enable_x64(True):
+        solver = js.Solver(direction, **TIGHT, max_steps=1000)
+        b0 = jnp.asarray(problem.starts[start], jnp.float64)
+        return solver.run(nist_residuals, b0, problem)
+
+
+def _scipy_solves(name, start) -> bool:
+    problem = nist.PROBLEMS[name]
+    with jax.enable_x64(True):
+        jac = jax.jit(jax.jacfwd(nist_residuals), static_argnums=1)
+        fit = scipy.optimize.least_squares(
+            lambda b: nist.residuals(b, problem, xp=np),
+            problem.starts[start],
+            jac=lambda b: np.asarray(jac(jnp.asarray(b), problem)),
+            method="trf",
+            xtol=1e-15,
+            ftol=1e-15,
+            gtol=1e-15,
+            max_nfev=10_000,
+        )
+    return bool(np.all(np.abs(fit.x - problem.certified) <= 5e-7 * np.abs(problem.certified)))
+
+
+@pytest.fixture(scope="module")
+def nist_fits():
+    fits = {}
+    for name in LM_PROBLEMS:
+        for start in ("start1", "start2"):
+            fits["LM", name, start] = _fit(js.LevenbergMarquardt(), name, start)
+    for name in GN_PROBLEMS:
+        fits["GN", name, "start2"] = _fit(js.GaussNewton(), name, "start2")
+    return fits
+
+
+CASES = [("LM", n, s) for n in LM_PROBLEMS for s in ("start1", "start2")] + [
+    ("GN", n, "start2") for n in GN_PROBLEMS
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=["-".join(c) for c in CASES])
+def test_nist_certified_values(nist_fits, case):
+    """Every fitted parameter agrees with NIST's certified value to 6 significant digits
+    (|b_i - b*_i| <= 5e-7 |b*_i|), where scipy's least_squares(method="trf") does too."""
+    _, name, start = case
+    problem = nist.PROBLEMS[name]
+    assert _scipy_solves(name, start)
+    result = nist_fits[case]
+    params = np.asarray(result.params)
+    assert np.all(np.isfinite(params)), result.message
+    np.testing.assert_allclose(params, problem.certified, rtol=5e-7, atol=0)
+    rss = 2 * float(result.value)
+    assert rss == pytest.approx(problem.certified_rss, rel=1e-6)
+
+
+# ------------------------------------------------------------------ dtypes
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("direction", ["GN", "LM"])
+def test_low_precision_descends(dtype, direction):
+    """In float32 and bfloat16 the run stays finite, keeps the params' dtypes and lowers f;
+    f is reported in float32 (the residuals' dtype widened)."""
+    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    x0, t, y = exponential_data(dtype)
+    result = js.Solver(make(), max_steps=20).run(exponential, x0, t, y)
+    assert result.value.dtype == jnp.float32
+    assert all(result.params[k].dtype == dtype for k in x0)
+    start = 0.5 * float(jnp.sum(exponential(x0, t, y).astype(jnp.float32) ** 2))
+    assert np.isfinite(float(result.value))
+    assert float(result.value) < 0.05 * start
+    tol = 1e-3 if dtype == jnp.float32 else 0.1
+    assert float(result.params["k"]) == pytest.approx(1.3, rel=tol, abs=tol)
+
+
+@pytest.mark.parametrize("direction", ["GN", "LM"])
+def test_mixed_dtype_params(direction):
+    """A pytree of float32 and bfloat16 params with float32 residuals runs and descends."""
+    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    x0, t, y = exponential_data(jnp.float32)
+    x0 = {**x0, "c": x0["c"].astype(jnp.bfloat16), "k": jnp.full((1,), 0.5, jnp.float32)}
+
+    def fn(p, t, y):
+        return exponential({**p, "c": p["c"].astype(jnp.float32), "k": p["k"][0]}, t, y)
+
+    result = js.Solver(make(), max_steps=30).run(fn, x0, t, y)
+    assert result.params["c"].dtype == jnp.bfloat16
+    assert result.params["k"].dtype == jnp.float32
+    start = 0.5 * float(jnp.sum(fn(x0, t, y) ** 2))
+    assert float(result.value) < 1e-2 * start
+    assert float(result.params["k"][0]) == pytest.approx(1.3, rel=2e-2)
+
+
+@pytest.mark.parametrize("direction", ["GN", "LM"])
+def test_float64_exact(direction):
+    """On exact data in float64 both fit the exponential to rounding."""
+    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+        result = js.Solver(make(), **TIGHT, max_steps=100).run(exponential, x0, t, y)
+        assert result.status == js.Status.CONVERGED_GTOL, result.message
+        for key, want in (("a", 2.0), ("k", 1.3), ("c", 0.5)):
+            assert float(result.params[key]) == pytest.approx(want, rel=1e-12)
+
+
+# ------------------------------------------------------------------ solver features
+
+
+def test_vmap_over_data():
+    """`jax.vmap` over the data fits each data set as a run of its own does."""
+    with jax.enable_x64(True):
+        x0, t, _ = exponential_data(jnp.float64)
+        rates = jnp.asarray([0.8, 1.3, 2.0])
+        ys = jnp.stack([2.0 * jnp.exp(-k * t) + 0.5 for k in rates])
+        solver = js.Solver(js.LevenbergMarquardt(), **TIGHT, max_steps=100)
+        batched = jax.vmap(lambda y: solver.run(exponential, x0, t, y).params)(ys)
+        np.testing.assert_allclose(batched["k"], rates, rtol=1e-10)
+        single = solver.run(exponential, x0, t, ys[1]).params
+        np.testing.assert_allclose(batched["k"][1], single["k"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("direction", ["GN", "LM"])
+def test_resume(direction):
+    """A run cut after 3 steps and resumed with `state=result.state` ends where one run of
+    6 steps does (the damping and its pending gain ratio travel in the state)."""
+    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    with jax.enable_x64(True):
+        problem = nist.PROBLEMS["Rat43"]
+        b0 = jnp.asarray(problem.start2)
+        settings = dict(gtol=0.0, ftol=0.0)
+        whole = js.Solver(make(), max_steps=6, **settings).run(nist_residuals, b0, problem)
+        half = js.Solver(make(), max_steps=3, **settings)
+        first = half.run(nist_residuals, b0, problem)
+        second = half.run(nist_residuals, first.iterate, problem, state=first.state)
+        assert int(second.num_steps) == 6
+        np.testing.assert_allclose(second.params, whole.params, rtol=1e-12)
+
+
+def test_history_and_aux():
+    """`history=True` records 0.5 |r|^2 falling; with `has_aux=True` fn returns (r, aux)."""
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+
+        def with_aux(p, t, y):
+            r = exponential(p, t, y)
+            return r, {"max": jnp.max(jnp.abs(r))}
+
+        solver = js.Solver(js.LevenbergMarquardt(), **TIGHT, max_steps=100, has_aux=True)
+        result = solver.run(with_aux, x0, t, y, history=True)
+        assert result.status == js.Status.CONVERGED_GTOL, result.message
+        r = exponential(result.params, t, y)
+        assert float(result.aux["max"]) == pytest.approx(float(jnp.max(jnp.abs(r))))
+        values = result.history.to_numpy()["value"]
+        values = values[np.isfinite(values)]
+        assert len(values) >= 3
+        assert np.all(np.diff(values) <= 0)
+
+
+def test_residuals_as_a_tuple():
+    """Residuals may be any pytree, a tuple of arrays too (has_aux=False)."""
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+
+        def split(p, t, y):
+            r = exponential(p, t, y)
+            return r[:10], {"rest": r[10:]}
+
+        result = js.Solver(js.GaussNewton(), **TIGHT, max_steps=50).run(split, x0, t, y)
+        assert float(result.params["k"]) == pytest.approx(1.3, rel=1e-12)
+
+
+@pytest.mark.parametrize("direction", ["GN", "LM"])
+def test_bounds_are_refused(direction):
+    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    x0, t, y = exponential_data(jnp.float32)
+    bounds = (jax.tree.map(lambda a: a - 10, x0), jax.tree.map(lambda a: a + 10, x0))
+    with pytest.raises(TypeError, match="cannot honour bounds"):
+        js.Solver(make()).run(exponential, x0, t, y, bounds=bounds)
+
+
+def test_residuals_with_another_direction_fail_as_before():
+    """A residual fn given to a direction that is not least squares fails with the scalar-
+    output message, as any non-scalar fn does."""
+    x0, t, y = exponential_data(jnp.float32)
+    with pytest.raises(TypeError, match="fn must return a scalar"):
+        js.Solver(js.BFGS()).run(exponential, x0, t, y)
+
+
+def test_direction_needs_residuals():
+    """Called without `info.residuals` (e.g. by hand), the directions say what they need."""
+    x = jnp.zeros(2)
+    info = js.DirectionInfo(x, x, jnp.float32)
+    for direction in (js.GaussNewton(), js.LevenbergMarquardt()):
+        with pytest.raises(ValueError, match="needs the residuals"):
+            direction.compute(direction.init(x, jnp.float32), info)
+
+
+def test_tau_checked():
+    with pytest.raises(ValueError, match="tau must be positive"):
+        js.LevenbergMarquardt(tau=0.0)
