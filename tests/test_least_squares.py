@@ -285,3 +285,20 @@ def test_direction_needs_residuals():
 def test_tau_checked():
     with pytest.raises(ValueError, match="tau must be positive"):
         js.LevenbergMarquardt(tau=0.0)
+
+
+@pytest.mark.parametrize("direction", ["GN", "LM"])
+def test_implicit_derivative(direction):
+    """Through the implicit adjoint, d x* / d y of a linear least-squares fit is A's
+    pseudo-inverse (the adjoint differentiates 0.5 |r|^2, not fn's output)."""
+    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(1)
+        a = jnp.asarray(rng.normal(size=(8, 3)))
+        y = jnp.asarray(rng.normal(size=8))
+        solver = js.Solver(make(), **TIGHT, max_steps=50, adjoint=js.ImplicitAdjoint())
+
+        def fit(y):
+            return solver.run(lambda x, y: a @ x - y, jnp.zeros(3), y).params
+
+        np.testing.assert_allclose(jax.jacobian(fit)(y), np.linalg.pinv(a), rtol=1e-9, atol=1e-12)
