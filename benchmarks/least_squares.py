@@ -1,6 +1,7 @@
 """Least squares on the NIST StRD problems of higher difficulty (issue 36, part 1): scipy's
-least_squares (trf, lm), optimistix's GaussNewton and LevenbergMarquardt, and, as today's
-jaxsearch baseline, js.BFGS and js.Newton (each with js.Zoom) on f(b) = 0.5 |r(b)|^2.
+least_squares (trf, lm), optimistix's GaussNewton and LevenbergMarquardt, js.BFGS and
+js.Newton (each with js.Zoom) on f(b) = 0.5 |r(b)|^2, and jaxsearch's least-squares
+directions js.GaussNewton and js.LevenbergMarquardt (with js.Zoom; fn returns r itself).
 
     python benchmarks/least_squares.py                       # all 8 problems x 2 starts
     python benchmarks/least_squares.py --quick               # MGH09 and BoxBOD
@@ -21,7 +22,8 @@ vector products); `jvps`, Jacobian-vector products of r, one per tangent directi
 forward (scipy's jax.jacfwd Jacobian: n per Jacobian; optimistix: those of its jax.linearize
 operator). Reverse-mode products do not pass that callback, so for jaxsearch the products are
 its own counts: `vjps` = its reported value-and-gradient evaluations (one VJP of r each),
-`hvps` = js.Newton's Hessian-vector products (n per step, forward over reverse). `reported`:
+`hvps` = js.Newton's Hessian-vector products (n per step, forward over reverse); for
+js.GaussNewton and js.LevenbergMarquardt `jvps` is their own count (n per Jacobian). `reported`:
 the solver's own counts (scipy nfev/njev, optimistix num_steps, jaxsearch num_steps and
 num_fun_evals). Timing, in two more runs of fresh closures without the counting callbacks
 (jax.clear_caches() first): `wall_s`, the second call; `compile_s`, the first call minus the
@@ -97,6 +99,7 @@ class Outcome:
     reported: dict[str, int]
     vjps: int | None = None
     hvps: int | None = None
+    jvps: int | None = None  # a solver's own count of forward products, where it mixes modes
 
 
 # -------------------------------------------------------------------------------- counting
@@ -220,13 +223,18 @@ def _optimistix(kind: str, r, b0, args, settings: Settings):
 
 
 def _jaxsearch(direction: Callable, r, b0, args, settings: Settings):
-    """js.Solver(direction(), js.Zoom(), gtol, ftol, max_steps).run on f = 0.5 |r|^2."""
+    """js.Solver(direction(), js.Zoom(), gtol, ftol, max_steps).run on f = 0.5 |r|^2: fn is r
+    itself for a least-squares direction (js.GaussNewton, js.LevenbergMarquardt), which
+    forms f = 0.5 |r|^2 inside the solver."""
+    made = direction()
     solver = js.Solver(
-        direction(), js.Zoom(), gtol=settings.gtol, ftol=settings.ftol, max_steps=settings.max_steps
+        made, js.Zoom(), gtol=settings.gtol, ftol=settings.ftol, max_steps=settings.max_steps
     )
 
     def f(b, args):
         residual = r(b, args)
+        if isinstance(made, js.AbstractLeastSquares):
+            return residual
         return 0.5 * jnp.sum(residual * residual)
 
     b0 = jnp.asarray(b0)
@@ -237,12 +245,14 @@ def _jaxsearch(direction: Callable, r, b0, args, settings: Settings):
     def outcome(result):
         evals = int(result.num_fun_evals)
         hvps = getattr(result.state.direction, "num_hvp", None)
+        jvps = getattr(result.state.direction, "num_jvp", None)
         return Outcome(
             x=np.asarray(result.params),
             status=f"{js.Status(int(result.status)).name}: {result.message}",
             reported={"num_steps": int(result.num_steps), "num_fun_evals": evals},
             vjps=evals,
             hvps=None if hvps is None else int(hvps),
+            jvps=None if jvps is None else int(jvps),
         )
 
     return solve, outcome
@@ -255,6 +265,8 @@ PEERS: dict[str, Callable] = {
     "optx-lm": functools.partial(_optimistix, "LevenbergMarquardt"),
     "jaxsearch-bfgs": functools.partial(_jaxsearch, js.BFGS),
     "jaxsearch-newton": functools.partial(_jaxsearch, js.Newton),
+    "jaxsearch-gn": functools.partial(_jaxsearch, js.GaussNewton),
+    "jaxsearch-lm": functools.partial(_jaxsearch, js.LevenbergMarquardt),
 }
 
 
@@ -285,7 +297,7 @@ def run_one(problem, start: str, peer_name: str, settings: Settings) -> dict[str
         out = outcome(solve())
         counts = counter.read()
         if out.vjps is not None:  # reverse mode: its products do not pass the jvps callback
-            counts["jvps"] = None
+            counts["jvps"] = out.jvps  # js.GaussNewton and js.LevenbergMarquardt count theirs
         rel, lre = accuracy(problem, out.x)
         with np.errstate(all="ignore"):
             rss = float(nist.rss(out.x, problem, np))
