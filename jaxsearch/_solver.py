@@ -50,7 +50,10 @@ class Solver(eqx.Module):
 
     **Arguments** (all but the first two by keyword):
 
-    - `direction`: an `AbstractDirection` (default `js.LBFGS()`).
+    - `direction`: an `AbstractDirection` (default `js.LBFGS()`). With a least-squares
+      direction (`js.GaussNewton()`, `js.LevenbergMarquardt()`, any
+      `js.AbstractLeastSquares`), fn returns a pytree of residuals r instead of f, and the
+      solver minimises f = 0.5 |r|^2 (what `value`, the history and the stopping rules see).
     - `linesearch`: an `AbstractLineSearch` (default: the direction's own, `js.Zoom()` for
       L-BFGS; when none is given, runs with `bounds` use `js.MoreThuente()` with L-BFGS, as
       L-BFGS-B does).
