@@ -302,3 +302,23 @@ def test_implicit_derivative(direction):
             return solver.run(lambda x, y: a @ x - y, jnp.zeros(3), y).params
 
         np.testing.assert_allclose(jax.jacobian(fit)(y), np.linalg.pinv(a), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("direction", ["GN", "LM"])
+def test_step_loop(direction):
+    """`init` (with fn, whose residuals fix the value dtype) and jitted `step`s descend as a
+    run does; `state.value` is 0.5 |r|^2 at the params."""
+    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    x0, t, y = exponential_data(jnp.float32)
+    solver = js.Solver(make())
+    state = solver.init(x0, fn=exponential, args=(t, y))
+    assert state.value.dtype == jnp.float32
+    step = jax.jit(lambda p, s: solver.step(exponential, p, s, t, y))
+    params, values = x0, []
+    for _ in range(5):
+        params, state = step(params, state)
+        values.append(float(state.value))
+    assert values == sorted(values, reverse=True)
+    r = exponential(params, t, y)
+    assert values[-1] == pytest.approx(0.5 * float(jnp.sum(r * r)), rel=1e-5, abs=1e-10)
+    assert values[-1] < 1e-6
