@@ -7,14 +7,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
-from jax import lax
 from jaxtyping import Array, Bool, Float, Int
 
 from .._misc import at_least_float32, leaves, widest_float
 from ._base import AbstractLeastSquares, DirectionInfo, no_limit
+from ._bfgs import HIGHEST
 from ._flat import flatten_tree, unflatten_tree
-
-HIGHEST = lax.Precision.HIGHEST  # no reduced-precision (e.g. TF32) matrix products
 
 
 def _residuals_of(info: DirectionInfo, owner: str):
@@ -187,7 +185,7 @@ class LevenbergMarquardt(AbstractLeastSquares):
         normal = jnp.matmul(jac.T, jac, precision=HIGHEST)
         normal = (normal + normal.T) / 2
         gradient = jnp.matmul(jac.T, r, precision=HIGHEST)
-        diagonal = jnp.sum(jnp.where(jnp.eye(n, dtype=bool), normal, 0), axis=0)
+        diagonal = jnp.diagonal(normal)
         largest = jnp.max(diagonal)
         scale = jnp.maximum(diagonal, jnp.where(largest > 0, eps * largest, 1))
         lower = jnp.linalg.cholesky(normal + jnp.diag(damping * scale))
