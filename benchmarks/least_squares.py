@@ -1,7 +1,8 @@
 """Least squares on the NIST StRD problems of higher difficulty (issue 36, part 1): scipy's
 least_squares (trf, lm), optimistix's GaussNewton and LevenbergMarquardt, js.BFGS and
 js.Newton (each with js.Zoom) on f(b) = 0.5 |r(b)|^2, and jaxsearch's least-squares
-directions js.GaussNewton and js.LevenbergMarquardt (with js.Zoom; fn returns r itself).
+directions js.GaussNewton and js.LevenbergMarquardt with their default searches (Zoom and
+Backtracking; fn returns r itself).
 
     python benchmarks/least_squares.py                       # all 8 problems x 2 starts
     python benchmarks/least_squares.py --quick               # MGH09 and BoxBOD
@@ -223,13 +224,12 @@ def _optimistix(kind: str, r, b0, args, settings: Settings):
 
 
 def _jaxsearch(direction: Callable, r, b0, args, settings: Settings):
-    """js.Solver(direction(), js.Zoom(), gtol, ftol, max_steps).run on f = 0.5 |r|^2: fn is r
-    itself for a least-squares direction (js.GaussNewton, js.LevenbergMarquardt), which
-    forms f = 0.5 |r|^2 inside the solver."""
+    """js.Solver(direction(), gtol, ftol, max_steps).run, with the direction's default search
+    (`Zoom`; `Backtracking` for js.LevenbergMarquardt), on f = 0.5 |r|^2: fn is r itself for a
+    least-squares direction (js.GaussNewton, js.LevenbergMarquardt), which forms f = 0.5 |r|^2
+    inside the solver."""
     made = direction()
-    solver = js.Solver(
-        made, js.Zoom(), gtol=settings.gtol, ftol=settings.ftol, max_steps=settings.max_steps
-    )
+    solver = js.Solver(made, gtol=settings.gtol, ftol=settings.ftol, max_steps=settings.max_steps)
 
     def f(b, args):
         residual = r(b, args)

@@ -80,7 +80,7 @@ def test_value_is_half_the_squared_residual_norm():
 
 # ------------------------------------------------------------------ NIST StRD
 
-LM_PROBLEMS = ["Thurber", "BoxBOD", "Rat42", "Eckerle4", "Rat43", "Bennett5"]
+LM_PROBLEMS = ["MGH09", "Thurber", "BoxBOD", "Rat42", "Eckerle4", "Rat43", "Bennett5"]
 GN_PROBLEMS = list(nist.PROBLEMS)  # from start 2
 
 

@@ -11,6 +11,8 @@ def test_default_pairings():
         js.BFGS(): (js.Zoom(), js.Zoom()),
         js.Gradient(): (js.Zoom(), js.Zoom()),
         js.NewtonCG(): (js.Zoom(), js.Zoom()),
+        js.GaussNewton(): (js.Zoom(), js.Zoom()),
+        js.LevenbergMarquardt(): (js.Backtracking(), js.Backtracking()),
     }
     for direction, (plain, bounded) in expected.items():
         solver = js.Solver(direction)
