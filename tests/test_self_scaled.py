@@ -126,6 +126,21 @@ def test_after_a_reset_the_pair_is_scaled_for_h_equal_to_identity():
     np.testing.assert_allclose(np.asarray(new.inv_hessian), expected, rtol=1e-12, atol=1e-14)
 
 
+def test_ssbroyden_in_one_dimension():
+    """For n = 1 the power sigma^(-1/(n-1)) is taken as 1 (the docstring's rule), so tau is
+    min(rho+, sigma) or rho+ min(1, 1/theta), finite; a 1-D quadratic is solved."""
+    with jax.enable_x64(True):
+        b, h = 4.0, 1.0
+        tau, phi = js.SSBroyden().scaling(jnp.float64(b), jnp.float64(h), 1)
+        rho_minus = 1 - np.sqrt(3) / 2
+        np.testing.assert_allclose(float(tau), min(0.25, rho_minus), rtol=1e-14)
+        assert np.isfinite(float(phi))
+        solver = js.Solver(js.SSBroyden(), js.Zoom(), gtol=1e-10, ftol=0.0)
+        result = solver.run(lambda x: 3.0 * (x[0] - 2.0) ** 2, jnp.array([5.0]))
+    assert result.status == js.Status.CONVERGED_GTOL
+    np.testing.assert_allclose(result.params, [2.0], rtol=1e-10)
+
+
 def test_a_pair_failing_the_curvature_guard_changes_nothing():
     h, g, s, _ = _random_pair(0)
     for direction in (js.SSBFGS(), js.SSBroyden()):
