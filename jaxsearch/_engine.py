@@ -45,11 +45,18 @@ from ._misc import (
     tree_sub,
     tree_zeros_like,
 )
+from ._packing import PackedState, pack
 from ._state import BestPoint, SolverState
 from ._status import Status
 from ._stopping import step_status
 
 _replace = dataclasses.replace
+
+# The search's scalars are carried packed, at most this many to a buffer: XLA:CPU fuses a
+# concatenation with the computations of its operands where it has at most 8 of them, and
+# runs no multi-output fusion, so an update costs one kernel per buffer, not one per scalar
+# (and a branch passes a buffer on in one copy). tests/test_engine.py measures it.
+PACKED_LEAVES = 8
 
 
 class Machine(eqx.Module):
@@ -59,7 +66,7 @@ class Machine(eqx.Module):
     state: SolverState  # f, grad and aux at x (once `has_eval`), memories, counters, status
     d: PyTree  # the current step's direction
     dphi0: Scalar  # the slope of f along d at x
-    search: SearchState
+    packed_search: PackedState  # the search's state (`search`), packed (`PACKED_LEAVES`)
     trials: Int[Array, ""]  # evaluations of the current search (its trial budget)
     evals_at_start: Int[Array, ""]  # num_fun_evals when the current step began
     open: Bool[Array, ""]  # the loop goes on
@@ -68,6 +75,14 @@ class Machine(eqx.Module):
     pending: Bool[Array, ""]
     last_step: Int[Array, ""]  # `run`: the step count at which it stops (max_steps from its start)
     history: History | None
+
+    @property
+    def search(self) -> SearchState:
+        return self.packed_search.unpack()
+
+
+def _with_search(m: Machine, search: SearchState, **changes) -> Machine:
+    return _replace(m, packed_search=pack(search, PACKED_LEAVES), **changes)
 
 
 def gradient_norm(x, grad, box: Box | None, dtype) -> Scalar:
@@ -154,7 +169,9 @@ class Engine:
             state=state,
             d=tree_zeros_like(x),
             dphi0=zero,
-            search=self.linesearch.start(state.linesearch, zero, -one, one, zero),
+            packed_search=pack(
+                self.linesearch.start(state.linesearch, zero, -one, one, zero), PACKED_LEAVES
+            ),
             trials=scalar(0, jnp.int32),
             evals_at_start=state.num_fun_evals,
             open=jnp.array(True),
@@ -212,7 +229,7 @@ class Engine:
         updated = linesearch.update(m.search, lax.stop_gradient(t), phi, dphi)
         search = select(no_trial, m.search, updated)
         trials = m.trials + (~no_trial).astype(jnp.int32)
-        m = _replace(m, state=st, search=search, trials=trials)
+        m = _with_search(m, search, state=st, trials=trials)
         # A search ends within its trial budget; one that has not by then is cut off there.
         ends = at_base | checking | search.done | (trials >= linesearch.max_trials)
         # A step ends here.
@@ -366,8 +383,8 @@ class Engine:
         )
         st = _replace(st, direction=direction_state)
         trials = jnp.zeros_like(m.trials)
-        return _replace(
-            m, state=st, d=d, dphi0=dphi0, search=search, trials=trials, pending=jnp.array(False)
+        return _with_search(
+            m, search, state=st, d=d, dphi0=dphi0, trials=trials, pending=jnp.array(False)
         )
 
     def end_step(self, m: Machine, point, value, grad, aux, taken, stayed) -> Machine:

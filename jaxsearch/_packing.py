@@ -16,24 +16,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src.lax import lax as lax_internal
-
-from ._state import SolverState
+from jaxtyping import PyTree
 
 PACKED_SIZE = 64  # a leaf of fewer elements is packed (at most 63 * itemsize bytes each)
 
 
 class PackedState(eqx.Module):
-    """A `SolverState` as flat buffers, one per dtype (`buffers`), and the leaves too large to
-    pack (`kept`); `recipe` (static) says where each leaf lies: ("packed", buffer, offset,
-    shape, weak) or ("kept", index), in the order of the state's leaves, with their tree."""
+    """A pytree (a `SolverState`, a search's state) as flat buffers (`buffers`: one per dtype,
+    or per group of leaves of a dtype), and the leaves not packed (`kept`); `recipe` (static)
+    says where each leaf lies: ("packed", buffer, offset, shape, weak) or ("kept", index), in
+    the order of the state's leaves, with their tree."""
 
     buffers: tuple
     kept: tuple
     recipe: tuple = eqx.field(static=True)
 
-    def unpack(self) -> SolverState:
+    def unpack(self) -> PyTree:
         """The state, its leaves of the shapes and dtypes they were packed from, with the
-        leading batch axes of the buffers (a `vmap`'s) in front; computed once per object."""
+        leading batch axes of the buffers (a `vmap`'s) in front; computed once per object of
+        concrete buffers."""
         found = self.__dict__.get("_unpacked")
         if found is None:
             tree, places = self.recipe
@@ -41,7 +42,8 @@ class PackedState(eqx.Module):
             packed = iter((_unpack_on_host if concrete else _unpack)(places, self.buffers))
             leaves = [self.kept[p[1]] if p[0] == "kept" else next(packed) for p in places]
             found = jax.tree.unflatten(tree, leaves)
-            object.__setattr__(self, "_unpacked", found)
+            if concrete:  # a traced state is unpacked anew: its slices belong to the trace
+                object.__setattr__(self, "_unpacked", found)
         return found
 
 
@@ -50,20 +52,28 @@ def packed(leaf) -> bool:
     return eqx.is_array(leaf) and leaf.size < PACKED_SIZE
 
 
-def pack(state: SolverState) -> PackedState:
-    """`state` as a `PackedState` (inside a compiled program: the concatenations are its)."""
+def pack(state: PyTree, max_leaves: int | None = None, which=packed) -> PackedState:
+    """`state` as a `PackedState` (inside a compiled program: the concatenations are its):
+    the leaves for which `which(leaf)` holds packed, the others kept. `max_leaves`: at most
+    this many leaves per buffer (more buffers of a dtype where needed); None: one buffer per
+    dtype."""
     leaves, tree = jax.tree.flatten(state)
-    dtypes = sorted({jnp.dtype(leaf.dtype).name for leaf in leaves if packed(leaf)})
-    parts: list[list] = [[] for _ in dtypes]
-    sizes = [0] * len(dtypes)
+    parts: list[list] = []
+    sizes: list[int] = []
+    open_part: dict[str, int] = {}  # dtype -> the buffer that takes its next leaf
     kept: list = []
     places: list[tuple] = []
     for leaf in leaves:
-        if not packed(leaf):
+        if not which(leaf):
             places.append(("kept", len(kept)))
             kept.append(leaf)
             continue
-        index = dtypes.index(jnp.dtype(leaf.dtype).name)
+        name = jnp.dtype(leaf.dtype).name
+        index = open_part.get(name)
+        if index is None or (max_leaves is not None and len(parts[index]) >= max_leaves):
+            index = open_part[name] = len(parts)
+            parts.append([])
+            sizes.append(0)
         weak = bool(getattr(leaf, "weak_type", False))
         places.append(("packed", index, sizes[index], tuple(leaf.shape), weak))
         parts[index].append(jnp.ravel(leaf))

@@ -2,6 +2,8 @@
 (marked `program_shape`): the equations and control flow of a jaxpr, nested ones included, and
 the copies in the optimised HLO of a compiled `run`."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 from jax.extend import core as jcore
@@ -68,3 +70,22 @@ def lbfgs_memory_copies(n: int, form: str = "auto") -> list[str]:
         for line in text.splitlines()
         if f"f32[3,{n}]" in line and " copy(" in line and "broadcast" not in line
     ]
+
+
+def loop_body_kernels(solver) -> int:
+    """The kernels (fusions) and copies in the body of the main loop of `solver.run`'s
+    optimised program, on Rosenbrock from a float32 2-vector under `jax.jit`: each is a
+    thunk XLA:CPU runs at every iteration (the branches of its conditionals aside)."""
+    x0 = jnp.zeros(2, jnp.float32)
+    text = jax.jit(lambda x: solver.run(rosenbrock, x).params).lower(x0).compile().as_text()
+    bodies = re.findall(r" while\(.*?body=(%[\w.\-]+)", text)
+    computations = {}
+    for block in text.split("\n\n"):
+        header = re.match(r"^(?:ENTRY )?(%[\w.\-]+) ", block.strip())
+        if header:
+            computations[header.group(1)] = block
+    # the main loop: the body with the most kernels (the directions' own loops are small)
+    return max(
+        sum((" fusion(" in line) or (" copy(" in line) for line in computations[body].splitlines())
+        for body in bodies
+    )

@@ -38,7 +38,9 @@ def quadratic_minimiser(a, fa, da, b, fb) -> Scalar:
     return jnp.where(curvature > 0, a - da * (b - a) ** 2 / (2 * curvature), jnp.nan)
 
 
-def zoom_trial(lo, hi, safeguard: Setting, near_end: Bool[Array, ""], resolution: Scalar) -> Scalar:
+def zoom_trial(
+    lo, hi, safeguard: Setting, near_end: Bool[Array, ""], resolution: Scalar, cubic=None
+) -> Scalar:
     """Next trial strictly inside the bracket [lo, hi] (points are (t, phi, dphi) triples).
 
     The cubic's minimiser if it lies at least `safeguard` times the bracket width from either
@@ -48,7 +50,7 @@ def zoom_trial(lo, hi, safeguard: Setting, near_end: Bool[Array, ""], resolution
     phi the cubic is phi, so its minimiser is exact wherever it lies; the quadratic, which
     ignores phi'(hi), is not trusted near an end (where f grows faster than a quadratic it
     puts its minimiser next to lo). Non-finite data at `hi` (a failed trial) falls through
-    to bisection.
+    to bisection. `cubic`: the cubic's minimiser when the caller has it (else computed here).
     """
     (a, fa, da), (b, fb, db) = lo, hi
     low, high = jnp.minimum(a, b), jnp.maximum(a, b)
@@ -61,24 +63,27 @@ def zoom_trial(lo, hi, safeguard: Setting, near_end: Bool[Array, ""], resolution
         gap = jnp.minimum(t - low, high - t)
         return near_end & jnp.isfinite(t) & (gap > 0) & (gap >= resolution)
 
-    cubic = cubic_minimiser(a, fa, da, b, fb, db)
+    if cubic is None:
+        cubic = cubic_minimiser(a, fa, da, b, fb, db)
     quadratic = quadratic_minimiser(a, fa, da, b, fb)
     middle = (a + b) / 2
     near = jnp.where(apart(cubic), cubic, middle)
     return jnp.where(inside(cubic), cubic, jnp.where(inside(quadratic), quadratic, near))
 
 
-def expansion_trial(prev, current, max_step_size: Setting | Scalar) -> Scalar:
+def expansion_trial(prev, current, max_step_size: Setting | Scalar, cubic=None) -> Scalar:
     """Next trial beyond `current` while bracketing (the slope there is still negative).
 
     The cubic minimiser through `prev` and `current`, kept in [t + 1.1 w, t + 4 w] with
     w = t - t_prev (the extrapolation bounds of Moré & Thuente, 1994), and capped at
-    `max_step_size` (the search's cap); without a usable minimiser, t + 4 w.
+    `max_step_size` (the search's cap); without a usable minimiser, t + 4 w. `cubic`: that
+    minimiser when the caller has it (else computed here).
     """
     (a, fa, da), (b, fb, db) = prev, current
     width = b - a
     low, high = b + 1.1 * width, b + 4 * width
-    cubic = cubic_minimiser(a, fa, da, b, fb, db)
+    if cubic is None:
+        cubic = cubic_minimiser(a, fa, da, b, fb, db)
     t = jnp.where(jnp.isfinite(cubic) & (cubic > b), jnp.clip(cubic, low, high), high)
     return jnp.minimum(t, max_step_size)
 

@@ -9,7 +9,7 @@ from jaxtyping import Array, Int, Scalar
 from .._misc import Setting, as_int, check_setting, scalar, select, setting_value
 from ._base import Point, after_trial, end_on_best
 from ._decrease import AbstractScaleKeepingSearch, DecreaseSearchState, accepts_max_steps
-from ._interpolate import expansion_trial, zoom_trial
+from ._interpolate import cubic_minimiser, expansion_trial, zoom_trial
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
 # An interpolated trial near an end of the bracket is taken only while the bracket shrinks to
@@ -137,10 +137,14 @@ class Zoom(AbstractScaleKeepingSearch):
         width = jnp.abs(hi.t - lo.t)
         zoom_width = jnp.where(expand, jnp.inf, width).astype(dtype)
         near_end = zoom_width < _SHRINK * search.width_before
+        # One cubic, through the points of the rule that applies (each scalar a kernel of
+        # its own on a CPU: computing both and selecting costs twice the kernels).
+        first_end, second_end = select(expand, (search.prev, current), (lo, hi))
+        cubic = cubic_minimiser(*first_end.triple(), *second_end.triple())
         next_trial = jnp.where(
             expand,
-            expansion_trial(search.prev.triple(), current.triple(), search.max_step),
-            zoom_trial(lo.triple(), hi.triple(), self.safeguard, near_end, search.min_step),
+            expansion_trial(search.prev.triple(), current.triple(), search.max_step, cubic),
+            zoom_trial(lo.triple(), hi.triple(), self.safeguard, near_end, search.min_step, cubic),
         ).astype(dtype)
         num_trials = search.num_trials + 1
         exhausted = (
