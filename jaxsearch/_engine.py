@@ -17,6 +17,7 @@ that the direction is still built at one place.
 
 import dataclasses
 import functools
+import operator
 from typing import Any
 
 import equinox as eqx
@@ -30,7 +31,7 @@ from . import _evaluate
 from ._box import Box
 from ._direction import DirectionInfo
 from ._direction._base import least_squares
-from ._history import History, Report, step_record
+from ._history import FIELDS, History, Report, step_record
 from ._linesearch import AbstractLineSearch, SearchState, initial_step
 from ._misc import (
     scalar,
@@ -47,7 +48,7 @@ from ._misc import (
 )
 from ._packing import PackedState, pack
 from ._state import BestPoint, SolverState
-from ._status import Status
+from ._status import KEPT, Status
 from ._stopping import step_status
 
 _replace = dataclasses.replace
@@ -75,6 +76,9 @@ class Machine(eqx.Module):
     pending: Bool[Array, ""]
     last_step: Int[Array, ""]  # `run`: the step count at which it stops (max_steps from its start)
     history: History | None
+    # The count of evaluations at which the machine stops (`max_evals` from a run's start; for
+    # `step`, `max_evals` itself); None without a budget of evaluations.
+    last_eval: Int[Array, ""] | None = None
 
     @property
     def search(self) -> SearchState:
@@ -90,6 +94,11 @@ def gradient_norm(x, grad, box: Box | None, dtype) -> Scalar:
     if box is None:
         return tree_inf_norm(grad, dtype)
     return box.projected_gradient_norm(x, grad, dtype)
+
+
+def kept(status: Int[Array, ""]) -> Bool[Array, ""]:
+    """Whether `status` is one of `KEPT` (see `_status`)."""
+    return functools.reduce(operator.or_, [status == code for code in KEPT])
 
 
 def trial_point(x, t, d, box: Box | None):
@@ -144,6 +153,18 @@ class Engine:
         out = self.fn(eqx.combine(point, self.static), *self.args)
         return _evaluate.split_output(out, self.solver.has_aux, residual=True)[0]
 
+    def measures_change(self) -> bool:
+        """Whether the program computes each step's change of x, for `xtol` (not where `xtol`
+        is the Python number 0: off, at no cost)."""
+        xtol = self.solver.xtol
+        return eqx.is_array(xtol) or xtol > 0
+
+    def evals_spent(self, m: Machine) -> Bool[Array, ""] | None:
+        """Whether the budget of evaluations is spent (None without one)."""
+        if m.last_eval is None:
+            return None
+        return m.state.num_fun_evals >= m.last_eval
+
     def check(self, value, grad, grad_norm: Scalar) -> Int[Array, ""]:
         """The status that forbids a search from a point with f = `value`, its gradient and
         that gradient's norm (`gradient_norm`): non-finite, or converged by gtol."""
@@ -159,11 +180,20 @@ class Engine:
     def start(self, x, state: SolverState, history: History | None = None) -> Machine:
         """The machine before its first iteration. For `step` from a state that has f and its
         gradient at x, the search starts at once, or not at all from a point already
-        converged (by gtol, or by ftol in the step that reached it): under vmap, finished
-        problems stay put until `reevaluate`. `run` from such a state (a resumed run) first
-        checks f at x (`take_base`)."""
+        converged (by gtol, or by a status of `KEPT`, which the step that reached it set) or
+        from a state whose evaluations are at `max_evals`: under vmap, finished problems stay
+        put until `reevaluate` (the budget: for good). `run` from such a state (a resumed
+        run) first checks f at x (`take_base`)."""
         dtype = state.scalar_dtype
         zero, one = scalar(0, dtype), scalar(1, dtype)
+        last_eval = None
+        max_evals = self.solver.max_evals
+        if max_evals is not None:
+            if self.until_step:  # `step`: a cap on the state's count, since `init`
+                last_eval = scalar(max_evals, jnp.int32)
+            else:  # `run`: max_evals more (the sum kept within int32)
+                room = jnp.iinfo(jnp.int32).max - state.num_fun_evals
+                last_eval = state.num_fun_evals + jnp.minimum(room, max_evals)
         m = Machine(
             x=x,
             state=state,
@@ -178,16 +208,20 @@ class Engine:
             pending=jnp.array(False),
             last_step=state.num_steps + self.solver.max_steps,
             history=history,
+            last_eval=last_eval,
         )
         if not self.until_step:
             return _replace(m, pending=state.has_eval)
-        converged_ftol = state.status == Status.CONVERGED_FTOL
         stop = jnp.where(
-            converged_ftol,
+            kept(state.status),
             state.status,
             self.check(state.value, state.grad, gradient_norm(x, state.grad, self.box, dtype)),
         )
         stop = jnp.where(state.has_eval, stop, Status.RUNNING).astype(jnp.int32)
+        spent = self.evals_spent(m)
+        if spent is not None:
+            stop = jnp.where((stop == Status.RUNNING) & spent, Status.MAX_EVALS, stop)
+            stop = stop.astype(jnp.int32)
         halted = stop != Status.RUNNING
         state = _replace(
             state,
@@ -230,8 +264,12 @@ class Engine:
         search = select(no_trial, m.search, updated)
         trials = m.trials + (~no_trial).astype(jnp.int32)
         m = _with_search(m, search, state=st, trials=trials)
-        # A search ends within its trial budget; one that has not by then is cut off there.
+        # A search ends within its trial budget; one that has not by then is cut off there,
+        # as it is where the budget of evaluations is spent.
         ends = at_base | checking | search.done | (trials >= linesearch.max_trials)
+        spent = self.evals_spent(m)
+        if spent is not None:
+            ends = ends | spent
         # A step ends here.
         taken = ends & ~at_base & ~checking
         # A step that ends having changed x gives the direction's memory its pair (s, y); one
@@ -245,23 +283,28 @@ class Engine:
         stayed = tree_equal(point, m.x)
         pair = moved & ~stayed
         s, y = tree_sub(point, m.x), tree_sub(grad, st.grad)
+        # For `xtol`: the largest change of a parameter, from x to this trial.
+        change = tree_inf_norm(s, dtype) if self.measures_change() else None
         memory = direction.update(st.direction, s, y, dtype, accept=pair)
         memory = select(taken & ~pair, direction.reset(memory), memory)
         m = _replace(m, state=_replace(m.state, direction=memory))
         m = self.take_vectors(m, point, value, grad, aux, moved)
-        operands = (m, point, value, grad, aux, taken, stayed)
+        operands = (m, point, value, grad, aux, taken, stayed, change)
         return lax.cond(ends, self.boundary, lambda m, *_: m, *operands)
 
-    def boundary(self, m: Machine, point, value, grad, aux, taken, stayed) -> Machine:
+    def boundary(self, m: Machine, point, value, grad, aux, taken, stayed, change) -> Machine:
         """The end of a step (or the evaluation at x), then the start of the next step when
         the machine goes on."""
         at_base = ~m.state.has_eval
-        operands = (m, point, value, grad, aux, taken, stayed)
+        operands = (m, point, value, grad, aux, taken, stayed, change)
         # f at x: the first evaluation, after `reevaluate`, or a resumed run's check
         at_x = at_base if self.until_step else at_base | m.pending
         m = lax.cond(at_x, self.take_base, self.end_step, *operands)
         st = m.state
         running = st.status == Status.RUNNING
+        spent = self.evals_spent(m)
+        if spent is not None:
+            running = running & ~spent
         if self.until_step:  # `step` ends here, unless this was f at x
             go_on = at_base & running
             return _replace(m, open=go_on, pending=go_on)
@@ -272,6 +315,22 @@ class Engine:
         return lax.cond(go_on, self.prepare, lambda m: m, m)
 
     # ------------------------------------------------------------------ transitions
+
+    def stop_rule(self, m: Machine, after: SolverState, dtype) -> Bool[Array, ""] | None:
+        """The caller's `stop_when` on the record of the step that ended in `after` (None
+        without one); its answer must be a boolean scalar."""
+        stop_when = self.solver.stop_when
+        if stop_when is None:
+            return None
+        record = step_record(m.evals_at_start, after, dtype, m.last_step, self.solver.stall_steps)
+        stop = stop_when({name: record[name] for name in FIELDS})
+        stop = jnp.asarray(stop)
+        if stop.shape != () or stop.dtype != jnp.bool_:
+            raise TypeError(
+                "stop_when must return a boolean scalar (a 0-d bool array, per problem under "
+                f"vmap), got shape {stop.shape} and dtype {stop.dtype}."
+            )
+        return stop
 
     def take_vectors(self, m: Machine, point, value, grad, aux, moved) -> Machine:
         """The vectors of a step that ends having `moved`, at every iteration and without a
@@ -297,7 +356,7 @@ class Engine:
             )
         return _replace(m, x=x, state=_replace(st, grad=grad, aux=aux, best=best))
 
-    def take_base(self, m: Machine, point, value, grad, aux, taken, stayed) -> Machine:
+    def take_base(self, m: Machine, point, value, grad, aux, taken, stayed, change) -> Machine:
         """f, grad and aux at x itself: the first step, after `reevaluate`, or the first
         iteration of a run resumed from a state with f at x (`pending` in `run`).
 
@@ -322,7 +381,7 @@ class Engine:
         fresh_best = None if st.best is None else BestPoint(value, x, grad, aux, value)
         # A gradient other than the one the last step ended with (see `gradient_replaced`).
         replaced = self.solver.direction.gradient_replaced(st.direction)
-        kept_ftol = same & (st.status == Status.CONVERGED_FTOL)
+        kept_status = same & kept(st.status)
         grad_norm = gradient_norm(x, grad, self.box, dtype)
         st = _replace(
             st,
@@ -332,7 +391,7 @@ class Engine:
             has_eval=jnp.array(True),
             direction=select(same, st.direction, replaced),
             num_fun_evals=st.num_fun_evals + (checking & ~same).astype(jnp.int32),
-            status=jnp.where(kept_ftol, st.status, self.check(value, grad, grad_norm)).astype(
+            status=jnp.where(kept_status, st.status, self.check(value, grad, grad_norm)).astype(
                 jnp.int32
             ),
             best=select(same, st.best, fresh_best),
@@ -387,11 +446,13 @@ class Engine:
             m, search, state=st, d=d, dphi0=dphi0, trials=trials, pending=jnp.array(False)
         )
 
-    def end_step(self, m: Machine, point, value, grad, aux, taken, stayed) -> Machine:
+    def end_step(self, m: Machine, point, value, grad, aux, taken, stayed, change) -> Machine:
         """The counters and status after a search (the direction's memory, and the new
         iterate's vectors, are taken in `iterate`): a search that ends with a step ends at
         its last trial, so `point` and its f, grad and aux (not x + t d computed again, which
-        XLA may round differently) are the new iterate's. `stayed`: `point` equals x."""
+        XLA may round differently) are the new iterate's. `stayed`: `point` equals x;
+        `change`: the largest change of a parameter from x to `point` (None: not measured).
+        The caller's `stop_when` sees the step's record as history does (`FIELDS`)."""
         st, x, search, box, solver = m.state, m.x, m.search, self.box, self.solver
         dtype = st.scalar_dtype
         # A search cut off at its trial budget takes no step (and is reported as failed).
@@ -418,17 +479,6 @@ class Engine:
         lowest_grad_norm = jnp.where(
             moved, jnp.minimum(grad_norm, st.lowest_grad_norm), st.lowest_grad_norm
         )
-        status = step_status(
-            cut_off=cut_off,
-            moved=moved,
-            below_resolution=search.trial < search.min_step,
-            unchanged=unchanged,
-            grad_norm=grad_norm,
-            gtol=solver.gtol,
-            before=st.value,
-            after=value,
-            ftol=solver.ftol,
-        )
         best = st.best
         if best is not None:  # ties go to the newer point
             new_best = moved & (value <= best.value)
@@ -447,14 +497,34 @@ class Engine:
             step_size=jnp.where(moved, search.step, 0).astype(dtype),
             num_steps=st.num_steps + 1,
             num_fun_evals=st.num_fun_evals,
-            status=status,
+            status=st.status,  # the step's, below
             best=best,
             steps_since_best=jnp.where(improved, 0, st.steps_since_best + 1).astype(jnp.int32),
             lowest_grad_norm=lowest_grad_norm,
         )
+        spent = self.evals_spent(m)
+        status = step_status(
+            cut_off=cut_off,
+            moved=moved,
+            below_resolution=search.trial < search.min_step,
+            unchanged=unchanged,
+            grad_norm=grad_norm,
+            gtol=solver.gtol,
+            before=st.value,
+            after=value,
+            ftol=solver.ftol,
+            # a search cut off within its own trial budget was cut off by this one
+            out_of_evals=None if spent is None else spent & (m.trials < self.linesearch.max_trials),
+            change=change,
+            xtol=solver.xtol,
+            stop=self.stop_rule(m, after, dtype),
+        )
+        after = _replace(after, status=status)
         history = m.history
         if self.report.per_step:
-            record = step_record(m.evals_at_start, after, dtype, m.last_step, solver.stall_steps)
+            record = step_record(
+                m.evals_at_start, after, dtype, m.last_step, solver.stall_steps, m.last_eval
+            )
             # Under vmap the loop's body runs for every problem until the last one ends (and
             # this branch at every iteration): a problem's step is recorded where it ended
             # one here and its run had not ended before (`m.open`).

@@ -18,14 +18,14 @@ from ._status import Status
 FIELDS = ("step", "value", "grad_norm", "step_size", "num_fun_evals", "step_evals")
 
 
-def step_record(evals_at_start, after, dtype, last_step, stall_steps: int) -> dict:
+def step_record(evals_at_start, after, dtype, last_step, stall_steps: int, last_eval=None) -> dict:
     """The record of the step that began after `evals_at_start` evaluations of fn and ended in
     the state `after`: the step number, f and the infinity norm of the gradient at the new
     point, the step size, the cumulative number of evaluations of fn and those of this step
     (its line-search trials, plus f at x0 in the first step); `final` is True when the run
-    stops after it (a status, its last step `last_step`, or `stall_steps` steps without
-    progress)."""
-    return dict(
+    stops after it (a status, its last step `last_step`, `stall_steps` steps without
+    progress, or its count of evaluations at `last_eval`, where there is a budget)."""
+    record = dict(
         step=after.num_steps,
         value=after.value,
         grad_norm=tree_inf_norm(after.grad, dtype),
@@ -37,6 +37,9 @@ def step_record(evals_at_start, after, dtype, last_step, stall_steps: int) -> di
         | (after.steps_since_best >= stall_steps),
         steps_left=last_step - after.num_steps,  # for the progress bar of a resumed run
     )
+    if last_eval is not None:
+        record["final"] = record["final"] | (after.num_fun_evals >= last_eval)
+    return record
 
 
 class History(eqx.Module):

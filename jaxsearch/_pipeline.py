@@ -49,7 +49,7 @@ _replace = dataclasses.replace
 # What `throw=True` raises on: a run that did not converge; a step that could not go on (and,
 # with `throw="failures"`, a run that could not go on: a fixed budget of steps is a normal end).
 STEP_FAILURES = (Status.LINESEARCH_FAILED, Status.NONFINITE, Status.STALLED)
-RUN_FAILURES = (Status.MAX_STEPS, *STEP_FAILURES)
+RUN_FAILURES = (Status.MAX_STEPS, Status.MAX_EVALS, *STEP_FAILURES)
 
 
 # ------------------------------------------------------------------ the call's box and search
@@ -366,7 +366,10 @@ def minimise(solver, search, fn, x0, args, *, box, report: Report, state: Solver
     diff, state, history = machine.x, machine.state, machine.history
     last = diff
     iterate = eqx.combine(tree_cast_to_avals(diff, given), static)
-    status, no_progress = run_status(state.status, state.steps_since_best, solver.stall_steps)
+    spent = None if machine.last_eval is None else state.num_fun_evals >= machine.last_eval
+    status, no_progress = run_status(
+        state.status, state.steps_since_best, solver.stall_steps, spent
+    )
     value, grad, aux = state.value, state.grad, state.aux
     if state.best is not None:
         diff, value, grad, aux, status = returned_point(

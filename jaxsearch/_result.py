@@ -1,5 +1,8 @@
 """What `Solver.run` returns."""
 
+import functools
+import operator
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -9,7 +12,7 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 from ._misc import leaves
 from ._packing import PackedState, pack
 from ._state import SolverState
-from ._status import Status, stop_message
+from ._status import CONVERGED, stop_message
 from ._stopping import stop_cause
 
 
@@ -96,10 +99,10 @@ class Result(eqx.Module):
 
     @property
     def success(self) -> Bool[Array, "*batch"]:
-        """Whether the run converged (`CONVERGED_GTOL` or `CONVERGED_FTOL`): a boolean array,
-        computed from `status`, so it works inside `jax.jit` and, under `jax.vmap`, has the
-        batch's shape (one entry per problem)."""
-        return (self.status == Status.CONVERGED_GTOL) | (self.status == Status.CONVERGED_FTOL)
+        """Whether the run converged (`CONVERGED_GTOL`, `CONVERGED_FTOL` or
+        `CONVERGED_XTOL`): a boolean array, computed from `status`, so it works inside
+        `jax.jit` and, under `jax.vmap`, has the batch's shape (one entry per problem)."""
+        return functools.reduce(operator.or_, [self.status == code for code in CONVERGED])
 
     @property
     def message(self) -> str | list:

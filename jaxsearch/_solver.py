@@ -1,6 +1,8 @@
 """The Solver: a descent direction composed with a line search."""
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -57,8 +59,9 @@ class Solver(eqx.Module):
     - `linesearch`: an `AbstractLineSearch` (default: the direction's own, `js.Zoom()` for
       L-BFGS; when none is given, runs with `bounds` use `js.MoreThuente()` with L-BFGS, as
       L-BFGS-B does).
-    - `gtol` (1e-5), `ftol` (2.2e-9, scipy's), `max_steps` (1000), `stall_steps` (100):
-      the stopping rules below.
+    - `gtol` (1e-5), `ftol` (2.2e-9, scipy's), `xtol` (0: off), `max_steps` (1000),
+      `max_evals` (None: no budget), `stall_steps` (100), `stop_when` (None): the stopping
+      rules below.
     - `return_best` (True), `has_aux` (False: fn returns f alone), `throw` (False),
       `adjoint` (`js.ImplicitAdjoint()`): below.
 
@@ -66,7 +69,28 @@ class Solver(eqx.Module):
     on the relative decrease (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1) (`ftol=0` switches
     it off), and `max_steps`; a run without progress (a new lowest f or least gradient norm)
     for `stall_steps` steps ends `Status.STALLED`, as does a step that changes no parameter.
-    `result.message` says which rule ended a run.
+    `result.message` says which rule ended a run. Three more, off by default:
+
+    - `xtol`: a step that changed no parameter by more than xtol, max_i |x_{k+1,i} - x_{k,i}|
+      <= xtol (torch's `tolerance_change` on params), ends `CONVERGED_XTOL`, a success.
+      Tested after gtol and ftol (a step that meets either ends with theirs).
+    - `max_evals`: a budget of evaluations of fn (torch's `max_eval`; of `num_fun_evals`,
+      where a value and its gradient count as one): a run evaluates fn at most `max_evals`
+      times more than its start state had (a fresh run: in all), and ends `MAX_EVALS` (not a
+      success) when it has, unless that evaluation ended it otherwise. A search still in
+      progress when the budget is spent is cut off as at its trial budget: the step takes no
+      step and ends `MAX_EVALS` (a run returns the best point accepted before). `step` caps
+      the state's count since `init` (which a run's state carries on): it evaluates fn only
+      while the count is below `max_evals`, and a step from a state at the cap changes
+      nothing and ends `MAX_EVALS`.
+    - `stop_when`: a function of the step's record (a dict of 0-d arrays: `step`, `value`,
+      `grad_norm`, `step_size`, `num_fun_evals`, `step_evals`, as in the history) to a
+      boolean scalar, traced into the compiled loop (per problem under `jax.vmap`) and
+      called after each step; True ends the run (or the step) `STOPPED`, not a success (the
+      rule is the caller's: read `status`), where no other rule ended the step.
+
+    `CONVERGED_FTOL`, `CONVERGED_XTOL` and `STOPPED` are kept: a `step` from a state that
+    has one changes nothing until `reevaluate`, and a run resumed from one stops at once.
 
     **The best point.** A run returns the lowest f it has seen among x0 and the points it
     accepted, unless its last iterate is as low within the line search's rounding allowance,
@@ -74,8 +98,9 @@ class Solver(eqx.Module):
     last iterate always. Why, and what `step` keeps of it: docs/getting-started.md.
 
     `throw=True` raises a runtime error naming the status and its cause where a run ends in
-    `MAX_STEPS`, `LINESEARCH_FAILED`, `NONFINITE` or `STALLED` (a step, in one of the last
-    three); `throw="failures"` raises on the last three only, in `run` as in `step`.
+    `MAX_STEPS`, `MAX_EVALS`, `LINESEARCH_FAILED`, `NONFINITE` or `STALLED` (a step, in one
+    of the last three); `throw="failures"` raises on the last three only, in `run` as in
+    `step`.
 
     After a step that did not move, the direction's memory is reset (the next `step` starts
     from steepest descent). A `step` from a converged state changes nothing until
@@ -87,11 +112,12 @@ class Solver(eqx.Module):
     `js.ImplicitAdjoint()` (default, at the solution) or `js.UnrolledAdjoint()` (through the
     iterations).
 
-    Structural settings (`max_steps`, `stall_steps`, `return_best`, `has_aux`, `throw`) are
-    static, so two solvers with equal settings share compiled programs. Numeric settings
-    (`gtol`, `ftol`, and those of the line search) may be Python numbers (hashed, as static
-    ones) or 0-d arrays: dynamic leaves, so that a schedule or a sweep (`jax.vmap` over a
-    setting) reuses one compiled program.
+    Structural settings (`max_steps`, `max_evals`, `stall_steps`, `stop_when`,
+    `return_best`, `has_aux`, `throw`) are static, so two solvers with equal settings share
+    compiled programs (`stop_when` is compared by identity, as `run`'s `callback`). Numeric
+    settings (`gtol`, `ftol`, `xtol`, and those of the line search) may be Python numbers
+    (hashed, as static ones) or 0-d arrays: dynamic leaves, so that a schedule or a sweep
+    (`jax.vmap` over a setting) reuses one compiled program.
     """
 
     direction: AbstractDirection
@@ -99,8 +125,11 @@ class Solver(eqx.Module):
     bounded_linesearch: AbstractLineSearch  # the line search of runs with bounds
     gtol: Setting
     ftol: Setting
+    xtol: Setting
     max_steps: int = eqx.field(static=True)
+    max_evals: int | None = eqx.field(static=True)
     stall_steps: int = eqx.field(static=True)
+    stop_when: Callable[[dict], Any] | None = eqx.field(static=True)
     return_best: bool = eqx.field(static=True)
     has_aux: bool = eqx.field(static=True)
     throw: bool | str = eqx.field(static=True)  # False, True or "failures"
@@ -113,8 +142,11 @@ class Solver(eqx.Module):
         *,
         gtol: Setting = 1e-5,
         ftol: Setting = _SCIPY_FTOL,
+        xtol: Setting = 0.0,
         max_steps: int | np.integer = 1000,
+        max_evals: int | np.integer | None = None,
         stall_steps: int | np.integer = 100,
+        stop_when: Callable[[dict], Any] | None = None,
         return_best: bool = True,
         has_aux: bool = False,
         throw: bool | str = False,
@@ -123,17 +155,27 @@ class Solver(eqx.Module):
         direction = LBFGS() if direction is None else direction
         check_parts(direction, linesearch)
         linesearch, bounded_linesearch = searches(direction, linesearch)
-        gtol, ftol = (tolerance(name, v) for name, v in (("gtol", gtol), ("ftol", ftol)))
+        gtol, ftol, xtol = (
+            tolerance(name, v) for name, v in (("gtol", gtol), ("ftol", ftol), ("xtol", xtol))
+        )
         steps, stall = as_int(max_steps), as_int(stall_steps)
         check_count("Solver", "max_steps", steps)
         check_count("Solver", "stall_steps", stall)
+        evals = None if max_evals is None else as_int(max_evals)
+        if evals is not None:
+            check_count("Solver", "max_evals", evals)
+        if stop_when is not None and not callable(stop_when):
+            raise TypeError(f"stop_when must be callable, got {type(stop_when).__name__}.")
         self.direction = direction
         self.linesearch = linesearch
         self.bounded_linesearch = bounded_linesearch
         self.gtol = gtol
         self.ftol = ftol
+        self.xtol = xtol
         self.max_steps = steps
+        self.max_evals = evals
         self.stall_steps = stall
+        self.stop_when = stop_when
         self.return_best = bool(return_best)
         self.has_aux = bool(has_aux)
         self.throw = throw_setting(throw)

@@ -47,6 +47,9 @@ class Status(enum.IntEnum, metaclass=_StatusType):
     LINESEARCH_FAILED = 4
     NONFINITE = 5
     STALLED = 6
+    CONVERGED_XTOL = 7
+    MAX_EVALS = 8
+    STOPPED = 9
 
     def __str__(self) -> str:
         return self.name
@@ -66,7 +69,15 @@ class Status(enum.IntEnum, metaclass=_StatusType):
 
     @property
     def converged(self) -> bool:
-        return self in (Status.CONVERGED_GTOL, Status.CONVERGED_FTOL)
+        return self in CONVERGED
+
+
+CONVERGED = (Status.CONVERGED_GTOL, Status.CONVERGED_FTOL, Status.CONVERGED_XTOL)
+
+# The statuses a step reaches by what it did rather than by where it ended (they cannot be
+# checked again at its point): a `step` from a state with one of them changes nothing until
+# `reevaluate`, and a resumed run from one stops at once, as a run that ended there did.
+KEPT = (Status.CONVERGED_FTOL, Status.CONVERGED_XTOL, Status.STOPPED)
 
 
 class StatusArray(np.ndarray):
@@ -107,6 +118,9 @@ _MESSAGES = {
     ),
     Status.NONFINITE: "Stopped: the start point, f or its gradient there is not finite.",
     Status.STALLED: "Stopped: no progress at this precision; not converged.",
+    Status.CONVERGED_XTOL: "Converged: the last step changed no parameter by more than xtol.",
+    Status.MAX_EVALS: "Stopped: max_evals evaluations of f reached before convergence.",
+    Status.STOPPED: "Stopped: the stop_when rule held after the last step.",
 }
 
 # `{x}` is the start point's name: x0 for a run, params for a step.

@@ -18,10 +18,16 @@ def step_status(
     before: Scalar,
     after: Scalar,
     ftol: Setting,
+    out_of_evals: Bool[Array, ""] | None = None,
+    change: Scalar | None = None,
+    xtol: Setting = 0.0,
+    stop: Bool[Array, ""] | None = None,
 ) -> Int[Array, ""]:
     """The status of a step that searched, by the first rule that applies:
 
-    1. the search was cut off at its trial budget: `LINESEARCH_FAILED`;
+    1. the search was cut off: at the run's budget of evaluations (`out_of_evals`, before
+       its own trial budget was spent): `MAX_EVALS`; else at its trial budget:
+       `LINESEARCH_FAILED`;
     2. it took no step and gave up below the line's resolution (every step left to try
        rounds to x): `STALLED`; took no step otherwise: `LINESEARCH_FAILED`;
     3. it took a step that changed no parameter: `STALLED`;
@@ -30,7 +36,14 @@ def step_status(
        switches it off), and not by exactly 0 when `ftol` is below the resolution of f's
        dtype (near a minimiser the searches accept steps on slopes where f no longer
        changes): `CONVERGED_FTOL`;
-    6. else `RUNNING`.
+    6. no parameter changed by more than `xtol`, `change` = max_i |x_{k+1,i} - x_{k,i}|
+       (torch's `tolerance_change` on params; `xtol=0` switches it off): `CONVERGED_XTOL`;
+    7. the caller's `stop_when` rule held on the step's record (`stop`): `STOPPED`;
+    8. else `RUNNING`.
+
+    Rules 6 and 7 come last, so a setting of `xtol` or `stop_when` only ends steps that
+    would otherwise go on (with ftol before xtol: both say the step made little progress).
+    `None` for `out_of_evals`, `change` or `stop`: no such rule in this program.
 
     `before` and `after` are f at the step's start and end, in the value dtype; the decrease
     is computed in the dtype of `grad_norm` (the scalar dtype, at least float32)."""
@@ -44,37 +57,40 @@ def step_status(
         & (decrease <= ftol * scale)
         & ~((decrease == 0) & ftol_unresolved)
     )
-    return jnp.select(
-        [
-            cut_off,
-            ~moved & below_resolution,
-            ~moved,
-            unchanged,
-            grad_norm <= gtol,
-            small_decrease,
-        ],
-        [
-            Status.LINESEARCH_FAILED,
-            Status.STALLED,
-            Status.LINESEARCH_FAILED,
-            Status.STALLED,
-            Status.CONVERGED_GTOL,
-            Status.CONVERGED_FTOL,
-        ],
-        Status.RUNNING,
-    ).astype(jnp.int32)
+    rules = [
+        (cut_off, Status.LINESEARCH_FAILED),
+        (~moved & below_resolution, Status.STALLED),
+        (~moved, Status.LINESEARCH_FAILED),
+        (unchanged, Status.STALLED),
+        (grad_norm <= gtol, Status.CONVERGED_GTOL),
+        (small_decrease, Status.CONVERGED_FTOL),
+    ]
+    if out_of_evals is not None:
+        rules.insert(0, (cut_off & out_of_evals, Status.MAX_EVALS))
+    if change is not None:
+        rules.append(((xtol > 0) & (change <= xtol), Status.CONVERGED_XTOL))
+    if stop is not None:
+        rules.append((stop, Status.STOPPED))
+    conditions, statuses = zip(*rules, strict=True)
+    return jnp.select(list(conditions), list(statuses), Status.RUNNING).astype(jnp.int32)
 
 
 def run_status(
-    status: Int[Array, ""], steps_since_best: Int[Array, ""], stall_steps: int
+    status: Int[Array, ""],
+    steps_since_best: Int[Array, ""],
+    stall_steps: int,
+    evals_spent: Bool[Array, ""] | None = None,
 ) -> tuple[Int[Array, ""], Bool[Array, ""]]:
     """(The status of a run whose engine stopped with the last step's `status`, whether it
-    stopped for want of progress). A run stops `RUNNING` only at its step budget or after
-    `stall_steps` steps without progress (`steps_since_best`): `STALLED` for the latter,
-    else `MAX_STEPS`. Any other status is the run's."""
+    stopped for want of progress). A run stops `RUNNING` only at its step budget, at its
+    budget of evaluations (`evals_spent`; None: it has none) or after `stall_steps` steps
+    without progress (`steps_since_best`): `STALLED` for the last, else `MAX_EVALS` where
+    the evaluations are spent, else `MAX_STEPS`. Any other status is the run's."""
     running = status == Status.RUNNING
     no_progress = running & (steps_since_best >= stall_steps)
-    ended = jnp.where(no_progress, Status.STALLED, Status.MAX_STEPS)
+    spent = jnp.array(False) if evals_spent is None else evals_spent
+    budget = jnp.where(spent, Status.MAX_EVALS, Status.MAX_STEPS)
+    ended = jnp.where(no_progress, Status.STALLED, budget)
     return jnp.where(running, ended, status).astype(jnp.int32), no_progress
 
 
