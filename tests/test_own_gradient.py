@@ -128,6 +128,42 @@ def test_newton_cg_difference_products_solve_a_quadratic(x64):
     assert CALLS[0] == int(result.num_fun_evals) + products
 
 
+def test_difference_product_rule():
+    """H v is (g(x + eps v) - g(x)) / eps with eps = sqrt(u) (1 + |x|_2) / |v|_2, u the
+    machine epsilon of x's least precise leaf; v = 0 gives 0."""
+    from jaxsearch._engine import _hessian_vector_product
+
+    def evaluate(p):
+        g = {"a": p["a"].astype(jnp.float32) ** 3, "b": jnp.sin(p["b"])}
+        return jnp.zeros(()), g, None
+
+    x = {"a": jnp.array([1.0, 2.0], jnp.bfloat16), "b": jnp.array([0.5], jnp.float32)}
+    v = {"a": jnp.array([1.0, -1.0], jnp.bfloat16), "b": jnp.array([2.0], jnp.float32)}
+    g = evaluate(x)[1]
+    hv = _hessian_vector_product(evaluate, x, v, grad=g)
+    u = float(jnp.finfo(jnp.bfloat16).eps)
+
+    def norm(tree):
+        return np.sqrt(sum(np.sum(np.asarray(leaf, np.float64) ** 2) for leaf in tree.values()))
+
+    eps = np.float32(np.sqrt(u) * (1 + norm(x)) / norm(v))
+    moved = {
+        k: (x[k].astype(jnp.float32) + eps * v[k].astype(jnp.float32)).astype(x[k].dtype) for k in x
+    }
+    g_moved = evaluate(moved)[1]
+    for k in x:
+        expected = ((g_moved[k] - g[k]) / eps).astype(v[k].dtype)
+        assert hv[k].dtype == v[k].dtype
+        np.testing.assert_allclose(
+            np.asarray(hv[k], np.float32), np.asarray(expected, np.float32), rtol=1e-2
+        )
+    zero = jax.tree.map(jnp.zeros_like, v)
+    assert all(
+        bool(jnp.all(leaf == 0))
+        for leaf in jax.tree.leaves(_hessian_vector_product(evaluate, x, zero, grad=g))
+    )
+
+
 def test_pure_callback_simulator_run_and_vmap():
     """A simulator behind `jax.pure_callback` (no JAX derivative at all), L-BFGS with Zoom,
     under `run` and under `jax.vmap` (each problem as on its own)."""
@@ -203,6 +239,24 @@ def test_second_run_compiles_nothing(compiles):
     result = solver.run(quadratic_own, x0, c)
     assert compiles.count == 0
     np.testing.assert_allclose(result.params, c, rtol=1e-5)
+
+
+def _closure(scale):
+    def fn(x, c):
+        return scale * jnp.sum((x - c) ** 2), scale * 2 * (x - c)
+
+    return fn
+
+
+def test_new_closure_same_computation_compiles_nothing(compiles):
+    """A new closure computing the same (value, grad) takes the program compiled for the
+    first (fn is compared by the program it computes, without differentiating it)."""
+    solver = js.Solver(value_and_grad=True)
+    solver.run(_closure(3.0), jnp.zeros(3), jnp.ones(3))
+    compiles.reset()
+    result = solver.run(_closure(3.0), jnp.zeros(3), jnp.ones(3))
+    assert compiles.count == 0
+    assert bool(result.success)
 
 
 def test_step_with_an_equinox_model():
