@@ -12,6 +12,8 @@ equal parameters, literals and input and output types, and the arrays fn closes 
 jaxpr's constants) are equal bit for bit. The derivatives' jaxpr is compared rather than fn's,
 as it holds the rules of `jax.custom_jvp` and `jax.custom_vjp` functions (whose own equations
 carry a rule traced anew for every closure) worked out into equations.
+For a fn that returns its own gradient (`Solver(value_and_grad=True)`), which nothing
+differentiates, the jaxpr compared is fn's own.
 
 Where something in the jaxpr cannot be compared by value (a callback, a rule that is still
 a Python function), the stand-in is equal only to itself: fn is then compiled as before, once

@@ -10,6 +10,7 @@ import pytest
 
 import jaxsearch as js
 
+from .helpers import DIRECTIONS, SEARCHES, solver as make_solver
 from .problems import rosenbrock
 
 
@@ -121,21 +122,24 @@ def test_wrong_gradient_changes_path(x64):
     np.testing.assert_allclose(wrong.grad, 2 * jax.grad(rosenbrock)(wrong.iterate), rtol=1e-8)
 
 
-def test_newton_cg_difference_products_solve_a_quadratic(x64):
-    """Newton-CG with forward-difference products of fn's gradient solves a float64
-    quadratic; each product is one more call of fn, counted by the direction's `num_hvp` and
-    not in `num_fun_evals`."""
+@pytest.mark.parametrize("direction", [js.NewtonCG, js.Newton])
+def test_newton_difference_products_solve_a_quadratic(direction, x64):
+    """Newton-CG and Newton with forward-difference products of fn's gradient (which JAX
+    cannot differentiate in forward mode) solve a float64 quadratic; for Newton-CG, each
+    product is one more call of fn, counted by the direction's `num_hvp` and not in
+    `num_fun_evals` (Newton's n products are one batched call)."""
     rng = np.random.default_rng(0)
     m = rng.standard_normal((6, 6))
     a, b = jnp.asarray(m @ m.T + 6 * np.eye(6)), jnp.asarray(rng.standard_normal(6))
-    solver = js.Solver(js.NewtonCG(), gtol=1e-10, ftol=0.0, value_and_grad=True)
+    solver = js.Solver(direction(), gtol=1e-10, ftol=0.0, value_and_grad=True)
     CALLS[0] = 0
     result = solver.run(counted_quadratic, jnp.zeros(6), a, b)
     assert result.success
     np.testing.assert_allclose(result.params, jnp.linalg.solve(a, b), rtol=1e-8)
     products = int(result.state.direction.num_hvp)
-    assert products >= 6  # CG needs n products on a generic quadratic
-    assert CALLS[0] == int(result.num_fun_evals) + products
+    assert products >= 6  # CG needs n products on a generic quadratic, Newton n per step
+    if direction is js.NewtonCG:
+        assert CALLS[0] == int(result.num_fun_evals) + products
 
 
 def test_difference_product_rule():
@@ -190,7 +194,8 @@ def test_pure_callback_simulator_run_and_vmap():
 
 
 def test_has_aux():
-    """fn returns ((value, aux), grad): aux comes back from the returned point."""
+    """fn returns ((value, aux), grad): aux comes back from the returned point; with bounds
+    (L-BFGS-B), and `init` learns aux's structure from fn."""
 
     def fn(x, c):
         value, grad = jax.value_and_grad(lambda x: jnp.sum((x - c) ** 2))(x)
@@ -198,9 +203,9 @@ def test_has_aux():
 
     solver = js.Solver(has_aux=True, value_and_grad=True)
     c = jnp.array([1.0, -2.0, 3.0])
-    result = solver.run(fn, jnp.zeros(3), c)
+    result = solver.run(fn, jnp.zeros(3), c, bounds=(-jnp.inf, 2.5))
     assert result.success
-    np.testing.assert_allclose(result.params, c, atol=1e-5)
+    np.testing.assert_allclose(result.params, jnp.array([1.0, -2.0, 2.5]), atol=1e-5)
     np.testing.assert_allclose(result.aux["mean"], jnp.mean(result.params), rtol=1e-6)
     state = solver.init(jnp.zeros(3), fn=fn, args=(c,))
     assert state.aux["mean"].dtype == jnp.float32
@@ -236,21 +241,6 @@ def test_dtypes(dtypes):
     assert result.value.dtype == jnp.float32
 
 
-def quadratic_own(x, c):
-    return jnp.sum((x - c) ** 2), 2 * (x - c)
-
-
-def test_second_run_compiles_nothing(compiles):
-    """A second run from a new x0 (new data in args too) compiles nothing."""
-    solver = js.Solver(value_and_grad=True)
-    solver.run(quadratic_own, jnp.zeros(3), jnp.ones(3))
-    x0, c = jnp.array([2.0, 2.0, 2.0]), jnp.array([1.0, 2.0, 3.0])
-    compiles.reset()
-    result = solver.run(quadratic_own, x0, c)
-    assert compiles.count == 0
-    np.testing.assert_allclose(result.params, c, rtol=1e-5)
-
-
 def _closure(scale):
     def fn(x, c):
         return scale * jnp.sum((x - c) ** 2), scale * 2 * (x - c)
@@ -258,15 +248,29 @@ def _closure(scale):
     return fn
 
 
-def test_new_closure_same_computation_compiles_nothing(compiles):
-    """A new closure computing the same (value, grad) takes the program compiled for the
-    first (fn is compared by the program it computes, without differentiating it)."""
+def test_second_run_compiles_nothing(compiles):
+    """A second run from a new x0, with new data in args and fn a new closure computing the
+    same (value, grad), compiles nothing: fn is compared by the program it computes, without
+    differentiating it."""
     solver = js.Solver(value_and_grad=True)
     solver.run(_closure(3.0), jnp.zeros(3), jnp.ones(3))
+    x0, c = jnp.array([2.0, 2.0, 2.0]), jnp.array([1.0, 2.0, 3.0])
     compiles.reset()
-    result = solver.run(_closure(3.0), jnp.zeros(3), jnp.ones(3))
+    result = solver.run(_closure(3.0), x0, c)
     assert compiles.count == 0
-    assert bool(result.success)
+    np.testing.assert_allclose(result.params, c, rtol=1e-5)
+
+
+def test_every_direction_and_search_traces():
+    """Every direction of the registry (with Backtracking) and every line search (with
+    L-BFGS) traces a run with fn's own gradient (and `test_least_squares_direction_refused`
+    for those that cannot)."""
+    x0 = jnp.ones(3)
+    names = [(d, "Backtracking") for d in DIRECTIONS] + [("LBFGS", s) for s in SEARCHES]
+    for direction, search in names:
+        solver = make_solver(direction, search, value_and_grad=True)
+        out = jax.eval_shape(lambda x, solver=solver: solver.run(_closure(1.0), x, x0), x0)
+        assert out.params.dtype == x0.dtype and out.grad.shape == x0.shape
 
 
 def test_step_with_an_equinox_model():
