@@ -350,12 +350,17 @@ def test_wrong_gradient_structure():
     def no_pair(p):
         return jnp.sum(p["a"] ** 2)
 
+    def complex_grad(p):
+        return jnp.sum(p["a"] ** 2), {"a": p["a"].astype(jnp.complex64), "b": p["b"]}
+
     with pytest.raises(TypeError, match="another structure than params"):
         solver.run(missing, params)
     with pytest.raises(TypeError, match=r"grad\['b'\] has shape \(4,\) where the param has"):
         solver.run(wrong_shape, params)
     with pytest.raises(TypeError, match=r"must return a pair \(value, grad\)"):
         solver.run(no_pair, params)
+    with pytest.raises(TypeError, match=r"grad\['a'\] has dtype complex64"):
+        solver.run(complex_grad, params)
     with pytest.raises(TypeError, match="another structure than params"):
         solver.init(params, fn=missing)
     with pytest.raises(TypeError, match="shape"):
