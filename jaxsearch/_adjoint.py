@@ -2,6 +2,7 @@
 function theorem, or through the iterations as they ran."""
 
 import abc
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -30,13 +31,15 @@ from ._misc import (
 
 class Problem(NamedTuple):
     """What the optimality conditions at a run's solution need: the objective (as the
-    solver calls it), whether it returns aux, the box (None without bounds) and whether fn
-    returns residuals (a least-squares direction: f = 0.5 |r|^2)."""
+    solver calls it), whether it returns aux, the box (None without bounds), whether fn
+    returns residuals (a least-squares direction: f = 0.5 |r|^2) and whether it returns its
+    own gradient (`Solver(value_and_grad=True)`)."""
 
     fn: Callable
     has_aux: bool
     box: Any
     residual: bool = False  # fn returns residuals r, and f = 0.5 |r|^2 (least squares)
+    own_grad: bool = False  # fn returns (value, grad): its gradient is differentiated
 
 
 class AbstractAdjoint(eqx.Module):
@@ -83,6 +86,11 @@ class ImplicitAdjoint(AbstractAdjoint):
 
     The derivative is that of the exact minimiser: it is as accurate as the run converged
     (check `result.status`), and meaningless where the run stopped elsewhere.
+
+    With `Solver(value_and_grad=True)`, grad_x f is the gradient fn returns, and it is
+    differentiated (forward mode) with respect to x and a: a gradient that JAX cannot
+    differentiate in forward mode (a `jax.pure_callback`, a `jax.custom_vjp` function) makes
+    differentiating `run` raise a TypeError when it is traced.
     """
 
     rtol: float | None = eqx.field(static=True, default=None)
@@ -193,7 +201,7 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
     x0, args = primals
     _, args_dot = tangents  # the solution does not depend on x0
     result = _implicit_minimise(x0, args, **settings)
-    adjoint, (fn, has_aux, box, residual) = settings["adjoint"], settings["problem"]
+    adjoint, (fn, has_aux, box, residual, own_grad) = settings["adjoint"], settings["problem"]
     # Split args into the leaves being differentiated and everything else.
     flat, treedef = jtu.tree_flatten(args)
     # args_dot is args with None where a leaf is not differentiated
@@ -219,7 +227,7 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
     def at(x, a):  # f, grad f and aux at (x, a)
         dtype, aux_like = result.value.dtype, result.aux
         return _evaluate.value_and_grad(
-            fn, has_aux, dtype, aux_like, x, static, with_args(a), residual
+            fn, has_aux, dtype, aux_like, x, static, with_args(a), residual, own_grad
         )
 
     def grad_x(x, a):
@@ -244,10 +252,11 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
         return jtu.tree_map(lambda h, vi, fi: jnp.where(fi, h, vi), hv, v, free)
 
     # d/da grad_x f(x*, a) . a_dot, then x_dot = -H^-1 of it (on the free components).
-    mixed = only_free(jax.jvp(lambda a: grad_x(x, a), (a,), (a_dot,))[1])
-    work = jtu.tree_map(lambda m: m.astype(at_least_float32(m.dtype)), mixed)
-    x_dot = tree_cast_like(jtu.tree_map(jnp.negative, adjoint.solve(hessian_times, work)), x)
-    value_dot, grad_dot, aux_dot = jax.jvp(at, (x, a), (x_dot, a_dot))[1]
+    with _own_gradient_differentiated(own_grad):
+        mixed = only_free(jax.jvp(lambda a: grad_x(x, a), (a,), (a_dot,))[1])
+        work = jtu.tree_map(lambda m: m.astype(at_least_float32(m.dtype)), mixed)
+        x_dot = tree_cast_like(jtu.tree_map(jnp.negative, adjoint.solve(hessian_times, work)), x)
+        value_dot, grad_dot, aux_dot = jax.jvp(at, (x, a), (x_dot, a_dot))[1]
     result_dot = eqx.tree_at(
         lambda r: (r.params, r.value, r.grad, r.aux),
         nothing,
@@ -255,3 +264,23 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
         is_leaf=lambda node: node is None,
     )
     return result, result_dot
+
+
+@contextlib.contextmanager
+def _own_gradient_differentiated(own_grad: bool):
+    """Within it, an error from differentiating the gradient that fn returned itself
+    (`own_grad`) is raised again as a TypeError that says what to do instead."""
+    if not own_grad:
+        yield
+        return
+    try:
+        yield
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            "Differentiating run with js.ImplicitAdjoint() and value_and_grad=True "
+            "differentiates the gradient fn returns (forward mode), and JAX could not: "
+            f"{error} Make fn's value and gradient differentiable by JAX (e.g. a jax.custom_jvp "
+            "rule for a callback), use js.UnrolledAdjoint() (reverse mode through the "
+            "iterations) with a gradient JAX can differentiate in reverse mode, or do not "
+            "differentiate run (e.g. jax.lax.stop_gradient on its args)."
+        ) from error

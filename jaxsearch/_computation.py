@@ -12,6 +12,8 @@ equal parameters, literals and input and output types, and the arrays fn closes 
 jaxpr's constants) are equal bit for bit. The derivatives' jaxpr is compared rather than fn's,
 as it holds the rules of `jax.custom_jvp` and `jax.custom_vjp` functions (whose own equations
 carry a rule traced anew for every closure) worked out into equations.
+For a fn that returns its own gradient (`Solver(value_and_grad=True)`), which nothing
+differentiates, the jaxpr compared is fn's own.
 
 Where something in the jaxpr cannot be compared by value (a callback, a rule that is still
 a Python function), the stand-in is equal only to itself: fn is then compiled as before, once
@@ -77,7 +79,9 @@ _kept: dict = {}
 _KEPT = 64
 
 
-def by_computation(fn, has_aux: bool, params, args: tuple, residual: bool = False):
+def by_computation(
+    fn, has_aux: bool, params, args: tuple, residual: bool = False, own_grad: bool = False
+):
     """fn's `Computation` for a call at params and args, or fn itself where it cannot have
     one (its jaxpr has no value to compare, or tracing it raises: the call itself then
     raises with the solver's message). Only for calls that run eagerly (`_programs.eager`:
@@ -85,12 +89,14 @@ def by_computation(fn, has_aux: bool, params, args: tuple, residual: bool = Fals
     is its own stand-in. fn is
     traced once (`_evaluate.TracedOnce`); within `_evaluate.sharing_traces`, the call's
     programs reuse that trace for the stand-in. `residual`: fn returns residuals r and the
-    objective is 0.5 |r|^2 (a least-squares direction)."""
+    objective is 0.5 |r|^2 (a least-squares direction). `own_grad`: fn returns its own
+    gradient (`Solver(value_and_grad=True)`), and the key is the jaxpr of fn itself (nothing
+    differentiates it)."""
     if isinstance(fn, Computation):
         return fn
     flat, treedef = jtu.tree_flatten((params, args))
     try:
-        key = (fn, has_aux, residual, treedef, tuple(map(_leaf_type, flat)))
+        key = (fn, has_aux, residual, own_grad, treedef, tuple(map(_leaf_type, flat)))
         kept = _kept.get(key)
     except TypeError:  # an unhashable fn or leaf
         return fn
@@ -98,7 +104,10 @@ def by_computation(fn, has_aux: bool, params, args: tuple, residual: bool = Fals
         return kept
     try:
         traced = _evaluate.TracedOnce(fn, params, *args)
-        stand_in = Computation(fn, *_derivatives_key(traced, has_aux, residual, params, args))
+        if own_grad:
+            stand_in = Computation(fn, *_own_key(traced, params, args))
+        else:
+            stand_in = Computation(fn, *_derivatives_key(traced, has_aux, residual, params, args))
     except _NotComparable:
         stand_in = fn
     except Exception:  # noqa: BLE001 - the call raises it, with the solver's message
@@ -140,6 +149,20 @@ def _derivatives_key(fn, has_aux: bool, residual: bool, params, args: tuple) -> 
         closed, out = jax.make_jaxpr(second_order, return_shape=True)(diff, dynamic, diff)
     except Exception:  # noqa: BLE001 - not twice differentiable: no products to compare
         closed, out = jax.make_jaxpr(value_and_grad, return_shape=True)(diff, dynamic)
+    key = (_jaxpr_key(closed.jaxpr), jtu.tree_structure(out))
+    return key, tuple(_host(c) for c in closed.consts)
+
+
+def _own_key(fn, params, args: tuple) -> tuple[tuple, tuple]:
+    """The key and constants of the jaxpr of fn itself (a fn that returns its own gradient),
+    with the floating leaves of params and every other array leaf as inputs."""
+    dynamic, static = eqx.partition((params, args), eqx.is_array)
+
+    def call(dynamic):
+        params, args = eqx.combine(dynamic, static)
+        return fn(params, *args)
+
+    closed, out = jax.make_jaxpr(call, return_shape=True)(dynamic)
     key = (_jaxpr_key(closed.jaxpr), jtu.tree_structure(out))
     return key, tuple(_host(c) for c in closed.consts)
 

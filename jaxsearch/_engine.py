@@ -17,6 +17,7 @@ that the direction is still built at one place.
 
 import dataclasses
 import functools
+import math
 import operator
 from typing import Any
 
@@ -34,6 +35,8 @@ from ._direction._base import least_squares
 from ._history import FIELDS, History, Report, step_record
 from ._linesearch import AbstractLineSearch, SearchState, initial_step
 from ._misc import (
+    at_least_float32,
+    dtype_eps,
     scalar,
     select,
     tree_add_scaled,
@@ -45,6 +48,7 @@ from ._misc import (
     tree_norm,
     tree_sub,
     tree_zeros_like,
+    widest_float,
 )
 from ._packing import PackedState, pack
 from ._state import BestPoint, SolverState
@@ -107,9 +111,36 @@ def trial_point(x, t, d, box: Box | None):
     return trial if box is None else box.project(trial)
 
 
-def _hessian_vector_product(evaluate, x, v):
-    """H(x) v by forward-mode differentiation of the gradient (forward-over-reverse)."""
+def _hessian_vector_product(evaluate, x, v, grad=None):
+    """H(x) v by forward-mode differentiation of the gradient (forward-over-reverse); given
+    `grad`, the gradient at x that fn returned itself (`Solver(value_and_grad=True)`), by
+    the forward difference of that gradient instead (`_difference_product`)."""
+    if grad is not None:
+        return _difference_product(evaluate, x, v, grad)
     return jax.jvp(lambda p: evaluate(p)[1], (x,), (v,))[1]
+
+
+def _difference_product(evaluate, x, v, grad):
+    """H(x) v ~ (g(x + eps v) - g(x)) / eps, g = grad f and `grad` = g(x): the forward
+    difference of the gradient along v (Nocedal & Wright, *Numerical Optimization*, 2nd ed.,
+    section 8.1), one evaluation of fn. eps = sqrt(u) (1 + |x|_2) / |v|_2, u the machine
+    epsilon of x's least precise leaf: sqrt(u) balances the difference's truncation error
+    against rounding (N&W 8.1), scaled so that the perturbation eps |v| is relative to |x|.
+    x + eps v is rounded to x's dtypes (fn's inputs); the difference and the division are
+    taken in each leaf's dtype widened to at least float32, and the product is cast to v's
+    dtypes. v = 0 gives 0 (with no new information: fn is evaluated at x)."""
+    work = at_least_float32(widest_float(*(leaf.dtype for leaf in jtu.tree_leaves(x))))
+    root_u = math.sqrt(dtype_eps(x))
+    v_norm = tree_norm(v, work)
+    scale = (1 + tree_norm(x, work)) / jnp.where(v_norm > 0, v_norm, 1)
+    eps = (root_u * scale).astype(work)
+    moved = evaluate(tree_add_scaled(x, eps, v))[1]
+
+    def quotient(g_new, g, vi):
+        acc = at_least_float32(widest_float(g_new.dtype, g.dtype))
+        return ((g_new.astype(acc) - g.astype(acc)) / eps.astype(acc)).astype(vi.dtype)
+
+    return jtu.tree_map(quotient, moved, grad, v)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -146,6 +177,7 @@ class Engine:
             self.static,
             self.args,
             least_squares(self.solver),
+            self.solver.value_and_grad,
         )
 
     def residuals(self, point):
@@ -406,7 +438,10 @@ class Engine:
         st, x, box, solver = m.state, m.x, self.box, self.solver
         dtype = st.scalar_dtype
         direction = solver.direction
-        hvp = functools.partial(_hessian_vector_product, functools.partial(self.evaluate, st), x)
+        own = st.grad if solver.value_and_grad else None  # fn's own gradient: differences
+        hvp = functools.partial(
+            _hessian_vector_product, functools.partial(self.evaluate, st), x, grad=own
+        )
         residuals = self.residuals if least_squares(solver) else None
         info = DirectionInfo(x, st.grad, dtype, hvp, box, solver.adjoint.while_loop, residuals)
         d, scaled, direction_state, limit = direction.compute(st.direction, info)

@@ -173,6 +173,54 @@ def objective_value(out, has_aux: bool, residual: bool):
     return value, aux
 
 
+def split_own_gradient(out):
+    """(fn's output without its gradient, the gradient) of a fn that returns its own gradient
+    (`Solver(value_and_grad=True)`): `out` must be a pair `(value, grad)`, or `((value, aux),
+    grad)` with `has_aux=True`."""
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError(
+            "fn must return a pair (value, grad) when value_and_grad=True (((value, aux), "
+            f"grad) with has_aux=True); it returned {_described(out)}."
+        )
+    return out
+
+
+def own_gradient(grad, diff: PyTree, static: PyTree) -> PyTree:
+    """The gradient fn returned, as a pytree like `diff` (params' floating leaves, None
+    elsewhere), after checking it: its structure must be that of params (`combine(diff,
+    static)`; its leaves at params' other leaves are ignored) or that of `diff` (None at
+    params' other leaves, as `eqx.filter_grad` gives), and each leaf must have the shape of
+    the param leaf and a real floating or integer dtype. Raises a TypeError naming the first
+    mismatch; leaves are not cast here."""
+    params = eqx.combine(diff, static)
+    diff_tree = jtu.tree_structure(diff)
+    grad_tree = jtu.tree_structure(grad)
+    if grad_tree == diff_tree:  # type: ignore[operator]
+        found = grad
+    elif grad_tree == jtu.tree_structure(params):  # type: ignore[operator]
+        mask = jtu.tree_unflatten(grad_tree, map(eqx.is_inexact_array, jtu.tree_leaves(params)))
+        found = eqx.filter(grad, mask)
+    else:
+        raise TypeError(
+            "value_and_grad=True: the gradient fn returned has another structure than "
+            f"params: {grad_tree} where params are {jtu.tree_structure(params)}. Return a "
+            "gradient with params' structure (e.g. a dict with the same keys)."
+        )
+    for (path, g), d in zip(jtu.tree_leaves_with_path(found), jtu.tree_leaves(diff), strict=True):
+        shape, dtype = jnp.shape(g), jnp.result_type(g)
+        where = f"grad{jtu.keystr(path)}"
+        if shape != jnp.shape(d):
+            raise TypeError(
+                f"value_and_grad=True: {where} has shape {shape} where the param has shape "
+                f"{jnp.shape(d)}: the gradient must have params' shapes."
+            )
+        if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)):
+            raise TypeError(
+                f"value_and_grad=True: {where} has dtype {dtype}; the gradient must be real."
+            )
+    return found
+
+
 def value_and_grad(
     fn,
     has_aux: bool,
@@ -182,15 +230,23 @@ def value_and_grad(
     static: PyTree,
     args,
     residual: bool = False,
+    own_grad: bool = False,
 ):
     """f, grad f and aux at `combine(diff, static)`: value cast to `value_dtype`, gradient
     leaves cast to the dtypes of `diff`, aux leaves to those of `aux_like` (all strongly typed).
-    With `residual`, fn returns residuals r and f = 0.5 |r|^2 (`half_squared_norm`)."""
+    With `residual`, fn returns residuals r and f = 0.5 |r|^2 (`half_squared_norm`). With
+    `own_grad` (`Solver(value_and_grad=True)`), fn returns its own gradient beside its output
+    (`split_own_gradient`, checked by `own_gradient`) and is not differentiated here."""
+    if own_grad:
+        out, grad = split_own_gradient(fn(eqx.combine(diff, static), *args))
+        value, aux = objective_value(out, has_aux, residual=False)
+        grad = own_gradient(grad, diff, static)
+    else:
 
-    def objective(d):
-        return objective_value(fn(eqx.combine(d, static), *args), has_aux, residual)
+        def objective(d):
+            return objective_value(fn(eqx.combine(d, static), *args), has_aux, residual)
 
-    (value, aux), grad = jax.value_and_grad(objective, has_aux=True)(diff)
+        (value, aux), grad = jax.value_and_grad(objective, has_aux=True)(diff)
     grad = tree_cast_like(grad, diff)
     aux = tree_cast_like(aux, aux_like) if has_aux else None
     return jnp.asarray(value).astype(value_dtype), grad, aux

@@ -8,7 +8,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from ._adjoint import AbstractAdjoint, ImplicitAdjoint
-from ._direction import AbstractDirection
+from ._direction import AbstractDirection, AbstractLeastSquares
 from ._linesearch import AbstractLineSearch
 from ._misc import check_setting, leaves
 from ._state import SolverState
@@ -250,3 +250,18 @@ def check_adjoint(adjoint):
             f"got {type(adjoint).__name__}."
         )
     return adjoint
+
+
+def check_own_gradient(direction, value_and_grad) -> bool:
+    """`Solver`'s `value_and_grad`, a bool, refused with a least-squares direction: its fn
+    returns residuals, and the direction needs their Jacobian, not a gradient."""
+    if not isinstance(value_and_grad, bool | np.bool_):
+        raise TypeError(f"Solver: value_and_grad must be True or False, got {value_and_grad!r}.")
+    if value_and_grad and isinstance(direction, AbstractLeastSquares):
+        raise TypeError(
+            f"Solver: {_spelled(direction)} cannot take value_and_grad=True: a least-squares "
+            "direction's fn returns residuals, and it differentiates them itself (their "
+            "Jacobian). Use a direction for a scalar objective (js.LBFGS(), js.BFGS(), ...) "
+            "with fn returning (value, grad), or return residuals with value_and_grad=False."
+        )
+    return bool(value_and_grad)

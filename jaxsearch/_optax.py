@@ -119,6 +119,13 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
 
 def as_optax(solver) -> optax.GradientTransformationExtraArgs:
     """See `Solver.as_optax`."""
+    if solver.value_and_grad:
+        raise TypeError(
+            "as_optax() needs a Solver with value_and_grad=False: optax's line-search "
+            "contract passes `value_fn`, which returns f alone, and the transformation "
+            "differentiates it at the line search's trial points. For an objective that "
+            "returns its own gradient, use solver.run or solver.step."
+        )
 
     def init(params) -> OptaxState:
         # From NumPy, strongly typed int32, with nothing to compile when called eagerly.

@@ -92,9 +92,15 @@ def initial_state(solver, search, params, diff, value_dtype, fn, args: tuple) ->
     if fn is not None:
         check_fn(fn)
         residual = least_squares(solver)
-        out = eqx.filter_eval_shape(
-            lambda p: _evaluate.objective_value(fn(p, *args), solver.has_aux, residual), params
-        )
+
+        def value_and_aux(p):
+            out = fn(p, *args)
+            if solver.value_and_grad:  # fn's own gradient, checked against params
+                out, grad = _evaluate.split_own_gradient(out)
+                _evaluate.own_gradient(grad, *partition(p))
+            return _evaluate.objective_value(out, solver.has_aux, residual)
+
+        out = eqx.filter_eval_shape(value_and_aux, params)
     elif solver.has_aux:
         raise TypeError("Solver(has_aux=True).init needs `fn=` to learn the structure of aux.")
     if value_dtype is None:
@@ -315,7 +321,9 @@ def same_computation(solver, fn, params, args: tuple):
     (the caller's compile decides)."""
     if not _programs.eager((params, args)):
         return fn
-    return _computation.by_computation(fn, solver.has_aux, params, args, least_squares(solver))
+    return _computation.by_computation(
+        fn, solver.has_aux, params, args, least_squares(solver), solver.value_and_grad
+    )
 
 
 def settled_run(solver, search, fn, x0, args, box, report: Report, small, large) -> Result:
@@ -343,9 +351,8 @@ def traced_run(solver, search, fn, x0, args, box, report: Report, state) -> Resu
     # settings are their leaves, not hidden constants).
     solver, search = weak_settings((solver, search))
     minimise_from = jtu.Partial(minimise, solver, search, fn, box=box, report=report, state=state)
-    return solver.adjoint.apply(
-        minimise_from, x0, args, Problem(fn, solver.has_aux, box, least_squares(solver))
-    )
+    problem = Problem(fn, solver.has_aux, box, least_squares(solver), solver.value_and_grad)
+    return solver.adjoint.apply(minimise_from, x0, args, problem)
 
 
 def minimise(solver, search, fn, x0, args, *, box, report: Report, state: SolverState) -> Result:

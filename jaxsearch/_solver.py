@@ -12,7 +12,15 @@ from jaxtyping import PyTree
 from . import _pipeline, _programs
 from ._adjoint import AbstractAdjoint
 from ._direction import LBFGS, AbstractDirection
-from ._inputs import check_adjoint, check_fn, check_parts, floating_dtype, throw_setting, tolerance
+from ._inputs import (
+    check_adjoint,
+    check_fn,
+    check_own_gradient,
+    check_parts,
+    floating_dtype,
+    throw_setting,
+    tolerance,
+)
 from ._linesearch import AbstractLineSearch
 from ._misc import Setting, as_int, check_count
 from ._pairing import searches
@@ -64,6 +72,7 @@ class Solver(eqx.Module):
       rules below.
     - `return_best` (True), `has_aux` (False: fn returns f alone), `throw` (False),
       `adjoint` (`js.ImplicitAdjoint()`): below.
+    - `value_and_grad` (False): True when fn computes its own gradient (below).
 
     **Stopping.** As scipy's L-BFGS-B: `gtol` on the infinity norm of the gradient, `ftol`
     on the relative decrease (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1) (`ftol=0` switches
@@ -112,12 +121,28 @@ class Solver(eqx.Module):
     `js.ImplicitAdjoint()` (default, at the solution) or `js.UnrolledAdjoint()` (through the
     iterations).
 
+    **Objectives with their own gradient.** With `value_and_grad=True`, fn returns
+    `(value, grad)` (`((value, aux), grad)` with `has_aux=True`), grad with params' structure
+    and shapes (or None at params' non-floating leaves, as `eqx.filter_grad` gives), e.g. a
+    hand-written adjoint or a simulator behind `jax.pure_callback`; a TypeError names a
+    mismatch when fn is traced. jaxsearch never differentiates fn then: grad is cast to
+    params' dtypes and value to the value dtype, as an autodiff gradient is. Hessian-vector
+    products (`js.NewtonCG`, `js.Newton`) are forward differences of that gradient,
+    H v ~ (g(x + eps v) - g(x)) / eps (Nocedal & Wright, *Numerical Optimization*, 2nd ed.,
+    section 8.1), with eps = sqrt(u) (1 + |x|_2) / |v|_2, u the machine epsilon of params'
+    least precise leaf, the difference taken in at least float32; each product is one more
+    evaluation of fn, not counted in `num_fun_evals` (the direction's state counts them, as
+    `num_hvp`). Differentiating `run` with `js.ImplicitAdjoint()` differentiates the gradient
+    fn returns (forward mode): a gradient JAX cannot differentiate (a `pure_callback`) raises a
+    TypeError there. Least-squares directions refuse `value_and_grad=True` here, and
+    `as_optax()` refuses it (optax's `value_fn` returns f alone). docs/own-gradient.md.
+
     Structural settings (`max_steps`, `max_evals`, `stall_steps`, `stop_when`,
-    `return_best`, `has_aux`, `throw`) are static, so two solvers with equal settings share
-    compiled programs (`stop_when` is compared by identity, as `run`'s `callback`). Numeric
-    settings (`gtol`, `ftol`, `xtol`, and those of the line search) may be Python numbers
-    (hashed, as static ones) or 0-d arrays: dynamic leaves, so that a schedule or a sweep
-    (`jax.vmap` over a setting) reuses one compiled program.
+    `return_best`, `has_aux`, `value_and_grad`, `throw`) are static, so two solvers with equal
+    settings share compiled programs (`stop_when` is compared by identity, as `run`'s
+    `callback`). Numeric settings (`gtol`, `ftol`, `xtol`, and those of the line search) may be
+    Python numbers (hashed, as static ones) or 0-d arrays: dynamic leaves, so that a schedule
+    or a sweep (`jax.vmap` over a setting) reuses one compiled program.
     """
 
     direction: AbstractDirection
@@ -132,6 +157,7 @@ class Solver(eqx.Module):
     stop_when: Callable[[dict], Any] | None = eqx.field(static=True)
     return_best: bool = eqx.field(static=True)
     has_aux: bool = eqx.field(static=True)
+    value_and_grad: bool = eqx.field(static=True)
     throw: bool | str = eqx.field(static=True)  # False, True or "failures"
     adjoint: AbstractAdjoint
 
@@ -149,6 +175,7 @@ class Solver(eqx.Module):
         stop_when: Callable[[dict], Any] | None = None,
         return_best: bool = True,
         has_aux: bool = False,
+        value_and_grad: bool = False,
         throw: bool | str = False,
         adjoint: AbstractAdjoint | None = None,
     ):
@@ -178,6 +205,7 @@ class Solver(eqx.Module):
         self.stop_when = stop_when
         self.return_best = bool(return_best)
         self.has_aux = bool(has_aux)
+        self.value_and_grad = check_own_gradient(direction, value_and_grad)
         self.throw = throw_setting(throw)
         self.adjoint = check_adjoint(adjoint)
 

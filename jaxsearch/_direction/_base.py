@@ -13,8 +13,9 @@ from jaxtyping import Array, Bool, PyTree, Scalar
 class DirectionInfo(NamedTuple):
     """What a direction may use at the current point.
 
-    `hvp(v)` is the Hessian-vector product at x (forward-over-reverse autodiff of fn; v and
-    the result are like `grad`): the solver always passes it, and fn is traced for it only if
+    `hvp(v)` is the Hessian-vector product at x (forward-over-reverse autodiff of fn, or with
+    `Solver(value_and_grad=True)` a forward difference of fn's gradient; v and the result are
+    like `grad`): the solver always passes it, and fn is traced for it only if
     a direction calls it. `box` is the `Box` x lies in, or None without bounds. A loop inside
     `compute` runs through `run_loop(info, cond, body, init, max_steps)`: `while_loop(cond,
     body, init, max_steps)` when given (the solver passes its adjoint's, so that a run can be
