@@ -7,6 +7,7 @@ tests/helpers.py of patrick-kidger/optimistix, run by its test_minimise.py with
 atol = rtol = 1e-4 on f at the returned point): the same functions, starts and minima,
 written anew here, with a random positive definite matrix of our own for the bowl."""
 
+import functools
 import sys
 
 import equinox as eqx
@@ -52,21 +53,25 @@ def square_minus_one(y, args):
     return jnp.sum(jnp.square(y)) - 1.0
 
 
-def _problems():
-    """(fn, minimum, y0, args) of each problem, in float64 (call under x64)."""
+PROBLEMS = {
+    "bowl": bowl,
+    "himmelblau": himmelblau,
+    "matyas": matyas,
+    "beale": beale,
+    "square_minus_one": square_minus_one,
+}
+
+
+def _starts():
+    """(minimum, y0, args) of each problem, in float64 (call under x64)."""
     f64 = lambda *xs: tuple(jnp.asarray(x, jnp.float64) for x in xs)  # noqa: E731
     a = np.random.default_rng(17).standard_normal((20, 20))
     return {
-        "bowl": (
-            bowl,
-            0.0,
-            ({"a": jnp.full((2, 3, 3), 0.05)}, jnp.full(2, 0.05)),
-            jnp.asarray(a.T @ a),
-        ),
-        "himmelblau": (himmelblau, 0.0, list(f64(2.0, 2.5)), f64(11.0, 7.0)),
-        "matyas": (matyas, 0.0, list(f64(6.0, 6.0)), f64(0.26, 0.48)),
-        "beale": (beale, 0.0, list(f64(2.0, 0.0)), f64(1.5, 2.25, 2.625)),
-        "square_minus_one": (square_minus_one, -1.0, jnp.asarray(1.0, jnp.float64), None),
+        "bowl": (0.0, ({"a": jnp.full((2, 3, 3), 0.05)}, jnp.full(2, 0.05)), jnp.asarray(a.T @ a)),
+        "himmelblau": (0.0, list(f64(2.0, 2.5)), f64(11.0, 7.0)),
+        "matyas": (0.0, list(f64(6.0, 6.0)), f64(0.26, 0.48)),
+        "beale": (0.0, list(f64(2.0, 0.0)), f64(1.5, 2.25, 2.625)),
+        "square_minus_one": (-1.0, jnp.asarray(1.0, jnp.float64), None),
     }
 
 
@@ -78,35 +83,43 @@ def _with_aux(fn):
 
 
 COMPOSITIONS = {
-    "LBFGS+Zoom": (lambda: js.Solver(js.LBFGS(), js.Zoom()), False),
-    "BFGS+HagerZhang": (lambda: js.Solver(js.BFGS(), js.HagerZhang()), True),  # has_aux
+    "LBFGS+Zoom": (js.Solver(js.LBFGS(), js.Zoom()), False),
+    "BFGS+HagerZhang": (js.Solver(js.BFGS(), js.HagerZhang()), True),  # has_aux
 }
 
 
-@pytest.mark.parametrize("problem", ["bowl", "himmelblau", "matyas", "beale", "square_minus_one"])
+@functools.cache
+def _solve(composition: str, problem: str):
+    """`optx.minimise` of `problem` with `composition`, jitted (one per pair, reused)."""
+    solver, has_aux = COMPOSITIONS[composition]
+    fn = PROBLEMS[problem]
+    objective = _with_aux(fn) if has_aux else fn
+    minimiser = solver.as_optimistix()
+
+    def solve(y0, args):
+        return optx.minimise(
+            objective, minimiser, y0, args, has_aux=has_aux, max_steps=10_000, throw=False
+        )
+
+    return jax.jit(solve, compiler_options=LEAN)
+
+
+@pytest.mark.parametrize("problem", list(PROBLEMS))
 @pytest.mark.parametrize("composition", list(COMPOSITIONS))
 def test_optimistix_problems(composition, problem):
     """Each problem solved through `optx.minimise` (f within 1e-4 of its minimum, as
     optimistix's own test asks), the run successful, and with `has_aux=True` fn's aux
     returned."""
-    make, has_aux = COMPOSITIONS[composition]
-    minimiser = make().as_optimistix()
     with jax.enable_x64(True):
-        fn, minimum, y0, args = _problems()[problem]
-        objective = _with_aux(fn) if has_aux else fn
-
-        def solve(y0, args):
-            return optx.minimise(
-                objective, minimiser, y0, args, has_aux=has_aux, max_steps=10_000, throw=False
-            )
-
-        sol = jax.jit(solve, compiler_options=LEAN)(y0, args)
+        minimum, y0, args = _starts()[problem]
+        sol = _solve(composition, problem)(y0, args)
         assert sol.result == optx.RESULTS.successful
         assert js.Status(sol.stats["status"]).converged
-        np.testing.assert_allclose(float(fn(sol.value, args)), minimum, atol=1e-4, rtol=1e-4)
+        value = float(PROBLEMS[problem](sol.value, args))
+        np.testing.assert_allclose(value, minimum, atol=1e-4, rtol=1e-4)
         assert jax.tree.structure(sol.value) == jax.tree.structure(y0)
         assert all(leaf.dtype == jnp.float64 for leaf in jax.tree.leaves(sol.value))
-        if has_aux:
+        if COMPOSITIONS[composition][1]:
             assert jax.tree.all(
                 jax.tree.map(lambda a, b: bool(jnp.all(a == b)), sol.aux, SMOKE_AUX)
             )
@@ -115,15 +128,11 @@ def test_optimistix_problems(composition, problem):
 def test_one_optimistix_step_is_one_step():
     """`optx.minimise` takes the steps `run` takes, evaluates fn as often, and returns the
     point `run` returns (float64, L-BFGS + Zoom, Beale's function)."""
-    solver = js.Solver(js.LBFGS(), js.Zoom())
+    solver = COMPOSITIONS["LBFGS+Zoom"][0]
     with jax.enable_x64(True):
-        fn, _, y0, args = _problems()["beale"]
-        result = solver.run(fn, y0, args)
-        minimiser = solver.as_optimistix()
-        solve = jax.jit(
-            lambda y0, args: optx.minimise(fn, minimiser, y0, args), compiler_options=LEAN
-        )
-        sol = solve(y0, args)
+        _, y0, args = _starts()["beale"]
+        result = solver.run(beale, y0, args)
+        sol = _solve("LBFGS+Zoom", "beale")(y0, args)
         assert int(sol.stats["num_steps"]) == int(result.num_steps)
         assert int(sol.stats["num_fun_evals"]) == int(result.num_fun_evals)
         assert int(sol.stats["status"]) == int(result.status)
