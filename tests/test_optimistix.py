@@ -147,25 +147,37 @@ def rosenbrock(y, args):
     return jnp.sum(100 * (y[1:] - y[:-1] ** 2) ** 2 + (1 - y[:-1]) ** 2)
 
 
+def scaled_rosenbrock(y, scale):
+    return scale * rosenbrock(y, None)
+
+
 @pytest.fixture(scope="module")
 def rosenbrock_in_twenty_steps():
-    """`optx.minimise` of Rosenbrock in float32 with max_steps=20 and throw=False, jitted."""
-    minimiser = js.Solver(gtol=1e-4).as_optimistix()
+    """`optx.minimise` of `scale` times Rosenbrock in float32 with max_steps=20 and
+    throw=False, jitted. The solver's own `throw`, `max_steps` and `has_aux` are unused
+    (optimistix's arguments decide): with them, the starts below would raise, stop after 5
+    steps, or unpack f as (f, aux)."""
+    minimiser = js.Solver(gtol=1e-4, throw=True, max_steps=5, has_aux=True).as_optimistix()
     return jax.jit(
-        lambda y0: optx.minimise(rosenbrock, minimiser, y0, max_steps=20, throw=False),
+        lambda y0, scale: optx.minimise(
+            scaled_rosenbrock, minimiser, y0, scale, max_steps=20, throw=False
+        ),
         compiler_options=LEAN,
     )
 
 
 def test_max_steps_nonfinite_and_one_compile(rosenbrock_in_twenty_steps, compiles):
-    """One compile for every y0 of a shape: from near the minimiser the run converges; from
-    (-1.2, 1) it reaches optimistix's max_steps (its result, and MAX_STEPS in the stats);
-    from a start where f overflows, or one that holds NaN, the result is nonfinite."""
+    """One compile for every y0 and args of a shape: from near the minimiser the run
+    converges; from (-1.2, 1) it reaches optimistix's max_steps (its result, and MAX_STEPS in
+    the stats); from a start where f overflows, or one that holds NaN, the result is
+    nonfinite."""
     near, far, overflow, nan = (
         jnp.array(y, jnp.float32) for y in ([1.1, 1.2], [-1.2, 1.0], [1e30, 1.0], [np.nan, 1.0])
     )
+    one, two = jnp.float32(1.0), jnp.float32(2.0)
     compiles.reset()
-    sols = [rosenbrock_in_twenty_steps(start) for start in (near, far, overflow, nan)]
+    starts = ((near, one), (far, two), (overflow, one), (nan, one))
+    sols = [rosenbrock_in_twenty_steps(*start) for start in starts]
     jax.block_until_ready(sols)
     assert compiles.count == 1
     sol = sols[0]
@@ -185,14 +197,21 @@ def test_max_steps_nonfinite_and_one_compile(rosenbrock_in_twenty_steps, compile
 
 def test_throw_raises_at_max_steps():
     """With optimistix's `throw=True` (its default), a run that reaches `max_steps` raises
-    optimistix's error."""
+    optimistix's error; `autodiff_mode="bwd"` is accepted."""
     minimiser = js.Solver().as_optimistix()
+    options = {"autodiff_mode": "bwd"}
     solve = jax.jit(
-        lambda y0: optx.minimise(rosenbrock, minimiser, y0, max_steps=3).value,
+        lambda y0: optx.minimise(rosenbrock, minimiser, y0, options=options, max_steps=3).value,
         compiler_options=LEAN,
     )
     with pytest.raises(Exception, match="maximum number of steps"):
         jax.block_until_ready(solve(jnp.array([-1.2, 1.0])))
+
+
+def test_settings_for_optimistix():
+    """`rtol`, `atol` and `norm` are the solver's ftol, its gtol and the infinity norm."""
+    minimiser = js.Solver(gtol=1e-7, ftol=1e-8).as_optimistix()
+    assert (minimiser.rtol, minimiser.atol, minimiser.norm) == (1e-8, 1e-7, optx.max_norm)
 
 
 def _state_ending(minimiser, status, steps_since_best):
@@ -333,7 +352,7 @@ def test_options_are_refused(options, match):
 def test_needs_optimistix(monkeypatch):
     """Without optimistix, `as_optimistix()` says what to install."""
     monkeypatch.setitem(sys.modules, "optimistix", None)  # `import optimistix` fails
-    monkeypatch.delitem(sys.modules, "jaxsearch._optimistix")
+    monkeypatch.delitem(sys.modules, "jaxsearch._optimistix", raising=False)
     with pytest.raises(ImportError) as raised:
         js.Solver().as_optimistix()
     assert str(raised.value) == "as_optimistix() needs optimistix: pip install optimistix"
