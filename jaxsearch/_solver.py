@@ -338,3 +338,38 @@ class Solver(eqx.Module):
             raise ImportError("as_optax() needs optax: pip install optax") from error
 
         return as_optax(self)
+
+    def as_optimistix(self):
+        """This solver as an `optx.AbstractMinimiser`, for `optx.minimise(fn, minimiser, y0,
+        args)` with optimistix's own `max_steps`, `throw`, `adjoint`
+        (`optx.ImplicitAdjoint()`, `optx.RecursiveCheckpointAdjoint()`) and `has_aux`.
+
+        Each optimistix step is one `step` (a direction and its line search); the first
+        evaluates f at y0 first. The run stops where `run` would stop: `gtol`, `ftol`, a
+        failed step, or `stall_steps` steps without progress; optimistix's `max_steps`
+        replaces this solver's. `sol.value` is the point `run` returns (the best point seen,
+        as `return_best` says) and `sol.aux` is fn's aux there. `sol.stats["status"]` is
+        the `js.Status` code a run would end with (`MAX_STEPS` when optimistix's budget ran
+        out) and `sol.stats["num_fun_evals"]` the evaluations of fn. `sol.result`:
+        `successful` where the run converged, `nonfinite` where x0, f or its gradient there
+        is not finite, `nonlinear_divergence` where the line search failed
+        (`LINESEARCH_FAILED`) or the run stalled (`STALLED`), and
+        `nonlinear_max_steps_reached` at optimistix's `max_steps`;
+        `js.Status(sol.stats["status"]).message` says which. This solver's `has_aux`,
+        `throw`, `max_steps` and `adjoint` are unused (optimistix's arguments decide), and
+        the line search's loops are checkpointed so that reverse mode works through them.
+
+        A least-squares direction (`js.AbstractLeastSquares`: `GaussNewton`,
+        `LevenbergMarquardt`), whose fn returns residuals, raises a TypeError here. Bounds
+        are `run`'s: `options` other than `autodiff_mode="bwd"` raise a ValueError in
+        `optx.minimise`. Needs optimistix (`pip install optimistix`, or
+        `jaxsearch[optimistix]`), which `import jaxsearch` does not.
+        """
+        try:
+            from ._optimistix import OptimistixMinimiser
+        except ModuleNotFoundError as error:
+            if error.name != "optimistix":
+                raise
+            raise ImportError("as_optimistix() needs optimistix: pip install optimistix") from error
+
+        return OptimistixMinimiser(self)

@@ -1,0 +1,184 @@
+"""A solver as an optimistix minimiser: `optx.minimise(fn, solver.as_optimistix(), y0, args)`."""
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optimistix as optx
+from jaxtyping import Array, Bool, Int, PyTree, Scalar
+
+from . import _pipeline
+from ._adjoint import UnrolledAdjoint
+from ._direction import AbstractLeastSquares
+from ._inputs import partition
+from ._misc import select, tree_cast_like, tree_cast_to_avals
+from ._state import SolverState
+from ._status import Status
+from ._stopping import run_status
+
+# The optimistix result of each way a run can fail (`Status`); a run that converged is
+# `successful`, and optimistix's own loop reports its max_steps.
+_FAILURES = (
+    (Status.LINESEARCH_FAILED, optx.RESULTS.nonlinear_divergence),
+    (Status.NONFINITE, optx.RESULTS.nonfinite),
+    (Status.STALLED, optx.RESULTS.nonlinear_divergence),
+)
+
+
+def _inner_solver(solver):
+    """The solver that `step` runs: `solver`'s direction, line search and stopping rules, with
+    fn returning (f, aux) as optimistix calls it, no error of its own, and checkpointed inner
+    loops, so that `optx.RecursiveCheckpointAdjoint` can differentiate through the steps."""
+    from ._solver import Solver  # the Solver module imports this one lazily
+
+    return Solver(
+        solver.direction,
+        solver.linesearch,
+        gtol=solver.gtol,
+        ftol=solver.ftol,
+        max_steps=solver.max_steps,
+        stall_steps=solver.stall_steps,
+        return_best=solver.return_best,
+        has_aux=True,
+        throw=False,
+        adjoint=UnrolledAdjoint(),
+    )
+
+
+class OptimistixMinimiser(optx.AbstractMinimiser):
+    """A jaxsearch `Solver` as an `optx.AbstractMinimiser` (see `Solver.as_optimistix`).
+
+    One optimistix step is one `Solver.step` (a direction and its line search, f evaluated at
+    x0 first in the first step); the state is the solver's `SolverState`. `rtol` (the
+    solver's `ftol`), `atol` (its `gtol`) and `norm` (the infinity norm, `optx.max_norm`)
+    are there for code that reads them: the solver's own rules decide when to stop.
+
+    **Arguments:**
+
+    - `solver`: the `js.Solver` to run. Its direction must not be a least-squares one (an
+      `js.AbstractLeastSquares`: its fn returns residuals, optimistix's minimise gives f).
+    """
+
+    solver: Any  # the Solver that runs: has_aux=True, throw=False, checkpointed loops
+    rtol: Any  # the solver's ftol (a float, or a 0-d array)
+    atol: Any  # its gtol
+    norm: Callable[[PyTree], Scalar]
+
+    def __init__(self, solver):
+        if isinstance(solver.direction, AbstractLeastSquares):
+            raise TypeError(
+                f"as_optimistix(): {type(solver.direction).__name__} is a least-squares "
+                "direction, whose fn returns residuals; optx.minimise's fn returns a scalar. "
+                "Use solver.run(fn, x0) with it, or a direction for scalar objectives."
+            )
+        self.solver = _inner_solver(solver)
+        self.rtol = solver.ftol
+        self.atol = solver.gtol
+        self.norm = optx.max_norm
+
+    def init(
+        self,
+        fn,
+        y: PyTree,
+        args: PyTree,
+        options: dict[str, Any],
+        f_struct: PyTree[jax.ShapeDtypeStruct],
+        aux_struct: PyTree[jax.ShapeDtypeStruct],
+        tags: frozenset[object],
+    ) -> SolverState:
+        del aux_struct, tags
+        unknown = set(options) - {"autodiff_mode"}
+        if unknown:
+            raise ValueError(
+                f"as_optimistix() takes no options {sorted(unknown)}: bounds and the other "
+                "settings of a run are solver.run's (`solver.run(fn, x0, bounds=...)`)."
+            )
+        if options.get("autodiff_mode", "bwd") != "bwd":
+            raise ValueError(
+                'as_optimistix(): jaxsearch takes gradients in reverse mode: autodiff_mode="bwd" '
+                f"only, got {options['autodiff_mode']!r}."
+            )
+        return self.solver.init(y, f_struct.dtype, fn=fn, args=(args,))
+
+    def step(
+        self,
+        fn,
+        y: PyTree,
+        args: PyTree,
+        options: dict[str, Any],
+        state: SolverState,
+        tags: frozenset[object],
+    ) -> tuple[PyTree, SolverState, PyTree]:
+        del options, tags
+        y, state = self.solver.step(fn, y, state, args)
+        return y, state, state.aux
+
+    def terminate(
+        self,
+        fn,
+        y: PyTree,
+        args: PyTree,
+        options: dict[str, Any],
+        state: SolverState,
+        tags: frozenset[object],
+    ) -> tuple[Bool[Array, ""], optx.RESULTS]:
+        del fn, y, args, options, tags
+        status = _ended(self.solver, state)
+        result = optx.RESULTS.successful
+        for code, failure in _FAILURES:
+            result = optx.RESULTS.where(status == code, failure, result)
+        return status != Status.RUNNING, cast(optx.RESULTS, result)
+
+    def postprocess(
+        self,
+        fn,
+        y: PyTree,
+        aux: PyTree,
+        args: PyTree,
+        options: dict[str, Any],
+        state: SolverState,
+        tags: frozenset[object],
+        result: optx.RESULTS,
+    ) -> tuple[PyTree, PyTree, dict[str, Any]]:
+        del fn, args, options, tags
+        # Still running at the end: optimistix's max_steps, or its own check that y is finite
+        # (before the first step, y0).
+        status = _ended(self.solver, state)
+        stopped = jnp.where(result == optx.RESULTS.nonfinite, Status.NONFINITE, Status.MAX_STEPS)
+        status = jnp.where(status == Status.RUNNING, stopped, status).astype(jnp.int32)
+        stats = {"status": status, "num_fun_evals": state.num_fun_evals}
+        if state.best is None:
+            return y, aux, stats
+        given, static = partition(y)
+        diff = tree_cast_like(given, given)
+        search = self.solver.linesearch
+        chosen, _, _, best_aux, _ = _pipeline.returned_point(
+            self.solver, search, diff, state, None, status, _no_progress(self.solver, state)
+        )
+        # Before any step (max_steps=0) there is no point but y.
+        chosen = select(state.has_eval, chosen, diff)
+        best_aux = select(state.has_eval, best_aux, aux)
+        return eqx.combine(tree_cast_to_avals(chosen, given), static), best_aux, stats
+
+
+def _no_progress(solver, state: SolverState) -> Bool[Array, ""]:
+    """Whether a run would stop here for want of progress (`stall_steps` steps)."""
+    return run_status(state.status, state.steps_since_best, solver.stall_steps)[1]
+
+
+def _ended(solver, state: SolverState) -> Int[Array, ""]:
+    """The status a run would end with here, RUNNING while it goes on: the last step's,
+    STALLED after `stall_steps` steps without progress, and, where the solver keeps a best
+    point, the status of the point a run returns (`_pipeline.returned_point`)."""
+    status, no_progress = run_status(state.status, state.steps_since_best, solver.stall_steps)
+    running = (state.status == Status.RUNNING) & ~no_progress
+    status = jnp.where(running, Status.RUNNING, status).astype(jnp.int32)
+    if state.best is None:
+        return status
+    dummy = state.grad  # the last iterate is not needed without a box
+    returned = _pipeline.returned_point(
+        solver, solver.linesearch, dummy, state, None, status, no_progress
+    )[4]
+    return jnp.where(state.has_eval, returned, status).astype(jnp.int32)
