@@ -19,8 +19,10 @@ from ._status import Status
 from ._stopping import run_status
 
 # The optimistix result of each way a run can fail (`Status`); a run that converged is
-# `successful`, and optimistix's own loop reports its max_steps.
+# `successful` (as is one ended by the caller's `stop_when`, STOPPED), and optimistix's own
+# loop reports its max_steps; the solver's budget of evaluations is reported as a budget too.
 _FAILURES = (
+    (Status.MAX_EVALS, optx.RESULTS.nonlinear_max_steps_reached),
     (Status.LINESEARCH_FAILED, optx.RESULTS.nonlinear_divergence),
     (Status.NONFINITE, optx.RESULTS.nonfinite),
     (Status.STALLED, optx.RESULTS.nonlinear_divergence),

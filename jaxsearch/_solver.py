@@ -351,10 +351,11 @@ class Solver(eqx.Module):
         as `return_best` says) and `sol.aux` is fn's aux there. `sol.stats["status"]` is
         the `js.Status` code a run would end with (`MAX_STEPS` when optimistix's budget ran
         out) and `sol.stats["num_fun_evals"]` the evaluations of fn. `sol.result`:
-        `successful` where the run converged, `nonfinite` where x0, f or its gradient there
-        is not finite, `nonlinear_divergence` where the line search failed
-        (`LINESEARCH_FAILED`) or the run stalled (`STALLED`), and
-        `nonlinear_max_steps_reached` at optimistix's `max_steps`;
+        `successful` where the run converged (or `stop_when` ended it, `STOPPED`),
+        `nonfinite` where x0, f or its gradient there is not finite, `nonlinear_divergence`
+        where the line search failed (`LINESEARCH_FAILED`) or the run stalled (`STALLED`),
+        and `nonlinear_max_steps_reached` at optimistix's `max_steps` or this solver's
+        `max_evals` (`MAX_EVALS`);
         `js.Status(sol.stats["status"]).message` says which. This solver's `has_aux`,
         `throw`, `max_steps` and `adjoint` are unused (optimistix's arguments decide), and
         the line search's loops are checkpointed so that reverse mode works through them.
