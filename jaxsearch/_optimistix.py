@@ -40,8 +40,11 @@ def _inner_solver(solver):
         solver.linesearch,
         gtol=solver.gtol,
         ftol=solver.ftol,
+        xtol=solver.xtol,
         max_steps=solver.max_steps,
+        max_evals=solver.max_evals,
         stall_steps=solver.stall_steps,
+        stop_when=solver.stop_when,
         return_best=solver.return_best,
         has_aux=True,
         throw=False,
@@ -60,7 +63,9 @@ class OptimistixMinimiser(optx.AbstractMinimiser):
     **Arguments:**
 
     - `solver`: the `js.Solver` to run. Its direction must not be a least-squares one (an
-      `js.AbstractLeastSquares`: its fn returns residuals, optimistix's minimise gives f).
+      `js.AbstractLeastSquares`: its fn returns residuals, optimistix's minimise gives f),
+      nor take fn's own gradient (`value_and_grad=True`). Its stopping rules (`gtol`,
+      `ftol`, `xtol`, `max_evals`, `stall_steps`, `stop_when`) apply.
     """
 
     solver: Any  # the Solver that runs: has_aux=True, throw=False, checkpointed loops
@@ -74,6 +79,12 @@ class OptimistixMinimiser(optx.AbstractMinimiser):
                 f"as_optimistix(): {type(solver.direction).__name__} is a least-squares "
                 "direction, whose fn returns residuals; optx.minimise's fn returns a scalar. "
                 "Use solver.run(fn, x0) with it, or a direction for scalar objectives."
+            )
+        if solver.value_and_grad:
+            raise TypeError(
+                "as_optimistix(): value_and_grad=True, but optx.minimise's fn returns f (and "
+                "aux) alone, which jaxsearch differentiates. Build the solver without it, or "
+                "use solver.run(fn, x0) with an fn that returns (value, grad)."
             )
         self.solver = _inner_solver(solver)
         self.rtol = solver.ftol

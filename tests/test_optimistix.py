@@ -342,6 +342,21 @@ def test_least_squares_directions_are_refused(direction):
         js.Solver(direction).as_optimistix()
 
 
+def test_own_gradient_is_refused():
+    with pytest.raises(TypeError, match="value_and_grad=True"):
+        js.Solver(value_and_grad=True).as_optimistix()
+
+
+def test_the_solver_s_budget_of_evaluations_applies():
+    """`max_evals` (and the other stopping rules) carry over: the run stops at the budget
+    with optimistix's budget result and the MAX_EVALS status."""
+    solver = js.Solver(max_evals=7)
+    sol = optx.minimise(rosenbrock, solver.as_optimistix(), jnp.zeros(2), throw=False)
+    assert sol.result == optx.RESULTS.nonlinear_max_steps_reached
+    assert js.Status(sol.stats["status"]) == js.Status.MAX_EVALS
+    assert int(sol.stats["num_fun_evals"]) == 7
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [({"bounds": (0.0, 1.0)}, "takes no options"), ({"autodiff_mode": "fwd"}, "reverse mode")],
