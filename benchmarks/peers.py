@@ -63,6 +63,28 @@ def second_order_configs(cfg: Config) -> dict[str, js.Solver]:
     }
 
 
+INITIAL_STEPS = {
+    "quadratic": js.InitialQuadratic,  # the default
+    "static": js.InitialStatic,
+    "previous": js.InitialPrevious,
+    "constant-change": js.InitialConstantChange,
+    "hager-zhang": js.InitialHagerZhang,
+}
+
+
+def initial_step_configs(cfg: Config) -> dict[str, js.Solver]:
+    """L-BFGS and nonlinear CG (each with `Zoom`) under every initial-step rule, named
+    `jaxsearch-{lbfgs,cg}-init-<rule>`: run only when `--solvers` names them (`run.py`)."""
+    common = dict(gtol=cfg.gtol, ftol=cfg.ftol, max_steps=cfg.max_steps)
+    configs = {}
+    for direction_name, direction in (("lbfgs", js.LBFGS), ("cg", js.NonlinearCG)):
+        for rule_name, rule in INITIAL_STEPS.items():
+            configs[f"jaxsearch-{direction_name}-init-{rule_name}"] = js.Solver(
+                direction(), js.Zoom(), initial_step=rule(), **common
+            )
+    return configs
+
+
 def _jaxsearch(solver: js.Solver, fn, x0, args, cfg: Config):
     def call():
         result = jax.block_until_ready(solver.run(fn, x0, args))
@@ -194,10 +216,11 @@ def _optimistix(kind: str, fn, x0, args, cfg: Config):
 
 def peers(cfg: Config, second_order: bool = False) -> dict[str, Any]:
     """name -> peer function, jaxsearch configurations first (with `second_order`, those of
-    `second_order_configs` too)."""
+    `second_order_configs` and `initial_step_configs` too)."""
     configs = jaxsearch_configs(cfg)
     if second_order:
         configs.update(second_order_configs(cfg))
+        configs.update(initial_step_configs(cfg))
     out = {name: functools.partial(_jaxsearch, solver) for name, solver in configs.items()}
     out["scipy"] = scipy_lbfgsb
     out["optax"] = optax_lbfgs

@@ -66,8 +66,8 @@ def parse_args(argv=None):
     p.add_argument(
         "--solvers",
         default=None,
-        help="comma-separated solver name substrings (jaxsearch-newton, -newtoncg and -bfgs "
-        "run only when named)",
+        help="comma-separated solver name substrings (jaxsearch-newton, -newtoncg, -bfgs and "
+        "the initial-step rules' jaxsearch-lbfgs-init-*, jaxsearch-cg-init-* run only when named)",
     )
     p.add_argument("--quick", action="store_true", help="a handful of small problems")
     p.add_argument("--large", action="store_true", help="add the large synthetic problems")

@@ -30,10 +30,17 @@ from ._direction import (
 from ._history import History as History
 from ._jit import jit as jit
 from ._linesearch import (
+    AbstractInitialStep as AbstractInitialStep,
     AbstractLineSearch as AbstractLineSearch,
     Backtracking as Backtracking,
     FixedStep as FixedStep,
     HagerZhang as HagerZhang,
+    InitialConstantChange as InitialConstantChange,
+    InitialHagerZhang as InitialHagerZhang,
+    InitialPrevious as InitialPrevious,
+    InitialQuadratic as InitialQuadratic,
+    InitialStatic as InitialStatic,
+    InitialStepInfo as InitialStepInfo,
     MoreThuente as MoreThuente,
     NonmonotoneArmijo as NonmonotoneArmijo,
     SearchState as SearchState,

@@ -33,7 +33,7 @@ from ._box import Box
 from ._direction import DirectionInfo
 from ._direction._base import least_squares
 from ._history import FIELDS, History, Report, step_record
-from ._linesearch import AbstractLineSearch, SearchState, initial_step
+from ._linesearch import AbstractLineSearch, InitialStepInfo, SearchState, initial_step
 from ._misc import (
     at_least_float32,
     dtype_eps,
@@ -461,9 +461,17 @@ class Engine:
         direction_state = select(descent, direction_state, direction.reset(direction_state))
         scaled = scaled & descent
         linesearch = self.linesearch
-        guess = initial_step(
-            scaled, dphi0, tree_norm(d, dtype), st.prev_decrease, linesearch.max_step_size
+        first = InitialStepInfo(
+            scaled,
+            dphi0,
+            tree_norm(d, dtype),
+            st.value.astype(dtype),
+            st.prev_decrease,
+            st.step_size,
+            x,
+            d,
         )
+        guess = initial_step(solver.initial_step, st.initial_step, first, linesearch.max_step_size)
         phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
         # Step sizes carry no derivative (see `UnrolledAdjoint`): the searches branch on them.
         phi0, dphi0_search, guess = lax.stop_gradient((phi0, dphi0, guess))
@@ -529,6 +537,7 @@ class Engine:
             direction=st.direction,
             linesearch=self.linesearch.finish(st.linesearch, search),
             prev_decrease=jnp.where(moved, guess_decrease, st.prev_decrease),
+            initial_step=solver.initial_step.update(st.initial_step, search.step, m.dphi0, moved),
             step_size=jnp.where(moved, search.step, 0).astype(dtype),
             num_steps=st.num_steps + 1,
             num_fun_evals=st.num_fun_evals,

@@ -21,7 +21,7 @@ from ._inputs import (
     throw_setting,
     tolerance,
 )
-from ._linesearch import AbstractLineSearch
+from ._linesearch import AbstractInitialStep, AbstractLineSearch, InitialQuadratic
 from ._misc import Setting, as_int, check_count
 from ._pairing import searches
 from ._result import Result
@@ -73,6 +73,10 @@ class Solver(eqx.Module):
     - `return_best` (True), `has_aux` (False: fn returns f alone), `throw` (False),
       `adjoint` (`js.ImplicitAdjoint()`): below.
     - `value_and_grad` (False): True when fn computes its own gradient (below).
+    - `initial_step` (`js.InitialQuadratic()`): how each line search's first trial step is
+      chosen, for any line search; also `js.InitialStatic`, `js.InitialPrevious`,
+      `js.InitialConstantChange`, `js.InitialHagerZhang`, or an `js.AbstractInitialStep` of
+      one's own (docs/methods.md, "Initial steps").
 
     **Stopping.** As scipy's L-BFGS-B: `gtol` on the infinity norm of the gradient, `ftol`
     on the relative decrease (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1) (`ftol=0` switches
@@ -148,6 +152,7 @@ class Solver(eqx.Module):
     direction: AbstractDirection
     linesearch: AbstractLineSearch
     bounded_linesearch: AbstractLineSearch  # the line search of runs with bounds
+    initial_step: AbstractInitialStep
     gtol: Setting
     ftol: Setting
     xtol: Setting
@@ -178,8 +183,15 @@ class Solver(eqx.Module):
         value_and_grad: bool = False,
         throw: bool | str = False,
         adjoint: AbstractAdjoint | None = None,
+        initial_step: AbstractInitialStep | None = None,
     ):
         direction = LBFGS() if direction is None else direction
+        initial_step = InitialQuadratic() if initial_step is None else initial_step
+        if not isinstance(initial_step, AbstractInitialStep):
+            raise TypeError(
+                "initial_step must be a js.AbstractInitialStep (e.g. js.InitialStatic(1.0)), "
+                f"got {type(initial_step).__name__}."
+            )
         check_parts(direction, linesearch)
         linesearch, bounded_linesearch = searches(direction, linesearch)
         gtol, ftol, xtol = (
@@ -196,6 +208,7 @@ class Solver(eqx.Module):
         self.direction = direction
         self.linesearch = linesearch
         self.bounded_linesearch = bounded_linesearch
+        self.initial_step = initial_step
         self.gtol = gtol
         self.ftol = ftol
         self.xtol = xtol

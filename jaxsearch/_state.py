@@ -36,6 +36,7 @@ class SolverState(eqx.Module):
     direction: PyTree
     linesearch: PyTree
     prev_decrease: Scalar  # f_{k-1} - f_k of the last step, for the next guess; NaN at first
+    initial_step: PyTree  # the state of the solver's initial-step rule (`AbstractInitialStep`)
     step_size: (
         Scalar  # the last step's accepted step size along its direction; 0 if it did not move
     )

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch._linesearch import initial_step
 
 from .helpers import DIRECTIONS, compute, explicit_lbfgs_direction, random_pair
 from .program_inspection import all_eqns
@@ -171,21 +170,6 @@ def test_lbfgs_rejects_bad_settings():
 
 def f32(v):
     return jnp.asarray(v, jnp.float32)
-
-
-def test_initial_step_rules():
-    """Unit step for scaled directions; N&W (3.60) after a step; 1 / |d| on the first."""
-    dphi0, d_norm = f32(-4.0), f32(2.0)
-    assert float(initial_step(jnp.array(True), dphi0, d_norm, f32(0.3), 1e10)) == 1.0
-    assert float(initial_step(jnp.array(False), dphi0, d_norm, f32(0.3), 1e10)) == pytest.approx(
-        2 * 0.3 / 4.0
-    )
-    first = initial_step(jnp.array(False), dphi0, d_norm, f32(np.nan), 1e10)
-    assert float(first) == pytest.approx(0.5)
-    unusable = initial_step(jnp.array(False), dphi0, d_norm, f32(-1.0), 1e10)
-    assert float(unusable) == pytest.approx(0.5)
-    capped = initial_step(jnp.array(False), dphi0, f32(1e-12), f32(np.nan), 10.0)
-    assert float(capped) == 10.0
 
 
 def test_backtracking_growth_starts_from_previous_step():

@@ -14,7 +14,16 @@ from ._base import (
 from ._conditions import ValueScale as ValueScale, sufficient_decrease as sufficient_decrease
 from ._fixed import FixedStep as FixedStep
 from ._hager_zhang import HagerZhang as HagerZhang
-from ._initial import initial_step as initial_step
+from ._initial import (
+    AbstractInitialStep as AbstractInitialStep,
+    InitialConstantChange as InitialConstantChange,
+    InitialHagerZhang as InitialHagerZhang,
+    InitialPrevious as InitialPrevious,
+    InitialQuadratic as InitialQuadratic,
+    InitialStatic as InitialStatic,
+    InitialStepInfo as InitialStepInfo,
+    initial_step as initial_step,
+)
 from ._more_thuente import MoreThuente as MoreThuente
 from ._nonmonotone import NonmonotoneArmijo as NonmonotoneArmijo
 from ._stochastic import StochasticArmijo as StochasticArmijo

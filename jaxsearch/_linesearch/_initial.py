@@ -1,35 +1,197 @@
-"""The first trial step of a search, shared by the line searches."""
+"""The first trial step of a search: a rule any line search takes, chosen on the `Solver`
+(`Solver(initial_step=...)`), as LineSearches.jl's `alphaguess`."""
 
+import abc
+from typing import Any
+
+import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Scalar
+from jaxtyping import Array, Bool, PyTree, Scalar
 
-from .._misc import Setting
+from .._misc import Setting, check_setting, tree_inf_norm
+
+
+class InitialStepInfo(eqx.Module):
+    """What the solver knows when a search along d starts from x (scalars in `dtype`, the
+    scalar dtype).
+
+    - `scaled`: the direction carries curvature information (quasi-Newton, Newton), so the
+      unit step is natural;
+    - `slope`: phi'(0) = <grad f(x), d> < 0;
+    - `d_norm`: |d|_2;
+    - `value`: f(x);
+    - `prev_decrease`: the last step's decrease of f as the solver records it for N&W eq.
+      3.60 (see `InitialQuadratic`); NaN before the first step;
+    - `prev_step`: the last step's accepted step size, 0 where it did not move (and before
+      the first step);
+    - `x`, `d`: the point and the direction (pytrees), for rules that need their norms.
+    """
+
+    scaled: Bool[Array, ""]
+    slope: Scalar
+    d_norm: Scalar
+    value: Scalar
+    prev_decrease: Scalar
+    prev_step: Scalar
+    x: PyTree
+    d: PyTree
+
+    @property
+    def dtype(self):
+        return self.slope.dtype
+
+
+class AbstractInitialStep(eqx.Module):
+    """How the first trial step of each line search is chosen.
+
+    A subclass implements `init`, `first_trial` and `update` (Equinox's abstract/final rule).
+    Whatever `first_trial` returns, the solver takes 1 where it is not finite and positive,
+    and at most the search's `max_step_size`; the search then caps it at its own limits
+    (`AbstractLineSearch.start`). Numeric settings may be Python numbers or 0-d arrays (a
+    sweep reuses one compiled program).
+    """
+
+    @abc.abstractmethod
+    def init(self, dtype) -> PyTree:
+        """The rule's state before the first step (scalars of `dtype`; `()` for none)."""
+
+    @abc.abstractmethod
+    def first_trial(self, state: PyTree, info: InitialStepInfo) -> Scalar:
+        """The first trial step along d, from the rule's `state` and `info`."""
+
+    @abc.abstractmethod
+    def update(self, state: PyTree, step: Scalar, slope: Scalar, moved: Bool[Array, ""]) -> PyTree:
+        """The state after a search along d with phi'(0) = `slope` ended, with `step` the
+        step size it accepted where it `moved`."""
+
+
+class _Stateless(AbstractInitialStep):
+    """A rule that keeps nothing of its own between steps."""
+
+    def init(self, dtype) -> PyTree:
+        return ()
+
+    def update(self, state, step, slope, moved) -> PyTree:
+        return state
+
+
+def _positive(owner: str, name: str, value: Any) -> None:
+    check_setting(owner, name, value, lambda v: v > 0, "be positive")
+
+
+class InitialQuadratic(_Stateless):
+    """The default rule (Nocedal & Wright, *Numerical Optimization*, 2nd ed., section 3.5):
+
+    - a well-scaled direction (`info.scaled`: quasi-Newton, Newton): t = 1;
+    - otherwise, after a step: t = 2 (f_{k-1} - f_k) / -phi'(0), N&W eq. 3.60, the minimiser
+      of the quadratic through f_{k-1}, f_k and phi'(0) that assumes the first-order change
+      of f equals the last step's. The solver records min(f_{k-1} - f_k, -t_{k-1}
+      phi_{k-1}'(0)) as that decrease, or half the latter where f did not decrease (rounding
+      noise), which turns the guess into N&W eq. 3.59;
+    - otherwise (the first step, or an unusable decrease): t = 1 / |d|_2, a first step of
+      unit length, as L-BFGS-B takes.
+    """
+
+    def first_trial(self, state, info: InitialStepInfo) -> Scalar:
+        dtype = info.dtype
+        unit_length = 1 / info.d_norm
+        from_decrease = 2 * info.prev_decrease / -info.slope
+        usable = jnp.isfinite(from_decrease) & (from_decrease > 0)
+        return jnp.where(
+            info.scaled, jnp.ones((), dtype), jnp.where(usable, from_decrease, unit_length)
+        )
+
+
+class InitialStatic(_Stateless):
+    """t = `alpha` at every search (LineSearches.jl's `InitialStatic`); with `scaled=True`,
+    t = `alpha` / |d|_2, a first step of length `alpha`."""
+
+    alpha: Setting = 1.0
+    scaled: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        _positive("InitialStatic", "alpha", self.alpha)
+
+    def first_trial(self, state, info: InitialStepInfo) -> Scalar:
+        alpha = jnp.asarray(self.alpha, info.dtype)
+        return alpha / info.d_norm if self.scaled else alpha
+
+
+class InitialPrevious(_Stateless):
+    """t = the last step's accepted step size; `alpha` before the first step and after a step
+    that did not move (LineSearches.jl's `InitialPrevious`)."""
+
+    alpha: Setting = 1.0
+
+    def __check_init__(self):
+        _positive("InitialPrevious", "alpha", self.alpha)
+
+    def first_trial(self, state, info: InitialStepInfo) -> Scalar:
+        alpha = jnp.asarray(self.alpha, info.dtype)
+        return jnp.where(info.prev_step > 0, info.prev_step, alpha)
+
+
+class InitialConstantChange(AbstractInitialStep):
+    """t = t_{k-1} phi_{k-1}'(0) / phi_k'(0): the first-order change of f along the new
+    direction equals the last step's (Nocedal & Wright, 2nd ed., eq. 3.59; LineSearches.jl's
+    `InitialConstantChange`); `alpha` before the first step and after a step that did not
+    move. Its state is t_{k-1} phi_{k-1}'(0) (NaN where there is none)."""
+
+    alpha: Setting = 1.0
+
+    def __check_init__(self):
+        _positive("InitialConstantChange", "alpha", self.alpha)
+
+    def init(self, dtype) -> PyTree:
+        return jnp.full((), jnp.nan, dtype)
+
+    def first_trial(self, state, info: InitialStepInfo) -> Scalar:
+        alpha = jnp.asarray(self.alpha, info.dtype)
+        guess = state / info.slope
+        return jnp.where(jnp.isfinite(guess) & (guess > 0), guess, alpha)
+
+    def update(self, state, step, slope, moved) -> PyTree:
+        return jnp.where(moved, step * slope, jnp.nan).astype(state.dtype)
+
+
+class InitialHagerZhang(_Stateless):
+    """Hager & Zhang's initial steps (CG_DESCENT, "Algorithm 851", ACM TOMS 32 (2006),
+    section 4, I0 and I2), for any direction d:
+
+    - before the first step, and after a step that did not move (I0): t = psi0 |x|_inf /
+      |d|_inf where x != 0, else psi0 |f| / -phi'(0) where f != 0, else 1 (with d = -g,
+      the paper's psi0 |x|_inf / |g|_inf and psi0 |f| / |g|_2^2);
+    - otherwise (I2): t = psi2 t_{k-1}.
+
+    Their I1 (a trial at psi1 t_{k-1} and the minimiser of the quadratic through it, when
+    that quadratic is convex) evaluates f before the search starts: the solver evaluates f
+    only at a search's trials, so I1 is not offered; the search's own first trial at psi2
+    t_{k-1} takes its place.
+    """
+
+    psi0: Setting = 0.01
+    psi2: Setting = 2.0
+
+    def __check_init__(self):
+        _positive("InitialHagerZhang", "psi0", self.psi0)
+        _positive("InitialHagerZhang", "psi2", self.psi2)
+
+    def first_trial(self, state, info: InitialStepInfo) -> Scalar:
+        dtype = info.dtype
+        psi0, psi2 = jnp.asarray(self.psi0, dtype), jnp.asarray(self.psi2, dtype)
+        x_norm, d_norm = tree_inf_norm(info.x, dtype), tree_inf_norm(info.d, dtype)
+        f = jnp.abs(info.value)
+        from_f = jnp.where(f != 0, psi0 * f / -info.slope, jnp.ones((), dtype))
+        first = jnp.where(x_norm != 0, psi0 * x_norm / d_norm, from_f)
+        return jnp.where(info.prev_step > 0, psi2 * info.prev_step, first)
 
 
 def initial_step(
-    scaled: Bool[Array, ""],
-    dphi0: Scalar,
-    d_norm: Scalar,
-    prev_decrease: Scalar,
-    max_step_size: Setting,
+    rule: AbstractInitialStep, state: PyTree, info: InitialStepInfo, max_step_size: Setting
 ) -> Scalar:
-    """Initial trial step for a search along d.
-
-    - A well-scaled direction (quasi-Newton with curvature information): t = 1
-      (Nocedal & Wright, *Numerical Optimization*, 2nd ed., section 3.5).
-    - Otherwise, after a previous step: t = 2 (f_{k-1} - f_k) / -phi'(0), N&W eq. (3.60),
-      which assumes the first-order change of f equals that of the previous step. The solver
-      passes min(f_{k-1} - f_k, -t_{k-1} phi_{k-1}'(0)) as the decrease, or half the latter
-      where f did not decrease (rounding noise), which turns the guess into N&W eq. (3.59).
-    - Otherwise (first step, or an unusable previous decrease): t = 1 / |d|_2, a unit-length
-      first step, as L-BFGS-B does.
-
-    The result is finite and lies in (0, max_step_size].
-    """
-    dtype = dphi0.dtype
-    unit_length = 1 / d_norm
-    from_decrease = 2 * prev_decrease / -dphi0
-    usable = jnp.isfinite(from_decrease) & (from_decrease > 0)
-    guess = jnp.where(scaled, jnp.ones((), dtype), jnp.where(usable, from_decrease, unit_length))
+    """`rule`'s first trial step, 1 where it is not finite and positive, at most
+    `max_step_size`."""
+    dtype = info.dtype
+    guess = jnp.asarray(rule.first_trial(state, info)).astype(dtype)
     guess = jnp.where(jnp.isfinite(guess) & (guess > 0), guess, jnp.ones((), dtype))
     return jnp.minimum(guess, max_step_size).astype(dtype)
