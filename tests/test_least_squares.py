@@ -322,3 +322,88 @@ def test_step_loop(direction):
     r = exponential(params, t, y)
     assert values[-1] == pytest.approx(0.5 * float(jnp.sum(r * r)), rel=1e-5, abs=1e-10)
     assert values[-1] < 1e-6
+
+
+# ------------------------------------------------------------------ the damping rule
+
+
+def _by_hand(direction, fn, x, state):
+    """`direction.compute` at x as the solver calls it, with fn's residuals."""
+    grad = jax.grad(lambda p: 0.5 * jnp.sum(fn(p) ** 2))(x)
+    info = js.DirectionInfo(x, grad, x.dtype, residuals=fn)
+    d, _, state, _ = direction.compute(state, info)
+    return d, state
+
+
+def test_radius_follows_the_search_and_the_gain_ratio():
+    """Delta (Moré 1978, with the search's outcome): the first step takes lambda = tau and
+    Delta = |D^(1/2) d|; a step the search cut (alpha = 1/2) sets Delta to its own length;
+    a unit step with rho = 1 (a linear problem) doubles its length, and lambda = 0 (the
+    Gauss-Newton step) where that step lies inside."""
+    with jax.enable_x64(True):
+        a = jnp.asarray([[3.0, 1.0], [1.0, 2.0], [0.0, 1.0]])
+        b = jnp.asarray([1.0, -2.0, 0.5])
+
+        def fn(x):
+            return a @ x - b
+
+        lm = js.LevenbergMarquardt(tau=0.5)
+        x = jnp.zeros(2)
+        d, state = _by_hand(lm, fn, x, lm.init(x, jnp.float64))
+        scale = jnp.linalg.norm(a, axis=0)  # D^(1/2): the column norms of J
+        assert float(state.damping) == 0.5
+        assert float(state.radius) == pytest.approx(float(jnp.linalg.norm(scale * d)), rel=1e-12)
+        # The search cut the unit step: Delta is the length it accepted.
+        state = lm.update(state, d / 2, None, jnp.float64)
+        x = x + d / 2
+        d2, state = _by_hand(lm, fn, x, state)
+        assert float(state.radius) == pytest.approx(
+            float(jnp.linalg.norm(scale * d / 2)), rel=1e-12
+        )
+        assert float(state.damping) > 0  # the Gauss-Newton step is longer than that
+        # A unit step with rho = 1 (f is quadratic): Delta doubles its length.
+        state = lm.update(state, d2, None, jnp.float64)
+        _, state = _by_hand(lm, fn, x + d2, state)
+        assert float(state.radius) == pytest.approx(
+            2 * float(jnp.linalg.norm(scale * d2)), rel=1e-9
+        )
+        # From the first step with a small tau, nearly the Gauss-Newton step: the next
+        # Gauss-Newton step (to the solution) lies inside the doubled radius, so lambda = 0.
+        lm = js.LevenbergMarquardt(tau=1e-6)
+        x = jnp.zeros(2)
+        d, state = _by_hand(lm, fn, x, lm.init(x, jnp.float64))
+        state = lm.update(state, d, None, jnp.float64)
+        x = x + d
+        d, state = _by_hand(lm, fn, x, state)
+        assert float(state.damping) == 0
+        np.testing.assert_allclose(x + d, jnp.linalg.lstsq(a, b)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("start", ["start1", "start2"])
+def test_bennett5_in_few_steps(start):
+    """Once the Gauss-Newton step lies inside the radius, LM takes it: Bennett5 (NIST, higher
+    difficulty, a long flat valley) reaches the certified values within 25 steps from both
+    starts (Nielsen's gain-ratio rule, which keeps lambda where rho is near 1/2, took 319
+    and 374 steps; optimistix's LM 808 and 1354)."""
+    problem = nist.PROBLEMS["Bennett5"]
+    with jax.enable_x64(True):
+        solver = js.Solver(js.LevenbergMarquardt(), gtol=0.0, ftol=0.0, max_steps=25)
+        b0 = jnp.asarray(problem.starts[start], jnp.float64)
+        result = solver.run(nist_residuals, b0, problem)
+    np.testing.assert_allclose(np.asarray(result.params), problem.certified, rtol=5e-7, atol=0)
+
+
+def test_ill_conditioned_jacobian_in_float32():
+    """A consistent linear problem with cond(J) = 1e4 in float32 is solved to 2e-5 within 5
+    steps: the Gauss-Newton step (lambda = 0) once it lies inside the radius, solved from the
+    SVD of J D^(-1/2) (J'J's condition number, 1e8, is past float32's 1 / eps). Nielsen's
+    rule, lambda / 3 at best per step, on J'J + lambda D, was still 0.9 away after 5 steps."""
+    rng = np.random.default_rng(3)
+    u, _ = np.linalg.qr(rng.normal(size=(20, 5)))
+    v, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    a = jnp.asarray(u @ np.diag(np.geomspace(1.0, 1e-4, 5)) @ v.T, jnp.float32)
+    solution = jnp.asarray(rng.normal(size=5), jnp.float32)
+    b = a @ solution
+    solver = js.Solver(js.LevenbergMarquardt(), gtol=0.0, ftol=0.0, max_steps=5)
+    result = solver.run(lambda x, a, b: a @ x - b, jnp.zeros(5, jnp.float32), a, b)
+    np.testing.assert_allclose(result.params, solution, rtol=0, atol=2e-5)
