@@ -7,7 +7,9 @@ errors of a residual fn given to another direction."""
 
 import importlib.util
 import pathlib
+from typing import ClassVar
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +17,9 @@ import pytest
 import scipy.optimize
 
 import jaxsearch as js
+from jaxsearch.testing import check_direction
+
+from .helpers import LEAST_SQUARES
 
 _spec = importlib.util.spec_from_file_location(
     "_nist_problems", pathlib.Path(__file__).parents[1] / "benchmarks" / "nist_problems.py"
@@ -144,11 +149,11 @@ def test_nist_certified_values(nist_fits, case):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_low_precision_descends(dtype, direction):
     """In float32 and bfloat16 the run stays finite, keeps the params' dtypes and lowers f;
     f is reported in float32 (the residuals' dtype widened)."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     x0, t, y = exponential_data(dtype)
     result = js.Solver(make(), max_steps=20).run(exponential, x0, t, y)
     assert result.value.dtype == jnp.float32
@@ -160,10 +165,10 @@ def test_low_precision_descends(dtype, direction):
     assert float(result.params["k"]) == pytest.approx(1.3, rel=tol, abs=tol)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_mixed_dtype_params(direction):
     """A pytree of float32 and bfloat16 params with float32 residuals runs and descends."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     x0, t, y = exponential_data(jnp.float32)
     x0 = {**x0, "c": x0["c"].astype(jnp.bfloat16), "k": jnp.full((1,), 0.5, jnp.float32)}
 
@@ -178,10 +183,10 @@ def test_mixed_dtype_params(direction):
     assert float(result.params["k"][0]) == pytest.approx(1.3, rel=2e-2)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_float64_exact(direction):
     """On exact data in float64 both fit the exponential to rounding."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     with jax.enable_x64(True):
         x0, t, y = exponential_data(jnp.float64)
         result = js.Solver(make(), **TIGHT, max_steps=100).run(exponential, x0, t, y)
@@ -206,11 +211,11 @@ def test_vmap_over_data():
         np.testing.assert_allclose(batched["k"][1], single["k"], rtol=1e-12)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_resume(direction):
     """A run cut after 3 steps and resumed with `state=result.state` ends where one run of
     6 steps does (the damping and its pending gain ratio travel in the state)."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     with jax.enable_x64(True):
         problem = nist.PROBLEMS["Rat43"]
         b0 = jnp.asarray(problem.start2)
@@ -256,9 +261,9 @@ def test_residuals_as_a_tuple():
         assert float(result.params["k"]) == pytest.approx(1.3, rel=1e-12)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_bounds_are_refused(direction):
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     x0, t, y = exponential_data(jnp.float32)
     bounds = (jax.tree.map(lambda a: a - 10, x0), jax.tree.map(lambda a: a + 10, x0))
     with pytest.raises(TypeError, match="cannot honour bounds"):
@@ -287,11 +292,11 @@ def test_tau_checked():
         js.LevenbergMarquardt(tau=0.0)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_implicit_derivative(direction):
     """Through the implicit adjoint, d x* / d y of a linear least-squares fit is A's
     pseudo-inverse (the adjoint differentiates 0.5 |r|^2, not fn's output)."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)
         a = jnp.asarray(rng.normal(size=(8, 3)))
@@ -304,11 +309,11 @@ def test_implicit_derivative(direction):
         np.testing.assert_allclose(jax.jacobian(fit)(y), np.linalg.pinv(a), rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_step_loop(direction):
     """`init` (with fn, whose residuals fix the value dtype) and jitted `step`s descend as a
     run does; `state.value` is 0.5 |r|^2 at the params."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     x0, t, y = exponential_data(jnp.float32)
     solver = js.Solver(make())
     state = solver.init(x0, fn=exponential, args=(t, y))
@@ -407,3 +412,65 @@ def test_ill_conditioned_jacobian_in_float32():
     solver = js.Solver(js.LevenbergMarquardt(), gtol=0.0, ftol=0.0, max_steps=5)
     result = solver.run(lambda x, a, b: a @ x - b, jnp.zeros(5, jnp.float32), a, b)
     np.testing.assert_allclose(result.params, solution, rtol=0, atol=2e-5)
+
+
+# ------------------------------------------------------------------ the conformance kit
+
+
+class _Damped(js.AbstractLeastSquares):
+    """d = -(J'J + mu I)^-1 J'r with mu halved at each accepted step and 1 after `reset`,
+    from public names only; `flaw` breaks it on purpose in one way (None: sound)."""
+
+    flaw: str | None = eqx.field(static=True, default=None)
+    supports_bounds: ClassVar[bool] = False
+
+    def init(self, params, dtype):
+        state = {"mu": jnp.ones((), jnp.float32)}
+        return {**state, "count": 0} if self.flaw == "retrace" else state
+
+    def compute(self, state, info):
+        x = js.flatten_tree(info.x, jnp.float32)
+        jac = jax.jacfwd(
+            lambda v: js.flatten_tree(info.residuals(js.unflatten_tree(v, info.x)), jnp.float32)
+        )(x)
+        g = js.flatten_tree(info.grad, jnp.float32)
+        d = -jnp.linalg.solve(jac.T @ jac + state["mu"] * jnp.eye(x.size, dtype=jnp.float32), g)
+        if self.flaw == "ascent":
+            d = -d
+        if self.flaw == "retrace":  # a Python int: a new program at each step
+            state = {**state, "count": state["count"] + 1}
+        return js.unflatten_tree(d, info.grad), jnp.array(True), state, jnp.full((), jnp.inf)
+
+    def update(self, state, s, y, dtype, accept=True):
+        if self.flaw == "accept":
+            return {**state, "mu": state["mu"] / 2}  # halves on rejected steps too
+        if self.flaw == "dtype":
+            return {"mu": jnp.where(accept, state["mu"] / 2, state["mu"]).astype(jnp.float16)}
+        return {**state, "mu": jnp.where(accept, state["mu"] / 2, state["mu"])}
+
+    def reset(self, state):
+        if self.flaw == "reset":
+            return state  # forgets nothing
+        return {**state, "mu": jnp.ones((), jnp.float32)}
+
+    def gradient_replaced(self, state):
+        return state
+
+
+def test_the_kit_passes_a_sound_least_squares_direction():
+    check_direction(_Damped())
+
+
+@pytest.mark.parametrize(
+    "flaw, message",
+    [
+        ("ascent", "descent: d is not a descent direction of 0.5 |r|"),
+        ("accept", r"update\(accept=False\) changed the state"),
+        ("reset", "reset: after `reset`, compute must give the d"),
+        ("retrace", "one compile: later steps and problems compiled"),
+        ("dtype", "state structure: `update` changed"),
+    ],
+)
+def test_the_kit_catches_a_broken_least_squares_direction(flaw, message):
+    with pytest.raises(AssertionError, match=message):
+        check_direction(_Damped(flaw=flaw))
