@@ -562,8 +562,16 @@ def _objective(x, a, b, curvature, dtype):
 
 @eqx.filter_jit
 def _compute_residuals(direction, state, x, a, b, curvature, dtype):
-    grad = jax.grad(_objective)(x, a, b, curvature, dtype)  # J'r, in each leaf's dtype
-    info = DirectionInfo(x, grad, dtype, residuals=lambda p: _residuals(p, a, b, curvature, dtype))
+    gradient = jax.grad(_objective)
+    grad = gradient(x, a, b, curvature, dtype)  # J'r, in each leaf's dtype
+
+    def hvp(v):  # of f = 0.5 |r|^2, forward over reverse, as the solver's
+        return jax.jvp(lambda p: gradient(p, a, b, curvature, dtype), (x,), (v,))[1]
+
+    def residuals(p):
+        return _residuals(p, a, b, curvature, dtype)
+
+    info = DirectionInfo(x, grad, dtype, hvp, residuals=residuals)
     d, scaled, state, limit = direction.compute(state, info)
     return _objective(x, a, b, curvature, dtype), grad, d, scaled, state, limit
 
@@ -618,7 +626,7 @@ def _check_least_squares_at(direction: AbstractDirection, name, x64, params, see
                 x, state = x0, direction.init(x0, dtype)
                 first_grad = None
                 for k in range(3):
-                    f, grad, d, scaled, new_state, limit = _compute_residuals(
+                    _, grad, d, scaled, new_state, limit = _compute_residuals(
                         direction, state, x, a, b, c, dtype
                     )
                     _require(
@@ -741,7 +749,7 @@ def check_direction(direction: AbstractDirection) -> None:
     A least-squares direction (an `AbstractLeastSquares`) is checked instead on residual
     problems r(x) = A x - b + c (A x)^2 / 2 (A of n + 4 rows, condition number about 30): a
     consistent linear one (b = A x*, c = 0), an inconsistent linear one and a nonlinear one
-    (c = 1/2), three steps each, with `DirectionInfo(x, J'r, dtype, residuals=r)` as the
+    (c = 1/2), three steps each, with `DirectionInfo(x, J'r, dtype, hvp, residuals=r)` as the
     solver passes it and the first of t = 1, 1/2, 1/4, ... that lowers f = 0.5 |r|^2, in the
     same five params dtypes. The same properties hold, but for two: descent <J'r, d> < 0 is
     asked only where |J'r| is above 50 times the params' machine epsilon relative to its

@@ -366,6 +366,7 @@ def test_radius_follows_the_search_and_the_gain_ratio():
             float(jnp.linalg.norm(scale * d / 2)), rel=1e-12
         )
         assert float(state.damping) > 0  # the Gauss-Newton step is longer than that
+        assert float(jnp.linalg.norm(scale * d2)) == pytest.approx(float(state.radius), rel=1e-9)
         # A unit step with rho = 1 (f is quadratic): Delta doubles its length.
         state = lm.update(state, d2, None, jnp.float64)
         _, state = _by_hand(lm, fn, x + d2, state)
@@ -474,3 +475,36 @@ def test_the_kit_passes_a_sound_least_squares_direction():
 def test_the_kit_catches_a_broken_least_squares_direction(flaw, message):
     with pytest.raises(AssertionError, match=message):
         check_direction(_Damped(flaw=flaw))
+
+
+def test_invariant_under_a_scaling_of_the_parameters():
+    """D = diag(J'J) (a running maximum of J's column norms) makes the iterates invariant under
+    a scaling of the parameters: fitting z = c x with r(z / c) retraces x's iterates."""
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+        c = {"a": 1e3, "k": 1e-2, "c": 7.0}
+
+        def scaled(z, t, y):
+            return exponential({key: z[key] / c[key] for key in z}, t, y)
+
+        solver = js.Solver(js.LevenbergMarquardt(), gtol=0.0, ftol=0.0, max_steps=6)
+        plain = solver.run(exponential, x0, t, y).params
+        z0 = {key: x0[key] * c[key] for key in x0}
+        other = solver.run(scaled, z0, t, y).params
+        for key in x0:
+            assert float(other[key]) / c[key] == pytest.approx(float(plain[key]), rel=1e-10)
+
+
+def test_a_parameter_the_residuals_ignore():
+    """A column of J that is 0 (a parameter r does not depend on) is dropped from the SVD's
+    solve: that parameter stays where it is, the others are fitted."""
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+        x0 = {**x0, "unused": jnp.asarray(0.25)}
+
+        def fn(p, t, y):
+            return exponential({k: v for k, v in p.items() if k != "unused"}, t, y)
+
+        result = js.Solver(js.LevenbergMarquardt(), **TIGHT, max_steps=100).run(fn, x0, t, y)
+        assert float(result.params["unused"]) == 0.25
+        assert float(result.params["k"]) == pytest.approx(1.3, rel=1e-10)

@@ -85,7 +85,7 @@ class GaussNewton(AbstractLeastSquares):
         return state  # nothing relies on the order of gradients
 
 
-# The Newton iterations of `_damping_for` (Moré 1978, section 5): from lambda = 0 on the
+# The Newton iterations of `_damping_for` (Moré 1978, after Hebden 1973): from lambda = 0 on the
 # concave, increasing 1 / |p(lambda)| they approach the root monotonically, and quadratically
 # once near it.
 DAMPING_ITERATIONS = 20
@@ -94,8 +94,7 @@ DAMPING_ITERATIONS = 20
 def _damping_for(singular, projected, radius, cut):
     """The damping lambda >= 0 whose step p(lambda) = -V diag(s / (s^2 + lambda)) U'r has
     |p| = radius, or 0 where the Gauss-Newton step (singular values <= `cut` dropped) has
-    |p(0)| <= 1.1 radius (J. J. Moré, 1978, section 5: Newton's method on
-    1 / |p(lambda)| - 1 / radius)."""
+    |p(0)| <= 1.1 radius (J. J. Moré, 1978: Newton's method on 1 / |p(lambda)| - 1 / radius)."""
     live = singular > cut
     numerators = jnp.where(live, singular * projected, 0) ** 2
     squares = singular * singular
@@ -141,7 +140,7 @@ class LevenbergMarquardt(AbstractLeastSquares):
 
     J the Jacobian of the residuals r at x and D = diag(J'J) kept as Moré's running maximum
     (J. J. Moré, "The Levenberg-Marquardt algorithm: implementation and theory", Numerical
-    Analysis, Dundee 1977, LNM 630, 1978, section 6): D^(1/2) holds, for each parameter, the
+    Analysis, Dundee 1977, LNM 630, 1978): D^(1/2) holds, for each parameter, the
     largest norm of J's column seen so far (floored at sqrt(eps) times the largest, eps the
     matrix dtype's machine epsilon), which makes d invariant under a scaling of the
     parameters. d is solved from the SVD U diag(s) V' of J D^(-1/2) (never J'J, whose
@@ -150,9 +149,11 @@ class LevenbergMarquardt(AbstractLeastSquares):
     fn returns a pytree of residuals (see `AbstractLeastSquares`); J is formed from n
     Jacobian-vector products, as in `GaussNewton`.
 
-    lambda is Moré's (1978, sections 5 and 7): the least lambda >= 0 with
-    |D^(1/2) d| <= Delta (within 10%; lambda = 0, the Gauss-Newton step, when that is inside),
-    found by Newton's method on 1 / |D^(1/2) d(lambda)| - 1 / Delta. The first step takes
+    lambda is Moré's (1978): 0 (the Gauss-Newton step) where that step has
+    |D^(1/2) d| <= 1.1 Delta, else the lambda > 0 with |D^(1/2) d(lambda)| = Delta, from
+    `DAMPING_ITERATIONS` Newton iterations on 1 / |D^(1/2) d(lambda)| - 1 / Delta from 0
+    (Hebden's scheme, which Moré uses). The
+    first step (and the first after `reset`, or after Delta rounded to 0) takes
     lambda = `tau` and Delta = |D^(1/2) d(tau)|. After each step s = alpha d that the line
     search accepted, with the gain ratio
 
@@ -161,14 +162,14 @@ class LevenbergMarquardt(AbstractLeastSquares):
     Delta becomes: |D^(1/2) s| if alpha < 0.9 (the search cut the unit step, which a trust
     region would have rejected: Delta shrinks to the length the search accepted); else
     |D^(1/2) s| / 2 if rho < 1/4; else 2 |D^(1/2) s| if rho > 3/4 or lambda was 0 (Moré's
-    rule, section 7, with gamma = 1/2); else it stays. The update is applied at the `compute`
+    rule, with his shrink factor gamma = 1/2); else it stays. The update is applied at the `compute`
     after the step, from f, the SVD and D recorded at x and L(0) - L(s), alpha and
     |D^(1/2) s| recorded by `update`.
 
     `scaled` is True: the line search tries the unit step first; by default the solver pairs
     it with monotone Armijo backtracking (`Backtracking(epsilon=0)`), the safeguard that
-    replaces the trust region's rejected steps. `reset` forgets Delta (the next `compute`
-    starts again from `tau`); after `gradient_replaced` (e.g. new data) the step's gain
+    replaces the trust region's rejected steps. `reset` forgets Delta and D (the next
+    `compute` starts again from `tau`); after `gradient_replaced` (e.g. new data) the step's gain
     ratio is not used.
     """
 
