@@ -17,7 +17,13 @@ error, min_i -log10(|b_i - b*_i| / |b*_i|), capped at 11 digits).
 
 Counting, inside the compiled residual function with `jax.debug.callback`, in a first run:
 `evals`, executions of r (also those inside a Jacobian, a linearisation or a gradient, and the
-one re-run of r for the n Hessian-vector products of a js.Newton step); `lins`, differentiated
+one re-run of r for the n Hessian-vector products of a js.Newton step; for js.GaussNewton and
+js.LevenbergMarquardt both the solver's value-and-gradient evaluation at each trial point and
+the `jax.linearize` of r inside the direction's `compute` at each accepted point, which
+evaluates r there again: two evaluations per accepted step, where optimistix's one
+linearisation per step gives it r and J together); `to_solved`, the evaluations of r up to
+and including the first at a point that solves the problem (independent of when the stopping
+rules end the run); `lins`, differentiated
 executions (a Jacobian, a linearisation, a gradient, or a js.Newton step's batch of Hessian-
 vector products); `jvps`, Jacobian-vector products of r, one per tangent direction pushed
 forward (scipy's jax.jacfwd Jacobian: n per Jacobian; optimistix: those of its jax.linearize
@@ -108,16 +114,18 @@ class Outcome:
 
 class Counter:
     """Host tallies incremented from compiled code: `evals`, `lins` and `jvps` (module
-    docstring)."""
+    docstring), and `to_solved`: the count of evaluations of r up to and including the first
+    at a point that solves `problem` (None until one does)."""
 
-    def __init__(self):
-        self.counts = {"evals": 0, "lins": 0, "jvps": 0}
+    def __init__(self, problem=None):
+        self.problem = problem
+        self.counts: dict[str, int | None] = {"evals": 0, "lins": 0, "jvps": 0, "to_solved": None}
 
     def reset(self):
         jax.effects_barrier()
-        self.counts = dict.fromkeys(self.counts, 0)
+        self.counts = {"evals": 0, "lins": 0, "jvps": 0, "to_solved": None}
 
-    def read(self) -> dict[str, int]:
+    def read(self) -> dict[str, int | None]:
         jax.effects_barrier()
         return dict(self.counts)
 
@@ -126,6 +134,13 @@ class Counter:
             self.counts[key] += 1
 
         return callback
+
+    def evaluated(self, b) -> None:
+        """One evaluation of r at b (unbatched: r's primal runs once per Jacobian)."""
+        self.counts["evals"] += 1
+        if self.counts["to_solved"] is None and self.problem is not None:
+            if accuracy(self.problem, np.asarray(b))[0] <= SOLVED_RTOL:
+                self.counts["to_solved"] = self.counts["evals"]
 
 
 def residual_function(problem, counter: Counter | None = None) -> Callable:
@@ -152,7 +167,7 @@ def residual_function(problem, counter: Counter | None = None) -> Callable:
         return primals[0], tangents[0]
 
     def counted(b, args):
-        jax.debug.callback(counter.bump("evals"))
+        jax.debug.callback(counter.evaluated, b)
         x, y = args
         return y - model(tag(b), x)
 
@@ -290,7 +305,7 @@ def run_one(problem, start: str, peer_name: str, settings: Settings) -> dict[str
     args = (jnp.asarray(problem.x), jnp.asarray(problem.y))
     row: dict[str, Any] = {"solved": False, "error": None}
     try:
-        counter = Counter()
+        counter = Counter(problem)
         jax.clear_caches()
         solve, outcome = peer(residual_function(problem, counter), b0, args, settings)
         counter.reset()
@@ -359,13 +374,13 @@ def _short(status: str, width: int = 60) -> str:
 def run_table(rows: dict[str, dict]) -> list[str]:
     """The markdown table of one problem and start: one line per solver."""
     lines = [
-        "| solver | solved | LRE | RSS / certified | evals | lins | products | reported "
-        "| wall (ms) | compile (s) | status |",
-        "| --- | :---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |",
+        "| solver | solved | LRE | RSS / certified | evals | to 6 digits | lins | products "
+        "| reported | wall (ms) | compile (s) | status |",
+        "| --- | :---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |",
     ]
     for name, row in rows.items():
         if row.get("error") and "evals" not in row:
-            lines.append(f"| {name} | ✗ | | | | | | | | | crash: {_short(row['error'])} |")
+            lines.append(f"| {name} | ✗ | | | | | | | | | | crash: {_short(row['error'])} |")
             continue
         ratio = row["rss_over_certified"]
         ratio = "nan" if ratio is None else f"{ratio:.6g}"
@@ -374,7 +389,8 @@ def run_table(rows: dict[str, dict]) -> list[str]:
         note = "" if row.get("timed_run_same_x", True) else " (timed run: other x)"
         lines.append(
             f"| {name} | {'✓' if row['solved'] else '✗'} | {row['lre']:.1f} | {ratio} "
-            f"| {row['evals']} | {row['lins']} | {_products(row)} | {_reported(row)} "
+            f"| {row['evals']} | {row.get('to_solved') or '—'} | {row['lins']} | {_products(row)} "
+            f"| {_reported(row)} "
             f"| {wall} | {compile_s} | {_short(row['status'])}{note} |"
         )
     return lines
@@ -399,6 +415,7 @@ def summarise(results: dict, solvers: list[str]) -> dict[str, Any]:
             "solved_start2": sum(results[p]["start2"][n]["solved"] for p in results),
             "crashed": sum(1 for r in rows if r.get("error")),
             "median_evals_common": median("evals"),
+            "median_to_solved_common": median("to_solved"),
             "median_lins_common": median("lins"),
             "median_jvps_common": median("jvps"),
             "median_vjps_common": median("vjps"),
@@ -416,9 +433,9 @@ def summary_table(summary: dict) -> list[str]:
         f"Medians over the {k} runs that every solver solves "
         f"({', '.join(summary['solved_by_all']) or 'none'}); compile: median over all {n} runs.",
         "",
-        f"| solver | solved (of {n}) | start 1 | start 2 | evals | lins | JVPs | VJPs | HVPs "
-        "| wall (ms) | compile (s) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| solver | solved (of {n}) | start 1 | start 2 | evals | to 6 digits | lins | JVPs "
+        "| VJPs | HVPs | wall (ms) | compile (s) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
 
     def fmt(v, spec="g"):
@@ -427,7 +444,8 @@ def summary_table(summary: dict) -> list[str]:
     for name, s in summary["solvers"].items():
         lines.append(
             f"| {name} | {s['solved']} | {s['solved_start1']} | {s['solved_start2']} "
-            f"| {fmt(s['median_evals_common'])} | {fmt(s['median_lins_common'])} "
+            f"| {fmt(s['median_evals_common'])} | {fmt(s['median_to_solved_common'])} "
+            f"| {fmt(s['median_lins_common'])} "
             f"| {fmt(s['median_jvps_common'])} | {fmt(s['median_vjps_common'])} "
             f"| {fmt(s['median_hvps_common'])} "
             f"| {fmt(s['median_wall_ms_common'], '.2f')} "
@@ -469,7 +487,12 @@ def write_outputs(out_dir: pathlib.Path, meta, problems, results, solvers) -> st
         f"Solved: every parameter within {SOLVED_RTOL:g} relative of NIST's certified value "
         "(6 significant digits). LRE: NIST's log relative error, the fewest correct digits "
         f"over the parameters (capped at {LRE_CAP:g}). evals / lins / JVPs: counted inside r "
-        "in a first run (evaluations of r; differentiated ones; forward products); VJPs and "
+        "in a first run (evaluations of r, every one: for js.GaussNewton and "
+        "js.LevenbergMarquardt both the value-and-gradient evaluation at each trial point and "
+        "the linearisation that forms J at each accepted point, two per accepted step; "
+        "differentiated ones; forward products). to 6 digits: the evaluations of r up to the "
+        "first at a point that solves the problem (what the stopping rules add after it is "
+        "evals minus this). VJPs and "
         "HVPs: jaxsearch's own counts (value-and-gradient evaluations; js.Newton's "
         "Hessian-vector products). wall: a second call of a fresh, uncounted program; compile: "
         "its first call minus the second. Settings: " + json.dumps(meta["settings"]) + ".",

@@ -5,7 +5,8 @@ raises an AssertionError that names the property that failed and how to fix it.
 Both run small problems, each compiled once per dtype: float32 and float64 (under
 `jax.enable_x64(True)`, scoped) for the scalars a line search sees, and float16, bfloat16,
 float32, float64 and a mixed-dtype pytree of params for a direction and for a search inside
-`Solver.step`.
+`Solver.step`. A least-squares direction (`AbstractLeastSquares`) is checked on residual
+problems, with `DirectionInfo(..., residuals=r)` as the solver passes it.
 """
 
 import contextlib
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
-from ._direction import AbstractDirection, DirectionInfo, Gradient
+from ._direction import AbstractDirection, AbstractLeastSquares, DirectionInfo, Gradient
 from ._linesearch import AbstractLineSearch
 from ._misc import at_least_float32, widest_float
 from ._solver import Solver
@@ -530,6 +531,203 @@ def _reset_and_replaced(direction, state):
     return direction.reset(state), direction.gradient_replaced(state)
 
 
+# ------------------------------------------------------------ least-squares directions
+
+
+def _residual_problems(n: int, seed: int):
+    """(name, A, b, curvature) in float64: r(x) = A x - b + curvature * (A x)^2 / 2 with A of
+    n + 4 rows (condition number about 30); b = A x* for the consistent linear problem."""
+    rng = np.random.default_rng(seed)
+    m = n + 4
+    u, _ = np.linalg.qr(rng.normal(size=(m, n)))
+    v, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    a = u @ np.diag(np.geomspace(1.0, 1 / 30, n)) @ v.T
+    return [
+        ("consistent linear", a, a @ rng.normal(size=n), 0.0),
+        ("inconsistent linear", a, rng.normal(size=m), 0.0),
+        ("nonlinear", a, rng.normal(size=m), 0.5),
+    ]
+
+
+def _residuals(x, a, b, curvature, dtype):
+    """r(x) in `dtype` (see `_residual_problems`)."""
+    ax = a @ _flat(x, dtype)
+    return ax - b + curvature * ax * ax / 2
+
+
+def _objective(x, a, b, curvature, dtype):
+    r = _residuals(x, a, b, curvature, dtype)
+    return jnp.dot(r, r) / 2
+
+
+@eqx.filter_jit
+def _compute_residuals(direction, state, x, a, b, curvature, dtype):
+    gradient = jax.grad(_objective)
+    grad = gradient(x, a, b, curvature, dtype)  # J'r, in each leaf's dtype
+
+    def hvp(v):  # of f = 0.5 |r|^2, forward over reverse, as the solver's
+        return jax.jvp(lambda p: gradient(p, a, b, curvature, dtype), (x,), (v,))[1]
+
+    def residuals(p):
+        return _residuals(p, a, b, curvature, dtype)
+
+    info = DirectionInfo(x, grad, dtype, hvp, residuals=residuals)
+    d, scaled, state, limit = direction.compute(state, info)
+    return _objective(x, a, b, curvature, dtype), grad, d, scaled, state, limit
+
+
+@eqx.filter_jit
+def _advance_residuals(direction, state, x, grad, d, a, b, curvature, dtype, accept):
+    """The first of t = 1, 1/2, ..., 2^-30 that lowers f along d (else t = 0), then `update`
+    with that step's (s, y)."""
+    f0 = _objective(x, a, b, curvature, dtype)
+
+    def moved(t):
+        def shift(u, p):
+            wide = at_least_float32(widest_float(u.dtype, t.dtype))
+            return (u.astype(wide) + t.astype(wide) * p.astype(wide)).astype(u.dtype)
+
+        return jax.tree.map(shift, x, d)
+
+    def higher(t):
+        return (t > 0) & ~(_objective(moved(t), a, b, curvature, dtype) < f0)
+
+    t = jax.lax.while_loop(higher, lambda t: jnp.where(t > 2.0**-30, t / 2, 0), jnp.ones((), dtype))
+    x_new = moved(t)
+    grad_new = jax.grad(_objective)(x_new, a, b, curvature, dtype)
+
+    def sub(u, v):
+        wide = at_least_float32(widest_float(u.dtype, v.dtype))
+        return u.astype(wide) - v.astype(wide)
+
+    s, y = jax.tree.map(sub, x_new, x), jax.tree.map(sub, grad_new, grad)
+    return x_new, direction.update(state, s, y, dtype, accept=accept)
+
+
+def _host(x) -> np.ndarray:
+    return np.asarray(x, np.float64)
+
+
+def _check_least_squares_at(direction: AbstractDirection, name, x64, params, seed) -> None:
+    who = f"{type(direction).__name__} ({name} params)"
+    narrowest = max(float(jnp.finfo(leaf.dtype).eps) for leaf in jax.tree.leaves(params))
+    with _precision(x64 or np.float32):
+        dtype = np.dtype(np.float64 if x64 else np.float32)
+        x0 = jax.tree.map(jnp.asarray, params)
+        n = sum(leaf.size for leaf in jax.tree.leaves(x0))
+        started = _avals(direction.init(x0, dtype))
+        first: int | None = None
+        allowed = 0
+        with _counting_compiles() as compiles:
+            for problem, a64, b64, curvature in _residual_problems(n, seed):
+                who_here = f"{who} on a {problem} residual problem"
+                a, b = jnp.asarray(a64, dtype), jnp.asarray(b64, dtype)
+                c = jnp.asarray(curvature, dtype)
+                x, state = x0, direction.init(x0, dtype)
+                first_grad = None
+                for k in range(3):
+                    _, grad, d, scaled, new_state, limit = _compute_residuals(
+                        direction, state, x, a, b, c, dtype
+                    )
+                    _require(
+                        _avals(d) == _avals(grad),
+                        who_here,
+                        "direction structure: d must have the structure, shapes and dtypes of "
+                        f"info.grad ({_avals(d)} != {_avals(grad)})",
+                        "cast each leaf of d to its gradient leaf's dtype",
+                    )
+                    _require(
+                        jnp.asarray(scaled).dtype == jnp.bool_ and jnp.asarray(scaled).shape == (),
+                        who_here,
+                        "`scaled` must be a 0-d boolean array",
+                        "return jnp.array(True) or jnp.array(False) (or a traced bool)",
+                    )
+                    _require(
+                        float(limit) == math.inf,
+                        who_here,
+                        f"limit: without bounds the limit must be +inf, got {float(limit)}",
+                        "return `no_limit(info.dtype)`-like +inf without `info.box`",
+                    )
+                    size = max(float(np.max(np.abs(_host(g)))) for g in jax.tree.leaves(grad))
+                    first_grad = size if first_grad is None else first_grad
+                    if size > 50 * narrowest * first_grad:  # not lost in the params' rounding
+                        cos = _cosine(grad, d)
+                        _require(
+                            cos < 0,
+                            who_here,
+                            f"descent: d is not a descent direction of 0.5 |r|^2 at step {k} "
+                            f"(cos(J'r, d) = {cos:.3g})",
+                            "return d with <J'r, d> < 0 (e.g. a solution of a damped or "
+                            "least-squares system J d = -r)",
+                        )
+                    _require(
+                        _avals(new_state) == started,
+                        who_here,
+                        "state structure: `compute` changed the state's structure, shapes, "
+                        "dtypes or weak types",
+                        "give every leaf of `init`'s state an explicit dtype and keep it",
+                    )
+                    kept = _advance_residuals(
+                        direction, new_state, x, grad, d, a, b, c, dtype, jnp.array(False)
+                    )[1]
+                    _require(
+                        _same(kept, new_state),
+                        who_here,
+                        "update(accept=False) changed the state",
+                        "select the old state where accept is False (e.g. jnp.where(accept, "
+                        "new, old) on every leaf)",
+                    )
+                    computed_at = (x, new_state, d)
+                    x, state = _advance_residuals(
+                        direction, new_state, x, grad, d, a, b, c, dtype, jnp.array(True)
+                    )
+                    _require(
+                        _avals(state) == started,
+                        who_here,
+                        "state structure: `update` changed the state's structure, shapes, "
+                        f"dtypes or weak types ({_avals(state)} != {started})",
+                        "cast every updated leaf to the dtype `init` gave it",
+                    )
+                    if first is None:  # every later step, on every problem, reuses its programs
+                        first = len(compiles)
+                # `reset` forgets: at the last point, compute from the reset state gives the d
+                # that compute from `init`'s state gives there. (Its programs, new on the
+                # first problem, are not counted against the steps.)
+                before = len(compiles)
+                at, computed, _ = computed_at
+                reset, replaced = _reset_and_replaced(direction, computed)
+                _require(
+                    _avals(reset) == started and _avals(replaced) == started,
+                    who_here,
+                    "state structure: `reset` or `gradient_replaced` changed the state's avals",
+                    "return a state of the same structure and dtypes",
+                )
+                fresh = _compute_residuals(direction, direction.init(x0, dtype), at, a, b, c, dtype)
+                again = _compute_residuals(direction, reset, at, a, b, c, dtype)
+                gap = max(
+                    float(np.max(np.abs(_host(u) - _host(v))) / (np.max(np.abs(_host(u))) + 1e-30))
+                    for u, v in zip(
+                        jax.tree.leaves(fresh[2]), jax.tree.leaves(again[2]), strict=True
+                    )
+                )
+                _require(
+                    gap <= 1e-3,
+                    who_here,
+                    "reset: after `reset`, compute must give the d that compute gives from "
+                    f"`init`'s state at the same point (relative difference {gap:.3g})",
+                    "forget every accumulated quantity (damping, radius, memory) in `reset`",
+                )
+                allowed += len(compiles) - before
+            more = len(compiles) - allowed - (first or 0)
+            _require(
+                more == 0,
+                who,
+                f"one compile: later steps and problems compiled {more} more "
+                "programs (the state holds Python numbers, or changed avals)",
+                "make every leaf of the state a JAX array of fixed dtype (no Python numbers)",
+            )
+
+
 def check_direction(direction: AbstractDirection) -> None:
     """Check `direction` against what the solver relies on (see `AbstractDirection`); raise
     an AssertionError naming the first property that fails and how to fix it.
@@ -547,6 +745,16 @@ def check_direction(direction: AbstractDirection) -> None:
     - where `compute` from `init`'s state gives steepest descent at g, so does `compute` at g
       from `reset` of the state `compute` returned there (the engine resets that state when
       d is not a descent direction, and steps along -g).
+
+    A least-squares direction (an `AbstractLeastSquares`) is checked instead on residual
+    problems r(x) = A x - b + c (A x)^2 / 2 (A of n + 4 rows, condition number about 30): a
+    consistent linear one (b = A x*, c = 0), an inconsistent linear one and a nonlinear one
+    (c = 1/2), three steps each, with `DirectionInfo(x, J'r, dtype, hvp, residuals=r)` as the
+    solver passes it and the first of t = 1, 1/2, 1/4, ... that lowers f = 0.5 |r|^2, in the
+    same five params dtypes. The same properties hold, but for two: descent <J'r, d> < 0 is
+    asked only where |J'r| is above 50 times the params' machine epsilon relative to its
+    first value (below, d is lost in their rounding); and after `reset` at a point, `compute`
+    must give the d (within 1e-3, relative) that it gives there from `init`'s state.
     """
     who = type(direction).__name__
     _require(
@@ -561,5 +769,10 @@ def check_direction(direction: AbstractDirection) -> None:
         "supports_bounds must be a Python bool",
         "declare `supports_bounds: ClassVar[bool] = False` (or True)",
     )
+    check = (
+        _check_least_squares_at
+        if isinstance(direction, AbstractLeastSquares)
+        else _check_direction_at
+    )
     for seed, (name, x64, params) in enumerate(_param_cases()):
-        _check_direction_at(direction, name, x64, params, seed)
+        check(direction, name, x64, params, seed)

@@ -7,7 +7,9 @@ errors of a residual fn given to another direction."""
 
 import importlib.util
 import pathlib
+from typing import ClassVar
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +17,9 @@ import pytest
 import scipy.optimize
 
 import jaxsearch as js
+from jaxsearch.testing import check_direction
+
+from .helpers import LEAST_SQUARES
 
 _spec = importlib.util.spec_from_file_location(
     "_nist_problems", pathlib.Path(__file__).parents[1] / "benchmarks" / "nist_problems.py"
@@ -144,11 +149,11 @@ def test_nist_certified_values(nist_fits, case):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_low_precision_descends(dtype, direction):
     """In float32 and bfloat16 the run stays finite, keeps the params' dtypes and lowers f;
     f is reported in float32 (the residuals' dtype widened)."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     x0, t, y = exponential_data(dtype)
     result = js.Solver(make(), max_steps=20).run(exponential, x0, t, y)
     assert result.value.dtype == jnp.float32
@@ -160,10 +165,10 @@ def test_low_precision_descends(dtype, direction):
     assert float(result.params["k"]) == pytest.approx(1.3, rel=tol, abs=tol)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_mixed_dtype_params(direction):
     """A pytree of float32 and bfloat16 params with float32 residuals runs and descends."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     x0, t, y = exponential_data(jnp.float32)
     x0 = {**x0, "c": x0["c"].astype(jnp.bfloat16), "k": jnp.full((1,), 0.5, jnp.float32)}
 
@@ -178,10 +183,10 @@ def test_mixed_dtype_params(direction):
     assert float(result.params["k"][0]) == pytest.approx(1.3, rel=2e-2)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_float64_exact(direction):
     """On exact data in float64 both fit the exponential to rounding."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     with jax.enable_x64(True):
         x0, t, y = exponential_data(jnp.float64)
         result = js.Solver(make(), **TIGHT, max_steps=100).run(exponential, x0, t, y)
@@ -206,11 +211,11 @@ def test_vmap_over_data():
         np.testing.assert_allclose(batched["k"][1], single["k"], rtol=1e-12)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_resume(direction):
     """A run cut after 3 steps and resumed with `state=result.state` ends where one run of
     6 steps does (the damping and its pending gain ratio travel in the state)."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     with jax.enable_x64(True):
         problem = nist.PROBLEMS["Rat43"]
         b0 = jnp.asarray(problem.start2)
@@ -256,9 +261,9 @@ def test_residuals_as_a_tuple():
         assert float(result.params["k"]) == pytest.approx(1.3, rel=1e-12)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_bounds_are_refused(direction):
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     x0, t, y = exponential_data(jnp.float32)
     bounds = (jax.tree.map(lambda a: a - 10, x0), jax.tree.map(lambda a: a + 10, x0))
     with pytest.raises(TypeError, match="cannot honour bounds"):
@@ -287,11 +292,11 @@ def test_tau_checked():
         js.LevenbergMarquardt(tau=0.0)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_implicit_derivative(direction):
     """Through the implicit adjoint, d x* / d y of a linear least-squares fit is A's
     pseudo-inverse (the adjoint differentiates 0.5 |r|^2, not fn's output)."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)
         a = jnp.asarray(rng.normal(size=(8, 3)))
@@ -304,11 +309,11 @@ def test_implicit_derivative(direction):
         np.testing.assert_allclose(jax.jacobian(fit)(y), np.linalg.pinv(a), rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("direction", ["GN", "LM"])
+@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_step_loop(direction):
     """`init` (with fn, whose residuals fix the value dtype) and jitted `step`s descend as a
     run does; `state.value` is 0.5 |r|^2 at the params."""
-    make = {"GN": js.GaussNewton, "LM": js.LevenbergMarquardt}[direction]
+    make = LEAST_SQUARES[direction]
     x0, t, y = exponential_data(jnp.float32)
     solver = js.Solver(make())
     state = solver.init(x0, fn=exponential, args=(t, y))
@@ -322,3 +327,184 @@ def test_step_loop(direction):
     r = exponential(params, t, y)
     assert values[-1] == pytest.approx(0.5 * float(jnp.sum(r * r)), rel=1e-5, abs=1e-10)
     assert values[-1] < 1e-6
+
+
+# ------------------------------------------------------------------ the damping rule
+
+
+def _by_hand(direction, fn, x, state):
+    """`direction.compute` at x as the solver calls it, with fn's residuals."""
+    grad = jax.grad(lambda p: 0.5 * jnp.sum(fn(p) ** 2))(x)
+    info = js.DirectionInfo(x, grad, x.dtype, residuals=fn)
+    d, _, state, _ = direction.compute(state, info)
+    return d, state
+
+
+def test_radius_follows_the_search_and_the_gain_ratio():
+    """Delta (Moré 1978, with the search's outcome): the first step takes lambda = tau and
+    Delta = |D^(1/2) d|; a step the search cut (alpha = 1/2) sets Delta to its own length;
+    a unit step with rho = 1 (a linear problem) doubles its length, and lambda = 0 (the
+    Gauss-Newton step) where that step lies inside."""
+    with jax.enable_x64(True):
+        a = jnp.asarray([[3.0, 1.0], [1.0, 2.0], [0.0, 1.0]])
+        b = jnp.asarray([1.0, -2.0, 0.5])
+
+        def fn(x):
+            return a @ x - b
+
+        lm = js.LevenbergMarquardt(tau=0.5)
+        x = jnp.zeros(2)
+        d, state = _by_hand(lm, fn, x, lm.init(x, jnp.float64))
+        scale = jnp.linalg.norm(a, axis=0)  # D^(1/2): the column norms of J
+        assert float(state.damping) == 0.5
+        assert float(state.radius) == pytest.approx(float(jnp.linalg.norm(scale * d)), rel=1e-12)
+        # The search cut the unit step: Delta is the length it accepted.
+        state = lm.update(state, d / 2, None, jnp.float64)
+        x = x + d / 2
+        d2, state = _by_hand(lm, fn, x, state)
+        assert float(state.radius) == pytest.approx(
+            float(jnp.linalg.norm(scale * d / 2)), rel=1e-12
+        )
+        assert float(state.damping) > 0  # the Gauss-Newton step is longer than that
+        assert float(jnp.linalg.norm(scale * d2)) == pytest.approx(float(state.radius), rel=1e-9)
+        # A unit step with rho = 1 (f is quadratic): Delta doubles its length.
+        state = lm.update(state, d2, None, jnp.float64)
+        _, state = _by_hand(lm, fn, x + d2, state)
+        assert float(state.radius) == pytest.approx(
+            2 * float(jnp.linalg.norm(scale * d2)), rel=1e-9
+        )
+        # From the first step with a small tau, nearly the Gauss-Newton step: the next
+        # Gauss-Newton step (to the solution) lies inside the doubled radius, so lambda = 0.
+        lm = js.LevenbergMarquardt(tau=1e-6)
+        x = jnp.zeros(2)
+        d, state = _by_hand(lm, fn, x, lm.init(x, jnp.float64))
+        state = lm.update(state, d, None, jnp.float64)
+        x = x + d
+        d, state = _by_hand(lm, fn, x, state)
+        assert float(state.damping) == 0
+        np.testing.assert_allclose(x + d, jnp.linalg.lstsq(a, b)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("start", ["start1", "start2"])
+def test_bennett5_in_few_steps(start):
+    """Once the Gauss-Newton step lies inside the radius, LM takes it: Bennett5 (NIST, higher
+    difficulty, a long flat valley) reaches the certified values within 25 steps from both
+    starts (Nielsen's gain-ratio rule, which keeps lambda where rho is near 1/2, took 319
+    and 374 steps; optimistix's LM 808 and 1354)."""
+    problem = nist.PROBLEMS["Bennett5"]
+    with jax.enable_x64(True):
+        solver = js.Solver(js.LevenbergMarquardt(), gtol=0.0, ftol=0.0, max_steps=25)
+        b0 = jnp.asarray(problem.starts[start], jnp.float64)
+        result = solver.run(nist_residuals, b0, problem)
+    np.testing.assert_allclose(np.asarray(result.params), problem.certified, rtol=5e-7, atol=0)
+
+
+def test_ill_conditioned_jacobian_in_float32():
+    """A consistent linear problem with cond(J) = 1e4 in float32 is solved to 2e-5 within 5
+    steps: the Gauss-Newton step (lambda = 0) once it lies inside the radius, solved from the
+    SVD of J D^(-1/2) (J'J's condition number, 1e8, is past float32's 1 / eps). Nielsen's
+    rule, lambda / 3 at best per step, on J'J + lambda D, was still 0.9 away after 5 steps."""
+    rng = np.random.default_rng(3)
+    u, _ = np.linalg.qr(rng.normal(size=(20, 5)))
+    v, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    a = jnp.asarray(u @ np.diag(np.geomspace(1.0, 1e-4, 5)) @ v.T, jnp.float32)
+    solution = jnp.asarray(rng.normal(size=5), jnp.float32)
+    b = a @ solution
+    solver = js.Solver(js.LevenbergMarquardt(), gtol=0.0, ftol=0.0, max_steps=5)
+    result = solver.run(lambda x, a, b: a @ x - b, jnp.zeros(5, jnp.float32), a, b)
+    np.testing.assert_allclose(result.params, solution, rtol=0, atol=2e-5)
+
+
+# ------------------------------------------------------------------ the conformance kit
+
+
+class _Damped(js.AbstractLeastSquares):
+    """d = -(J'J + mu I)^-1 J'r with mu halved at each accepted step and 1 after `reset`,
+    from public names only; `flaw` breaks it on purpose in one way (None: sound)."""
+
+    flaw: str | None = eqx.field(static=True, default=None)
+    supports_bounds: ClassVar[bool] = False
+
+    def init(self, params, dtype):
+        state = {"mu": jnp.ones((), jnp.float32)}
+        return {**state, "count": 0} if self.flaw == "retrace" else state
+
+    def compute(self, state, info):
+        x = js.flatten_tree(info.x, jnp.float32)
+        jac = jax.jacfwd(
+            lambda v: js.flatten_tree(info.residuals(js.unflatten_tree(v, info.x)), jnp.float32)
+        )(x)
+        g = js.flatten_tree(info.grad, jnp.float32)
+        d = -jnp.linalg.solve(jac.T @ jac + state["mu"] * jnp.eye(x.size, dtype=jnp.float32), g)
+        if self.flaw == "ascent":
+            d = -d
+        if self.flaw == "retrace":  # a Python int: a new program at each step
+            state = {**state, "count": state["count"] + 1}
+        return js.unflatten_tree(d, info.grad), jnp.array(True), state, jnp.full((), jnp.inf)
+
+    def update(self, state, s, y, dtype, accept=True):
+        if self.flaw == "accept":
+            return {**state, "mu": state["mu"] / 2}  # halves on rejected steps too
+        if self.flaw == "dtype":
+            return {"mu": jnp.where(accept, state["mu"] / 2, state["mu"]).astype(jnp.float16)}
+        return {**state, "mu": jnp.where(accept, state["mu"] / 2, state["mu"])}
+
+    def reset(self, state):
+        if self.flaw == "reset":
+            return state  # forgets nothing
+        return {**state, "mu": jnp.ones((), jnp.float32)}
+
+    def gradient_replaced(self, state):
+        return state
+
+
+def test_the_kit_passes_a_sound_least_squares_direction():
+    check_direction(_Damped())
+
+
+@pytest.mark.parametrize(
+    "flaw, message",
+    [
+        ("ascent", "descent: d is not a descent direction of 0.5 |r|"),
+        ("accept", r"update\(accept=False\) changed the state"),
+        ("reset", "reset: after `reset`, compute must give the d"),
+        ("retrace", "one compile: later steps and problems compiled"),
+        ("dtype", "state structure: `update` changed"),
+    ],
+)
+def test_the_kit_catches_a_broken_least_squares_direction(flaw, message):
+    with pytest.raises(AssertionError, match=message):
+        check_direction(_Damped(flaw=flaw))
+
+
+def test_invariant_under_a_scaling_of_the_parameters():
+    """D = diag(J'J) (a running maximum of J's column norms) makes the iterates invariant under
+    a scaling of the parameters: fitting z = c x with r(z / c) retraces x's iterates."""
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+        c = {"a": 1e3, "k": 1e-2, "c": 7.0}
+
+        def scaled(z, t, y):
+            return exponential({key: z[key] / c[key] for key in z}, t, y)
+
+        solver = js.Solver(js.LevenbergMarquardt(), gtol=0.0, ftol=0.0, max_steps=6)
+        plain = solver.run(exponential, x0, t, y).params
+        z0 = {key: x0[key] * c[key] for key in x0}
+        other = solver.run(scaled, z0, t, y).params
+        for key in x0:
+            assert float(other[key]) / c[key] == pytest.approx(float(plain[key]), rel=1e-10)
+
+
+def test_a_parameter_the_residuals_ignore():
+    """A column of J that is 0 (a parameter r does not depend on) is dropped from the SVD's
+    solve: that parameter stays where it is, the others are fitted."""
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+        x0 = {**x0, "unused": jnp.asarray(0.25)}
+
+        def fn(p, t, y):
+            return exponential({k: v for k, v in p.items() if k != "unused"}, t, y)
+
+        result = js.Solver(js.LevenbergMarquardt(), **TIGHT, max_steps=100).run(fn, x0, t, y)
+        assert float(result.params["unused"]) == 0.25
+        assert float(result.params["k"]) == pytest.approx(1.3, rel=1e-10)

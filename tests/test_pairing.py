@@ -12,7 +12,7 @@ def test_default_pairings():
         js.Gradient(): (js.Zoom(), js.Zoom()),
         js.NewtonCG(): (js.Zoom(), js.Zoom()),
         js.GaussNewton(): (js.Zoom(), js.Zoom()),
-        js.LevenbergMarquardt(): (js.Backtracking(), js.Backtracking()),
+        js.LevenbergMarquardt(): (js.Backtracking(epsilon=0.0), js.Backtracking(epsilon=0.0)),
     }
     for direction, (plain, bounded) in expected.items():
         solver = js.Solver(direction)

@@ -6,7 +6,6 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 from jaxtyping import Array, Bool, Float, Int
 
 from .._misc import at_least_float32, leaves, widest_float
@@ -86,52 +85,92 @@ class GaussNewton(AbstractLeastSquares):
         return state  # nothing relies on the order of gradients
 
 
+# The Newton iterations of `_damping_for` (Moré 1978, after Hebden 1973): from lambda = 0 on the
+# concave, increasing 1 / |p(lambda)| they approach the root monotonically, and quadratically
+# once near it.
+DAMPING_ITERATIONS = 20
+
+
+def _damping_for(singular, projected, radius, cut):
+    """The damping lambda >= 0 whose step p(lambda) = -V diag(s / (s^2 + lambda)) U'r has
+    |p| = radius, or 0 where the Gauss-Newton step (singular values <= `cut` dropped) has
+    |p(0)| <= 1.1 radius (J. J. Moré, 1978: Newton's method on 1 / |p(lambda)| - 1 / radius)."""
+    live = singular > cut
+    numerators = jnp.where(live, singular * projected, 0) ** 2
+    squares = singular * singular
+
+    def norm_and_slope(damping):
+        denominators = jnp.where(live, squares + damping, 1)
+        norm = jnp.sqrt(jnp.sum(numerators / denominators**2))
+        return norm, jnp.sum(numerators / denominators**3)
+
+    def newton(_, damping):
+        norm, slope = norm_and_slope(damping)
+        step = norm * norm / jnp.where(slope > 0, slope, 1) * (norm - radius) / radius
+        return jnp.maximum(damping + step, 0)
+
+    zero = jnp.zeros((), squares.dtype)
+    inside = norm_and_slope(zero)[0] <= 1.1 * radius
+    damping = jax.lax.fori_loop(0, DAMPING_ITERATIONS, newton, zero)
+    return jnp.where(inside, zero, damping)
+
+
 class LevenbergMarquardtState(eqx.Module):
-    damping: Float[Array, ""]  # lambda, in the matrix dtype (0 before the first compute)
-    nu: Float[Array, ""]  # Nielsen's growth factor of lambda after a failed step
-    started: Bool[Array, ""]  # whether lambda was set (the first `compute` sets it)
+    damping: Float[Array, ""]  # lambda of the last step, in the matrix dtype
+    radius: Float[Array, ""]  # Delta, the bound on |D^(1/2) d| the last step was solved for
+    started: Bool[Array, ""]  # whether Delta was set (the first `compute` sets it)
     value: Float[Array, ""]  # f_k = 0.5 |r_k|^2 at the last `compute`'s point
-    normal: Float[Array, "n n"]  # J'J at that point
-    gradient: Float[Array, " n"]  # J'r at that point
+    scale: Float[Array, " n"]  # D^(1/2): the running maximum of J's column norms
+    basis: Float[Array, "n n"]  # V': the right singular vectors of J D^(-1/2), by rows
+    singular: Float[Array, " n"]  # its singular values s
+    projected: Float[Array, " n"]  # U'r: the residuals on its left singular vectors
+    direction: Float[Array, " n"]  # d, the direction the last `compute` returned
     predicted: Float[Array, ""]  # L(0) - L(s) of the step s `update` accepted since
-    stepped: Bool[Array, ""]  # whether `predicted` awaits the next `compute`
+    fraction: Float[Array, ""]  # alpha = s'd / d'd of that step (1: the unit step)
+    length: Float[Array, ""]  # |D^(1/2) s| of that step
+    stepped: Bool[Array, ""]  # whether that step awaits the next `compute`
     num_jvp: Int[Array, ""]  # Jacobian-vector products since init (n per `compute`)
 
 
 class LevenbergMarquardt(AbstractLeastSquares):
-    """The Levenberg-Marquardt direction for f = 0.5 |r(x)|^2:
+    """The Levenberg-Marquardt direction for f = 0.5 |r(x)|^2, as a trust region whose radius
+    the line search's outcome also sets:
 
-        d = -(J'J + lambda D)^-1 J'r,
+        d = -(J'J + lambda D)^-1 J'r,  the minimiser of |r + J d|^2 + lambda |D^(1/2) d|^2,
 
-    J the Jacobian of the residuals r at x, D = diag(J'J) with each entry floored at eps
-    times the largest one (eps the matrix dtype's machine epsilon): the scaling of Marquardt
-    (1963) and of J. J. Moré, "The Levenberg-Marquardt algorithm: implementation and
-    theory", Numerical Analysis (Dundee 1977), LNM 630, 1978, section 2 (Moré keeps the
-    running maximum of the column norms; here D is taken afresh at each point), which makes
-    d invariant under a scaling of the parameters. The system is solved by Cholesky in the
-    matrix dtype (the widest of the params' and residuals', at least float32). With it, fn
-    returns a pytree of residuals (see `AbstractLeastSquares`); J is formed from n
+    J the Jacobian of the residuals r at x and D = diag(J'J) kept as Moré's running maximum
+    (J. J. Moré, "The Levenberg-Marquardt algorithm: implementation and theory", Numerical
+    Analysis, Dundee 1977, LNM 630, 1978): D^(1/2) holds, for each parameter, the
+    largest norm of J's column seen so far (floored at sqrt(eps) times the largest, eps the
+    matrix dtype's machine epsilon), which makes d invariant under a scaling of the
+    parameters. d is solved from the SVD U diag(s) V' of J D^(-1/2) (never J'J, whose
+    condition number is J's squared; singular values below eps s_max max(m, n) dropped), in
+    the matrix dtype: the widest of the params' and residuals', at least float32. With it,
+    fn returns a pytree of residuals (see `AbstractLeastSquares`); J is formed from n
     Jacobian-vector products, as in `GaussNewton`.
 
-    lambda follows H. B. Nielsen, "Damping parameter in Marquardt's method", IMM-REP-1999-05,
-    DTU 1999 (eq. 4.1 and its rule, as in Madsen, Nielsen & Tingleff, "Methods for
-    non-linear least squares problems", 2004, algorithm 3.16): with the gain ratio
+    lambda is Moré's (1978): 0 (the Gauss-Newton step) where that step has
+    |D^(1/2) d| <= 1.1 Delta, else the lambda > 0 with |D^(1/2) d(lambda)| = Delta, from
+    `DAMPING_ITERATIONS` Newton iterations on 1 / |D^(1/2) d(lambda)| - 1 / Delta from 0
+    (Hebden's scheme, which Moré uses). The
+    first step (and the first after `reset`, or after Delta rounded to 0) takes
+    lambda = `tau` and Delta = |D^(1/2) d(tau)|. After each step s = alpha d that the line
+    search accepted, with the gain ratio
 
         rho = (f(x) - f(x + s)) / (L(0) - L(s)),  L(s) = 0.5 |r + J s|^2,
 
-    for the step s the line search accepted (s = alpha d), if rho > 0 then
-    lambda *= max(1/3, 1 - (2 rho - 1)^3) and nu = 2, else lambda *= nu and nu *= 2.
-    lambda_0 = `tau` and nu_0 = 2. Nielsen's lambda_0 = tau * max_i (J'J)_ii is for the
-    damping matrix D = I; with D = diag(J'J) the same initial damping scale is lambda_0 = tau,
-    which keeps the direction invariant under a scaling of the parameters. The rule is
-    applied at the `compute` after the step (where f(x + s) = 0.5 |r(x + s)|^2 is known from
-    the residuals), from f, J'J and J'r recorded at x and L(0) - L(s) recorded by `update`.
-    lambda is kept within [eps^2, 1 / eps^2] and nu at most 2^32, so neither overflows on
-    steps that change nothing.
+    Delta becomes: |D^(1/2) s| if alpha < 0.9 (the search cut the unit step, which a trust
+    region would have rejected: Delta shrinks to the length the search accepted); else
+    |D^(1/2) s| / 2 if rho < 1/4; else 2 |D^(1/2) s| if rho > 3/4 or lambda was 0 (Moré's
+    rule, with his shrink factor gamma = 1/2); else it stays. The update is applied at the `compute`
+    after the step, from f, the SVD and D recorded at x and L(0) - L(s), alpha and
+    |D^(1/2) s| recorded by `update`.
 
-    `scaled` is True: the line search tries the unit step (the Levenberg-Marquardt step)
-    first. `reset` forgets lambda (the next `compute` sets it to `tau` again); after
-    `gradient_replaced` (e.g. new data) the step's gain ratio is not used.
+    `scaled` is True: the line search tries the unit step first; by default the solver pairs
+    it with monotone Armijo backtracking (`Backtracking(epsilon=0)`), the safeguard that
+    replaces the trust region's rejected steps. `reset` forgets Delta and D (the next
+    `compute` starts again from `tau`); after `gradient_replaced` (e.g. new data) the step's gain
+    ratio is not used.
     """
 
     tau: float = eqx.field(static=True, default=1e-3)
@@ -145,15 +184,20 @@ class LevenbergMarquardt(AbstractLeastSquares):
     def init(self, params, dtype) -> LevenbergMarquardtState:
         kind = at_least_float32(widest_float(*(p.dtype for p in leaves(params))))
         n = sum(p.size for p in leaves(params))
-        zero = jnp.zeros((), kind)
+        zero, vector = jnp.zeros((), kind), jnp.zeros((n,), kind)
         return LevenbergMarquardtState(
             damping=zero,
-            nu=jnp.full((), 2, kind),
+            radius=zero,
             started=jnp.array(False),
             value=zero,
-            normal=jnp.zeros((n, n), kind),
-            gradient=jnp.zeros((n,), kind),
+            scale=vector,
+            basis=jnp.zeros((n, n), kind),
+            singular=vector,
+            projected=vector,
+            direction=vector,
             predicted=zero,
+            fraction=zero,
+            length=zero,
             stepped=jnp.array(False),
             num_jvp=jnp.zeros((), jnp.int32),
         )
@@ -167,37 +211,54 @@ class LevenbergMarquardt(AbstractLeastSquares):
         )
         eps = jnp.finfo(kind).eps
         value = jnp.dot(r, r, precision=HIGHEST) / 2
-        # Nielsen's rule, from the step recorded since the last compute.
-        actual = state.value - value
-        gain = state.predicted > 0
-        rho = jnp.where(gain, actual / jnp.where(gain, state.predicted, 1), -1)
-        good = gain & (rho > 0)
-        shrink = jnp.maximum(1 / 3, 1 - (2 * rho - 1) ** 3)
-        damping = jnp.where(good, state.damping * shrink, state.damping * state.nu)
-        nu = jnp.where(good, 2, jnp.minimum(2 * state.nu, 2.0**32))
-        damping = jnp.where(state.stepped, damping, state.damping)
-        nu = jnp.where(state.stepped, nu, state.nu)
-        damping = jnp.where(state.started, damping, self.tau)
-        nu = jnp.where(state.started, nu, 2)
-        damping = jnp.clip(damping, eps**2, 1 / eps**2).astype(kind)
-        nu = nu.astype(kind)
 
-        normal = jnp.matmul(jac.T, jac, precision=HIGHEST)
-        normal = (normal + normal.T) / 2
-        gradient = jnp.matmul(jac.T, r, precision=HIGHEST)
-        diagonal = jnp.diagonal(normal)
-        largest = jnp.max(diagonal)
-        scale = jnp.maximum(diagonal, jnp.where(largest > 0, eps * largest, 1))
-        lower = jnp.linalg.cholesky(normal + jnp.diag(damping * scale))
-        d = -jsl.cho_solve((lower, True), gradient)
+        squares = jnp.sum(jac * jac, axis=0)
+        largest = jnp.max(squares)
+        scale = jnp.sqrt(jnp.maximum(squares, jnp.where(largest > 0, eps * largest, 1)))
+        scale = jnp.where(state.started, jnp.maximum(scale, state.scale), scale)
+        scaled = jac / scale
+        if scaled.shape[0] < n:  # fewer residuals than unknowns: n singular values all the same
+            scaled = jnp.pad(scaled, ((0, n - scaled.shape[0]), (0, 0)))
+            r = jnp.pad(r, (0, n - r.shape[0]))
+        left, singular, basis = jnp.linalg.svd(scaled, full_matrices=False)
+        projected = jnp.matmul(left.T, r, precision=HIGHEST)
+        cut = eps * jnp.max(singular) * max(scaled.shape)
+
+        # Delta from the step recorded since the last compute (Moré's rule, and the search's).
+        gain = state.predicted > 0
+        rho = jnp.where(gain, (state.value - value) / jnp.where(gain, state.predicted, 1), -1)
+        radius = jnp.where(
+            state.fraction < 0.9,
+            state.length,
+            jnp.where(
+                rho < 0.25,
+                state.length / 2,
+                jnp.where((rho > 0.75) | (state.damping == 0), 2 * state.length, state.radius),
+            ),
+        )
+        radius = jnp.where(state.stepped, radius, state.radius)
+        damping = _damping_for(singular, projected, radius, cut)
+        # The first step (or one after `reset`, or after a radius that rounded to 0): tau.
+        restart = ~state.started | ~(radius > 0) | ~jnp.isfinite(radius)
+        tau = jnp.asarray(self.tau, kind)
+        damping = jnp.where(restart, tau, damping)
+        filtered = jnp.where(singular > cut, singular / (singular * singular + damping), 0)
+        step = -filtered * projected  # d = D^(-1/2) V step
+        radius = jnp.where(restart, jnp.sqrt(jnp.sum(step * step)), radius)
+        d = jnp.matmul(basis.T, step, precision=HIGHEST) / scale
         new = LevenbergMarquardtState(
             damping=damping,
-            nu=nu,
+            radius=radius,
             started=jnp.array(True),
             value=value,
-            normal=normal,
-            gradient=gradient,
+            scale=scale,
+            basis=basis,
+            singular=singular,
+            projected=projected,
+            direction=d,
             predicted=jnp.zeros((), kind),
+            fraction=jnp.zeros((), kind),
+            length=jnp.zeros((), kind),
             stepped=jnp.array(False),
             num_jvp=state.num_jvp + jnp.array(n, jnp.int32),
         )
@@ -205,17 +266,23 @@ class LevenbergMarquardt(AbstractLeastSquares):
         return unflatten_tree(d, info.grad), jnp.array(True), state, no_limit(info.dtype)
 
     def update(self, state: LevenbergMarquardtState, s, y, dtype, accept=True):
-        kind = state.normal.dtype
+        kind = state.basis.dtype
         step = flatten_tree(s, kind)
-        # L(0) - L(s) = -s'J'r - 0.5 s'J'J s
-        curvature = jnp.dot(step, jnp.matmul(state.normal, step, precision=HIGHEST))
-        predicted = -jnp.dot(step, state.gradient, precision=HIGHEST) - curvature / 2
+        scaled = state.scale * step
+        # L(0) - L(s) = -(J s)'r - 0.5 |J s|^2 with J s = U z, z = diag(s) V' D^(1/2) s
+        z = state.singular * jnp.matmul(state.basis, scaled, precision=HIGHEST)
+        predicted = -jnp.dot(z, state.projected, precision=HIGHEST) - jnp.dot(z, z) / 2
+        norm = jnp.dot(state.direction, state.direction, precision=HIGHEST)
+        fraction = jnp.dot(step, state.direction, precision=HIGHEST) / jnp.where(norm > 0, norm, 1)
+        length = jnp.sqrt(jnp.dot(scaled, scaled))
         accept = jnp.asarray(accept)
         return eqx.tree_at(
-            lambda t: (t.predicted, t.stepped),
+            lambda t: (t.predicted, t.fraction, t.length, t.stepped),
             state,
             (
                 jnp.where(accept, predicted, state.predicted).astype(kind),
+                jnp.where(accept, fraction, state.fraction).astype(kind),
+                jnp.where(accept, length, state.length).astype(kind),
                 accept | state.stepped,
             ),
         )
