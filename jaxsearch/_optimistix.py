@@ -1,5 +1,6 @@
 """A solver as an optimistix minimiser: `optx.minimise(fn, solver.as_optimistix(), y0, args)`."""
 
+import copy
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -30,26 +31,14 @@ _FAILURES = (
 
 
 def _inner_solver(solver):
-    """The solver that `step` runs: `solver`'s direction, line search and stopping rules, with
-    fn returning (f, aux) as optimistix calls it, no error of its own, and checkpointed inner
-    loops, so that `optx.RecursiveCheckpointAdjoint` can differentiate through the steps."""
-    from ._solver import Solver  # the Solver module imports this one lazily
-
-    return Solver(
-        solver.direction,
-        solver.linesearch,
-        gtol=solver.gtol,
-        ftol=solver.ftol,
-        xtol=solver.xtol,
-        max_steps=solver.max_steps,
-        max_evals=solver.max_evals,
-        stall_steps=solver.stall_steps,
-        stop_when=solver.stop_when,
-        return_best=solver.return_best,
-        has_aux=True,
-        throw=False,
-        adjoint=UnrolledAdjoint(),
-    )
+    """The solver that `step` runs: `solver` itself, every setting kept (direction, searches,
+    stopping rules, initial steps, ...), but for fn returning (f, aux) as optimistix calls
+    it, no error of its own, and checkpointed inner loops, so that
+    `optx.RecursiveCheckpointAdjoint` can differentiate through the steps."""
+    inner = copy.copy(solver)
+    for name, value in (("has_aux", True), ("throw", False), ("adjoint", UnrolledAdjoint())):
+        object.__setattr__(inner, name, value)  # a frozen module: a copy, changed in place
+    return inner
 
 
 class OptimistixMinimiser(optx.AbstractMinimiser):

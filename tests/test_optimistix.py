@@ -374,3 +374,19 @@ def test_needs_optimistix(monkeypatch):
     with pytest.raises(ImportError) as raised:
         js.Solver().as_optimistix()
     assert str(raised.value) == "as_optimistix() needs optimistix: pip install optimistix"
+
+
+def test_every_setting_of_the_solver_carries_over():
+    """The inner solver is the user's, but for has_aux, throw and the adjoint: its initial-step
+    rule (and any other setting) applies. With `InitialStatic(0.25)` and Backtracking on
+    |y|^2, every step is 0.25, as `run` takes it."""
+
+    def sphere(y, args):
+        return jnp.sum(y**2), None
+
+    solver = js.Solver(js.Gradient(), js.Backtracking(), initial_step=js.InitialStatic(0.25))
+    minimiser = solver.as_optimistix()
+    assert minimiser.solver.initial_step == solver.initial_step
+    assert minimiser.solver.has_aux and minimiser.solver.throw is False
+    sol = optx.minimise(sphere, minimiser, jnp.ones(3), has_aux=True, max_steps=2, throw=False)
+    np.testing.assert_allclose(np.asarray(sol.value), 0.25 * np.ones(3))  # halved twice
