@@ -442,25 +442,7 @@ def _check_direction_at(direction: AbstractDirection, name, x64, params, seed) -
         with _counting_compiles() as compiles:
             for k in range(4):
                 grad, d, scaled, new_state, limit = _compute(direction, state, x, a, b, dtype)
-                _require(
-                    _avals(d) == _avals(grad),
-                    who,
-                    "direction structure: d must have the structure, shapes and dtypes of "
-                    f"info.grad ({_avals(d)} != {_avals(grad)})",
-                    "cast each leaf of d to its gradient leaf's dtype",
-                )
-                _require(
-                    jnp.asarray(scaled).dtype == jnp.bool_ and jnp.asarray(scaled).shape == (),
-                    who,
-                    "`scaled` must be a 0-d boolean array",
-                    "return jnp.array(True) or jnp.array(False) (or a traced bool)",
-                )
-                _require(
-                    float(limit) == math.inf,
-                    who,
-                    f"limit: without bounds the limit must be +inf, got {float(limit)}",
-                    "return `no_limit(info.dtype)`-like +inf without `info.box`",
-                )
+                _check_outputs(who, grad, d, scaled, limit)
                 cos = _cosine(grad, d)
                 _require(
                     cos < 0,
@@ -629,25 +611,7 @@ def _check_least_squares_at(direction: AbstractDirection, name, x64, params, see
                     _, grad, d, scaled, new_state, limit = _compute_residuals(
                         direction, state, x, a, b, c, dtype
                     )
-                    _require(
-                        _avals(d) == _avals(grad),
-                        who_here,
-                        "direction structure: d must have the structure, shapes and dtypes of "
-                        f"info.grad ({_avals(d)} != {_avals(grad)})",
-                        "cast each leaf of d to its gradient leaf's dtype",
-                    )
-                    _require(
-                        jnp.asarray(scaled).dtype == jnp.bool_ and jnp.asarray(scaled).shape == (),
-                        who_here,
-                        "`scaled` must be a 0-d boolean array",
-                        "return jnp.array(True) or jnp.array(False) (or a traced bool)",
-                    )
-                    _require(
-                        float(limit) == math.inf,
-                        who_here,
-                        f"limit: without bounds the limit must be +inf, got {float(limit)}",
-                        "return `no_limit(info.dtype)`-like +inf without `info.box`",
-                    )
+                    _check_outputs(who_here, grad, d, scaled, limit)
                     size = max(float(np.max(np.abs(_host(g)))) for g in jax.tree.leaves(grad))
                     first_grad = size if first_grad is None else first_grad
                     if size > 50 * narrowest * first_grad:  # not lost in the params' rounding
@@ -726,6 +690,30 @@ def _check_least_squares_at(direction: AbstractDirection, name, x64, params, see
                 "programs (the state holds Python numbers, or changed avals)",
                 "make every leaf of the state a JAX array of fixed dtype (no Python numbers)",
             )
+
+
+def _check_outputs(who: str, grad, d, scaled, limit) -> None:
+    """What `compute` returns without bounds: d shaped as the gradient, a 0-d boolean
+    `scaled`, and an infinite limit."""
+    _require(
+        _avals(d) == _avals(grad),
+        who,
+        "direction structure: d must have the structure, shapes and dtypes of "
+        f"info.grad ({_avals(d)} != {_avals(grad)})",
+        "cast each leaf of d to its gradient leaf's dtype",
+    )
+    _require(
+        jnp.asarray(scaled).dtype == jnp.bool_ and jnp.asarray(scaled).shape == (),
+        who,
+        "`scaled` must be a 0-d boolean array",
+        "return jnp.array(True) or jnp.array(False) (or a traced bool)",
+    )
+    _require(
+        float(limit) == math.inf,
+        who,
+        f"limit: without bounds the limit must be +inf, got {float(limit)}",
+        "return `no_limit(info.dtype)`-like +inf without `info.box`",
+    )
 
 
 def check_direction(direction: AbstractDirection) -> None:
