@@ -10,7 +10,7 @@ import pytest
 
 import jaxsearch as js
 
-from .helpers import DIRECTIONS, LEAN
+from .helpers import DIRECTIONS, LEAN, SEARCHES
 
 M, N = 6, 3
 _RNG = np.random.default_rng(37)
@@ -44,43 +44,59 @@ def data(dtype):
 
 # ------------------------------------------------------------------- least squares, by pair
 
-# complex64: gtol 1e-5 on |grad|_inf; complex128: run to rounding.
-SETTINGS = {"complex64": dict(gtol=1e-5), "complex128": dict(gtol=1e-10, ftol=0.0)}
-TOLERANCE = {"complex64": 1e-4, "complex128": 1e-8}
+# The required pairs, the other searches but a fixed step (which needs a step size fit to the
+# problem), and each kind of direction of the registry with its default search (forms and
+# variants of one kind aside: L-BFGS's compact form, the self-scaled BFGS and Broyden).
 PAIRS = [
-    ("complex64", "LBFGS", js.Zoom),
-    ("complex64", "NonlinearCG", js.HagerZhang),
-    ("complex64", "BFGS", js.MoreThuente),
-    ("complex64", "Gradient", js.Backtracking),
-    ("complex128", "LBFGS", js.Zoom),
-    ("complex128", "NonlinearCG", js.HagerZhang),
+    ("LBFGS", "Zoom"),
+    ("NonlinearCG", "HagerZhang"),
+    ("BFGS", "MoreThuente"),
+    ("Gradient", "Backtracking"),
+    ("LBFGS", "NonmonotoneArmijo"),
+    ("Gradient", "StochasticArmijo"),
+    ("NewtonCG", None),
+    ("Newton", None),
+    ("Preconditioned", None),
+    ("BarzilaiBorwein", None),
 ]
 
 
-@pytest.mark.parametrize(
-    "dtype,direction,search", PAIRS, ids=[f"{d}-{n}-{s.__name__}" for d, n, s in PAIRS]
-)
-def test_least_squares_reaches_lstsq(dtype, direction, search):
-    with jax.enable_x64(dtype == "complex128"):
-        solver = js.Solver(DIRECTIONS[direction](), search(), **SETTINGS[dtype])
-        z0 = jnp.zeros(N, dtype)
-        result = solver.run(squared_residual, z0, *data(dtype), compiler_options=LEAN)
-        assert bool(result.success), result.message
-        real = jnp.finfo(dtype).dtype  # complex64: float32; complex128: float64
-        assert result.params.dtype == dtype and result.grad.dtype == dtype
-        assert result.value.dtype == real  # the value dtype of a real f of complex64 params
-        assert result.state.grad.dtype == real and result.state.grad.shape == (N, 2)
-        error = np.max(np.abs(np.asarray(result.params) - LSTSQ))
-        assert error <= TOLERANCE[dtype], error
+def test_every_direction_reaches_lstsq_complex64():
+    """min |A z - b|^2 over complex64 z reaches numpy's `lstsq` solution (to 1e-4, with the
+    default gtol 1e-5) with every kind of direction, and a least-squares direction (Gauss-Newton on
+    the real pairs (Re r, Im r)); compiled together under one `jax.jit` (a run inside a
+    caller's jit) to compile once for the lot."""
+    solvers = [js.Solver(DIRECTIONS[d](), None if s is None else SEARCHES[s]()) for d, s in PAIRS]
+    gauss_newton = js.Solver(js.GaussNewton())
 
+    def runs(z0, a, b):
+        found = [solver.run(squared_residual, z0, a, b) for solver in solvers]
+        return found + [gauss_newton.run(residuals, z0, a, b)]
 
-def test_gauss_newton_with_real_pair_residuals():
-    """A least-squares direction on complex params, fn returning real residuals (Re r, Im r)."""
-    result = js.Solver(js.GaussNewton()).run(
-        residuals, jnp.zeros(N, jnp.complex64), *data(jnp.complex64), compiler_options=LEAN
+    results = jax.jit(runs, compiler_options=LEAN)(
+        jnp.zeros(N, jnp.complex64), *data(jnp.complex64)
     )
-    assert bool(result.success), result.message
-    assert np.max(np.abs(np.asarray(result.params) - LSTSQ)) <= 1e-4
+    for (direction, search), result in zip([*PAIRS, ("GaussNewton", None)], results, strict=True):
+        assert bool(result.success), (direction, search, result.message)
+        assert result.params.dtype == jnp.complex64 and result.grad.dtype == jnp.complex64
+        assert result.value.dtype == jnp.float32  # f of complex64 params: float32
+        assert result.state.grad.dtype == jnp.float32 and result.state.grad.shape == (N, 2)
+        error = np.max(np.abs(np.asarray(result.params) - LSTSQ))
+        assert error <= 1e-4, (direction, search, error)
+
+
+@pytest.mark.parametrize("direction,search", [(js.LBFGS, js.Zoom), (js.NonlinearCG, js.HagerZhang)])
+def test_least_squares_reaches_lstsq_complex128(direction, search):
+    """The same in complex128 (under x64), run to rounding: to 1e-8, values in float64."""
+    with jax.enable_x64(True):
+        solver = js.Solver(direction(), search(), gtol=1e-10, ftol=0.0)
+        z0 = jnp.zeros(N, jnp.complex128)
+        result = solver.run(squared_residual, z0, *data(jnp.complex128), compiler_options=LEAN)
+        assert bool(result.success), result.message
+        assert result.params.dtype == jnp.complex128 and result.grad.dtype == jnp.complex128
+        assert result.value.dtype == jnp.float64 and result.state.grad.dtype == jnp.float64
+        error = np.max(np.abs(np.asarray(result.params) - LSTSQ))
+        assert error <= 1e-8, error
 
 
 def test_complex_residuals_refused():
