@@ -12,6 +12,7 @@ df/dx + i df/dy, the direction of steepest ascent (`params - t * result.grad` de
 """
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
@@ -61,16 +62,33 @@ class RealView(eqx.Module):
         return self._map(lambda v: lax.complex(v[..., 0], v[..., 1]), tree)
 
 
-@eqx.filter_jit
-def real_params(view: RealView, params):
-    """`view.to_real(params)`, one compiled program (an eager call is one dispatch)."""
+def _to_real(view: RealView, params):
     return view.to_real(params)
 
 
-@eqx.filter_jit
-def complex_params(view: RealView, trees):
-    """`view.to_complex` of each tree of `trees`, one compiled program."""
+def _to_complex(view: RealView, trees: tuple) -> tuple:
     return tuple(view.to_complex(tree) for tree in trees)
+
+
+# Each conversion compiled once per view and avals: by `jax.jit` (the view static) where every
+# leaf is a `jax.Array`, a dispatch of microseconds; else by `eqx.filter_jit`.
+_PLAIN = {f: jax.jit(f, static_argnums=0) for f in (_to_real, _to_complex)}
+_FILTERED = {f: eqx.filter_jit(f) for f in (_to_real, _to_complex)}
+
+
+def _compiled(f, view: RealView, tree):
+    plain = all(isinstance(leaf, jax.Array) for leaf in jtu.tree_leaves(tree))
+    return (_PLAIN if plain else _FILTERED)[f](view, tree)
+
+
+def real_params(view: RealView, params):
+    """`view.to_real(params)`, compiled (an eager call is one dispatch)."""
+    return _compiled(_to_real, view, params)
+
+
+def complex_params(view: RealView, trees: tuple) -> tuple:
+    """`view.to_complex` of each tree of `trees`, compiled together."""
+    return _compiled(_to_complex, view, trees)
 
 
 class OnRealView(eqx.Module):
