@@ -143,6 +143,12 @@ def check_residuals(residuals) -> None:
         )
     for leaf in found:
         dtype = jnp.result_type(leaf)
+        if jnp.issubdtype(dtype, jnp.complexfloating):
+            raise TypeError(
+                f"fn returned a residual of dtype {dtype}: a least-squares direction takes "
+                "real residuals. Return the real and imaginary parts, "
+                "`jnp.stack([r.real, r.imag])`: 0.5 |r|^2 is the same."
+            )
         if not jnp.issubdtype(dtype, jnp.floating):
             raise TypeError(
                 "fn must return real floating residuals for a least-squares direction, got "

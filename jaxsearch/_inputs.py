@@ -44,9 +44,14 @@ def partition(params):
             )
     if not leaves(diff):
         raise TypeError("params has no floating array leaves: there is nothing to optimise.")
-    for leaf in leaves(diff):
+    for path, leaf in jtu.tree_flatten_with_path(diff)[0]:
         if jnp.issubdtype(leaf.dtype, jnp.complexfloating):
-            raise TypeError("params has a complex leaf; jaxsearch optimises real floating arrays.")
+            raise TypeError(
+                f"params{jtu.keystr(path)} is a complex array ({leaf.dtype}): `Solver.run`, "
+                "`step` and `init` optimise complex params (as pairs of reals), but this "
+                "entry point takes real floating arrays only. Pass the real and imaginary "
+                "parts as real leaves."
+            )
     return diff, static
 
 

@@ -128,6 +128,7 @@ def as_optax(solver) -> optax.GradientTransformationExtraArgs:
         )
 
     def init(params) -> OptaxState:
+        partition(params)  # refuses complex leaves, which `solver.init` would take
         # From NumPy, strongly typed int32, with nothing to compile when called eagerly.
         return _split(solver.init(params), jnp.asarray(np.zeros((), np.int32)))
 

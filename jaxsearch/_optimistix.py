@@ -102,6 +102,7 @@ class OptimistixMinimiser(optx.AbstractMinimiser):
                 'as_optimistix(): jaxsearch takes gradients in reverse mode: autodiff_mode="bwd" '
                 f"only, got {options['autodiff_mode']!r}."
             )
+        partition(y)  # refuses complex leaves, which `solver.init` would take
         return self.solver.init(y, f_struct.dtype, fn=fn, args=(args,))
 
     def step(

@@ -20,6 +20,7 @@ from jax import lax
 from . import _computation, _evaluate, _programs, _retrace
 from ._adjoint import Problem
 from ._box import Box, check_order
+from ._complex import OnRealView, check_complex, complex_params, real_params
 from ._direction._base import least_squares
 from ._engine import Engine, gradient_norm
 from ._history import History, Report
@@ -79,7 +80,12 @@ def line_search(solver, box: Box | None) -> AbstractLineSearch:
 
 
 def init(solver, params, value_dtype, fn, args: tuple, bounds) -> SolverState:
-    """`Solver.init`: the bounds checked, the state built for the call's line search."""
+    """`Solver.init`: the bounds checked, the state built for the call's line search (of
+    complex params, their real view's: `_complex`)."""
+    view = check_complex(solver, params, bounds)
+    if view is not None:
+        params = real_params(view, params)
+        fn = None if fn is None else OnRealView(fn, view)
     diff, _ = partition(params)
     search = line_search(solver, make_box(solver, bounds, diff))
     return initial_state(solver, search, params, diff, value_dtype, fn, args)
@@ -275,7 +281,23 @@ def run(
 ) -> Result:
     """`Solver.run` once its arguments are checked: the box and line search of the call, the
     state (`state` resumed, or a fresh one), then the compiled run (`_programs` chooses how
-    it is compiled and dispatched; `compiler_options` as `_programs.setting` gives them)."""
+    it is compiled and dispatched; `compiler_options` as `_programs.setting` gives them).
+    Complex params run as their real view (`_complex`), turned back in the result."""
+    view = check_complex(solver, x0, bounds)
+    if view is not None:
+        arguments = (args, value_dtype, bounds, report, state, compiler_options)
+        result = run(solver, OnRealView(fn, view), real_params(view, x0), *arguments)
+        params, grad, iterate = complex_params(view, (result.params, result.grad, result.iterate))
+        return Result(
+            params,
+            result.value,
+            grad,
+            result.aux,
+            result.status,
+            result.packed_state,
+            iterate,
+            result.history,
+        )
     box = None if bounds is None else make_box(solver, bounds, partition(x0)[0])
     search = line_search(solver, box)
     with _evaluate.sharing_traces():  # fn is traced once for its price, the state and the run
@@ -451,6 +473,11 @@ def step(solver, fn, params, state, args: tuple, bounds):
     """`Solver.step`: `take_step` compiled by `eqx.filter_jit` with the options "auto"
     chooses; within `js.jit`'s pricing trace, only priced (params and state come back as
     they went in)."""
+    view = check_complex(solver, params, bounds)
+    if view is not None:  # complex params: a step of their real view (`_complex`)
+        real = real_params(view, params)
+        real, state = step(solver, OnRealView(fn, view), real, state, args, bounds)
+        return complex_params(view, (real,))[0], state
     if _programs.price(solver, fn, params, args):
         return params, state
     with _evaluate.sharing_traces():  # fn is traced once for its stand-in and the step

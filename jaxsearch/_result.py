@@ -26,7 +26,9 @@ class Result(eqx.Module):
     a minimiser a search may accept a step that raises f within its rounding allowance
     (epsilon C_k, Hager & Zhang 2005, section 4), but f never ends above f(x0), nor more
     than one allowance above any value the run accepted.
-    `value`, `grad` and `aux` come from the evaluation of fn at `params`, bit for bit.
+    `value`, `grad` and `aux` come from the evaluation of fn at `params`, bit for bit. At a
+    complex leaf z = x + iy of params, `grad` is df/dx + i df/dy (the conjugate of
+    `jax.grad`'s), and `state.grad` holds (df/dx, df/dy) on a last axis (docs/complex.md).
     `num_steps` and `num_fun_evals` (evaluations of fn, value and gradient together
     counting as one) are read from `state`.
     `history` is a `js.History` with `run(..., history=True)`, else None. `success` and

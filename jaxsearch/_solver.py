@@ -32,7 +32,9 @@ _SCIPY_FTOL = 2.220446049250313e-09  # scipy L-BFGS-B: factr = 1e7 times float64
 
 class Solver(eqx.Module):
     """Minimise f(params, *args) over params, any pytree of floating arrays, by a descent
-    direction composed with a line search.
+    direction composed with a line search. Complex leaves (complex64, complex128) are
+    optimised as pairs of reals, their real and imaginary parts; `result.grad` is then
+    df/dx + i df/dy, and the state is that of the real view (docs/complex.md).
 
     `js.Solver()` is L-BFGS (`js.LBFGS()`, 10 pairs of memory) with a strong Wolfe line
     search (`js.Zoom()`), stopping when the gradient's largest entry is at most `gtol`

@@ -138,10 +138,6 @@ BAD_PARAMS = {
     ),
     "empty-dict": ({}, [r"params has no floating array leaves", r"nothing to optimise"]),
     "none": (None, [r"params has no floating array leaves"]),
-    "complex-leaf": (
-        {"w": X0, "z": jnp.zeros(2, jnp.complex64)},
-        [r"params has a complex leaf", r"real floating"],
-    ),
     # A Python number beside arrays would be held fixed, silently: it is named instead.
     "python-float-in-dict": (
         {"a": 0.0, "w": X0},
