@@ -19,8 +19,9 @@ GN-CG is `js.GaussNewtonCG` (matrix-free Gauss-Newton) with `Zoom` on the same l
 as residuals (`residuals`: 0.5 |r|^2 = loss / 2), `--gn-steps` steps (default 200) in chunks
 of `--gn-chunk` (10): a step costs a linearisation and up to 50 CG iterations, so its steps
 are fewer. Its `evaluations` count the line search's evaluations of fn only, not the JVP and
-VJP pairs of CG. For a comparison at equal wall, give L-BFGS as many steps as fill GN-CG's
-wall:
+VJP pairs of CG. GN is dense `js.GaussNewton` (J from n JVPs, an SVD: the exact step), run
+the same way. Neither runs by default (`--methods`). For a comparison at equal wall, give
+L-BFGS as many steps as fill GN-CG's wall:
 
     python benchmarks/pinn_quasi_newton.py --methods GN-CG,L-BFGS --steps 20000 --chunk 500
 """
@@ -49,6 +50,8 @@ METHODS = {
     "SSBroyden": lambda: js.SSBroyden(),
     # Matrix-free Gauss-Newton on the residuals (`residuals` below): 0.5 |r|^2 = loss / 2.
     "GN-CG": lambda: js.GaussNewtonCG(),
+    # Dense Gauss-Newton (J from n JVPs, an SVD): the exact step, for comparison.
+    "GN": lambda: js.GaussNewton(),
 }
 
 
@@ -141,9 +144,9 @@ def main():
     parser.add_argument("--steps", type=int, default=None, help="steps per method")
     parser.add_argument("--chunk", type=int, default=250, help="steps between checkpoints")
     parser.add_argument("--interior", type=int, default=None, help="interior points")
-    parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--gn-steps", type=int, default=200, help="GN-CG's steps")
-    parser.add_argument("--gn-chunk", type=int, default=10, help="GN-CG's steps per chunk")
+    parser.add_argument("--methods", default="L-BFGS,BFGS,SSBFGS,SSBroyden")
+    parser.add_argument("--gn-steps", type=int, default=200, help="GN(-CG)'s steps")
+    parser.add_argument("--gn-chunk", type=int, default=10, help="GN(-CG)'s steps per chunk")
     parser.add_argument("--out", default=None, help="write OUT.json and OUT.md")
     options = parser.parse_args()
     sizes = dict(pinn.QUICK if options.quick else pinn.FULL)
@@ -168,7 +171,7 @@ def main():
 
     results = {}
     for name in options.methods.split(","):
-        if name == "GN-CG":  # a step costs up to 50 CG iterations: fewer steps, finer chunks
+        if name.startswith("GN"):  # a step costs n JVPs or 50 CG iterations: fewer steps
             results[name] = run_method(name, model, data, options.gn_steps, options.gn_chunk)
         else:
             results[name] = run_method(name, model, data, steps, options.chunk)
@@ -183,7 +186,11 @@ def main():
             f"{machine}; `python benchmarks/pinn_quasi_newton.py"
             + (" --quick" if options.quick else "")
             + (f" --interior {options.interior}" if options.interior else "")
-            + (f" --methods {options.methods}" if options.methods != ",".join(METHODS) else "")
+            + (
+                f" --methods {options.methods}"
+                if options.methods != "L-BFGS,BFGS,SSBFGS,SSBroyden"
+                else ""
+            )
             + (f" --steps {options.steps}" if options.steps else "")
             + (f" --chunk {options.chunk}" if options.chunk != 250 else "")
             + (f" --gn-steps {options.gn_steps}" if options.gn_steps != 200 else "")

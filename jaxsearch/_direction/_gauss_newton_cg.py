@@ -40,8 +40,8 @@ class GaussNewtonCG(AbstractLeastSquares):
     `forcing` and `eta_max` as in `NewtonCG`; here the default is the constant eta = 1e-4,
     near the exact Gauss-Newton step, whose unit step is what makes Gauss-Newton fast), after
     `max_cg_steps` updates (default min(2n, 50), n the number of parameters), at a
-    non-positive curvature p'(J'J + mu I)p <= 0 (only by rounding, or where J p = 0 with
-    mu = 0) or at a non-finite value; d is the last accepted iterate, or -g if none was
+    non-positive curvature p'(J'J + mu I)p <= 0 (only by rounding: p stays in the range of
+    J', where J p != 0) or at a non-finite value; d is the last accepted iterate, or -g if none was
     accepted. Descent: J'J + mu I is positive semidefinite, and every CG iterate z_j with
     j >= 1 minimises the model q(z) = 0.5 z'(J'J + mu I)z + g'z over a Krylov space that
     contains -g, so g'z_j = -z_j'(J'J + mu I)z_j < 0: a CG loop cut short (by the tolerance,
