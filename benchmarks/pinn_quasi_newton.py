@@ -14,6 +14,16 @@ the first chunk's compile seconds, from `jax.monitoring`, are subtracted) are re
     python benchmarks/pinn_quasi_newton.py --quick             # fewer points and steps
     python benchmarks/pinn_quasi_newton.py --interior 10000    # the papers' number of points
     python benchmarks/pinn_quasi_newton.py --out benchmarks/results/pinn_quasi_newton_cpu
+
+GN-CG is `js.GaussNewtonCG` (matrix-free Gauss-Newton) with `Zoom` on the same loss written
+as residuals (`residuals`: 0.5 |r|^2 = loss / 2), `--gn-steps` steps (default 200) in chunks
+of `--gn-chunk` (10): a step costs a linearisation and up to 50 CG iterations, so its steps
+are fewer. Its `evaluations` count the line search's evaluations of fn only, not the JVP and
+VJP pairs of CG. GN is dense `js.GaussNewton` (J from n JVPs, an SVD: the exact step), run
+the same way. Neither runs by default (`--methods`). For a comparison at equal wall, give
+L-BFGS as many steps as fill GN-CG's wall:
+
+    python benchmarks/pinn_quasi_newton.py --methods GN-CG,L-BFGS --steps 20000 --chunk 500
 """
 
 import argparse
@@ -38,7 +48,31 @@ METHODS = {
     "BFGS": lambda: js.BFGS(),
     "SSBFGS": lambda: js.SSBFGS(),
     "SSBroyden": lambda: js.SSBroyden(),
+    # Matrix-free Gauss-Newton on the residuals (`residuals` below): 0.5 |r|^2 = loss / 2.
+    "GN-CG": lambda: js.GaussNewtonCG(),
+    # Dense Gauss-Newton (J from n JVPs, an SVD): the exact step, for comparison.
+    "GN": lambda: js.GaussNewton(),
 }
+
+
+def residuals(model, data):
+    """The PINN's loss as a residual problem, one pytree: the PDE residuals at the interior
+    points and the misfits on the initial line and the boundaries, each divided by the root of
+    its number of points, so that 0.5 |r|^2 = 0.5 `pinn.loss` (the same minimisers); with a
+    Gauss-Newton direction this is the energy natural gradient of Mueller & Zeinhofer (ICML
+    2023) for this loss."""
+    points = data["interior"]
+    pde = jax.vmap(pinn.pde_residual, in_axes=(None, 0, 0))(model, points[:, 0], points[:, 1])
+    u = jax.vmap(model)
+    initial = u(data["initial"])[:, 0] - data["initial_u"]
+    boundary = u(data["boundary"])[:, 0]
+    return dict(
+        interior=pde / len(pde) ** 0.5,
+        initial=initial / len(initial) ** 0.5,
+        boundary=boundary / len(boundary) ** 0.5,
+    )
+
+
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _compile_seconds = [0.0]
 
@@ -50,12 +84,14 @@ def _on_duration(event, duration, **kwargs):
 
 def run_method(name, model, data, steps, chunk):
     """Checkpoints (steps, evaluations, wall, loss, relative L2 error) every `chunk` steps."""
-    solver = js.Solver(METHODS[name](), js.Zoom(), max_steps=chunk, gtol=0.0, ftol=0.0)
+    direction = METHODS[name]()
+    fn = residuals if isinstance(direction, js.AbstractLeastSquares) else pinn.loss
+    solver = js.Solver(direction, js.Zoom(), max_steps=chunk, gtol=0.0, ftol=0.0)
     rows, state, params, wall = [], None, model, 0.0
     while not rows or rows[-1]["steps"] < steps:
         compiled_before = _compile_seconds[0]
         start = time.perf_counter()
-        result = solver.run(pinn.loss, params, data, state=state)
+        result = solver.run(fn, params, data, state=state)
         jax.block_until_ready(result.value)
         wall += time.perf_counter() - start - (_compile_seconds[0] - compiled_before)
         params, state = result.iterate, result.state
@@ -108,7 +144,9 @@ def main():
     parser.add_argument("--steps", type=int, default=None, help="steps per method")
     parser.add_argument("--chunk", type=int, default=250, help="steps between checkpoints")
     parser.add_argument("--interior", type=int, default=None, help="interior points")
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default="L-BFGS,BFGS,SSBFGS,SSBroyden")
+    parser.add_argument("--gn-steps", type=int, default=200, help="GN(-CG)'s steps")
+    parser.add_argument("--gn-chunk", type=int, default=10, help="GN(-CG)'s steps per chunk")
     parser.add_argument("--out", default=None, help="write OUT.json and OUT.md")
     options = parser.parse_args()
     sizes = dict(pinn.QUICK if options.quick else pinn.FULL)
@@ -128,10 +166,15 @@ def main():
         error=float(pinn.relative_l2_error(model)),
     )
     print(f"Adam: {adam}", flush=True)
+    squares = sum(float(jax.numpy.sum(r * r)) for r in jax.tree.leaves(residuals(model, data)))
+    assert abs(squares - adam["loss"]) <= 1e-12 * adam["loss"], (squares, adam["loss"])
 
     results = {}
     for name in options.methods.split(","):
-        results[name] = run_method(name, model, data, steps, options.chunk)
+        if name.startswith("GN"):  # a step costs n JVPs or 50 CG iterations: fewer steps
+            results[name] = run_method(name, model, data, options.gn_steps, options.gn_chunk)
+        else:
+            results[name] = run_method(name, model, data, steps, options.chunk)
 
     evals = min(rows[-1]["evaluations"] for rows in results.values())
     wall = min(rows[-1]["wall"] for rows in results.values())
@@ -143,6 +186,14 @@ def main():
             f"{machine}; `python benchmarks/pinn_quasi_newton.py"
             + (" --quick" if options.quick else "")
             + (f" --interior {options.interior}" if options.interior else "")
+            + (
+                f" --methods {options.methods}"
+                if options.methods != "L-BFGS,BFGS,SSBFGS,SSBroyden"
+                else ""
+            )
+            + (f" --steps {options.steps}" if options.steps else "")
+            + (f" --chunk {options.chunk}" if options.chunk != 250 else "")
+            + (f" --gn-steps {options.gn_steps}" if options.gn_steps != 200 else "")
             + "`",
             f"At equal evaluations (the last checkpoint within {evals}):",
             table(results, "evaluations", evals),

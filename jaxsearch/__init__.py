@@ -15,6 +15,7 @@ from ._direction import (
     BarzilaiBorwein as BarzilaiBorwein,
     DirectionInfo as DirectionInfo,
     GaussNewton as GaussNewton,
+    GaussNewtonCG as GaussNewtonCG,
     Gradient as Gradient,
     LevenbergMarquardt as LevenbergMarquardt,
     Newton as Newton,

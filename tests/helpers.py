@@ -43,6 +43,7 @@ DIRECTIONS = {
 LEAST_SQUARES = {
     "GaussNewton": lambda: js.GaussNewton(),
     "LevenbergMarquardt": lambda: js.LevenbergMarquardt(),
+    "GaussNewtonCG": lambda: js.GaussNewtonCG(),
 }
 
 ALL_DIRECTIONS = {**DIRECTIONS, **LEAST_SQUARES}

@@ -11,6 +11,10 @@ from ._base import (
 )
 from ._bfgs import BFGS as BFGS, BFGSState as BFGSState
 from ._flat import flatten_tree as flatten_tree, unflatten_tree as unflatten_tree
+from ._gauss_newton_cg import (
+    GaussNewtonCG as GaussNewtonCG,
+    GaussNewtonCGState as GaussNewtonCGState,
+)
 from ._gradient import Gradient as Gradient
 from ._lbfgs import LBFGS as LBFGS
 from ._lbfgs_compact import CompactLBFGSState as CompactLBFGSState
