@@ -7,11 +7,15 @@ devices as the reference. For a model-parallel problem (features sharded over th
 and a data-parallel one (examples sharded, params replicated), `run` and a jitted `step` loop
 end with the same status, steps and evaluations in both, params within 1e-12 relative in
 float64. Every parameter-sized leaf of the model-parallel result and state stays sharded over
-the four devices, each process holding only its two quarters, and the compiled programs hold no
-parameter-sized collective. A run cut in two, each process saving its own shards of the state,
-resumes in two fresh processes bit for bit.
+the four devices, each process holding only its two quarters, and the compiled run holds no
+parameter-sized collective. A result's state, counts and message are read on each process with
+no compile and no collective (so one process may read them alone); the params themselves are
+read by their shards (NumPy and `eqx.tree_serialise_leaves` cannot read them whole). A run cut
+in two, each process saving its own shards of the state, resumes in two fresh processes bit
+for bit.
 """
 
+import io
 import os
 import pickle
 import re
@@ -200,6 +204,17 @@ def worker(num_processes: int, process_id: int, port: int, out: str, mode: str) 
         run = jax.jit(lambda w, X, y: solver.run(loss, w, X, y)).lower(w0, X, y).compile()
         found["collectives"] = big_collectives(run.as_text(), N_FEATURES)
 
+        # Neither NumPy nor eqx.tree_serialise_leaves reads an array that spans other
+        # processes' devices: each process reads (and saves) its own shards.
+        for what, read in (("numpy", np.asarray), ("serialise", eqx.tree_serialise_leaves)):
+            try:
+                read(io.BytesIO(), result.params) if what == "serialise" else read(result.params)
+                found[what] = None
+            except RuntimeError as error:
+                while error.__cause__ is not None:  # equinox's errors name the leaf: JAX's
+                    error = error.__cause__  # is the first cause
+                found[what] = str(error)
+
         # One process alone reads a result: no collective, so nothing waits for the other.
         again = solver.run(loss, w0, X, y)
         if process_id == 0:
@@ -309,8 +324,9 @@ def test_two_processes_solve_as_one(tmp_path):
             want = assemble([ref[name, how][3]], n)
             error = np.max(np.abs(got - want)) / np.max(np.abs(want))
             assert error <= 1e-12, (name, how, error)
-        assert a[name, "run"][0] in (1, 2, 7), a[name, "run"]  # a CONVERGED_ status
+            print(f"{name}-parallel {how}: steps {steps}, relative difference {error:.1e}")
         assert a[name, "message"] == b[name, "message"] == ref[name, "message"]
+        assert a[name, "message"].startswith("Converged"), a[name, "message"]
         for found in (a, b):  # reading result.state compiles and waits for nothing
             assert found[name, "state read compiles"] == 0, found[name, "state read compiles"]
 
@@ -325,6 +341,9 @@ def test_two_processes_solve_as_one(tmp_path):
                 assert (devices, replicated, local_sizes) == (4, False, [quarter] * 2), path
         assert found["collectives"] == [], found["collectives"]
     assert a["read alone"] == (a["model", "message"], a["model", "run"][1])
+    for found in (a, b):
+        for what in ("numpy", "serialise"):
+            assert "spans non-addressable" in found[what], (what, found[what])
 
     # Cut in two, saved by each process and resumed in two fresh ones: bit for bit.
     resumed = read(out, "resume", 2)
