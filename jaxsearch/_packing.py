@@ -7,7 +7,8 @@ fewer than `PACKED_SIZE` elements into one flat buffer per dtype (the larger lea
 parameter-sized gradient or memory, stay as they are, sharded as they were); `PackedState.unpack`
 slices them back, bit for bit, with their shapes, dtypes and weak types. A `Result` keeps its
 state packed and unpacks it when `result.state` is read: once per result, on the host (no
-program is compiled for it); inside a trace, as slices that a caller who returns only
+program is compiled for it, and in a run over many processes no collective runs, so one
+process may read it alone); inside a trace, as slices that a caller who returns only
 `result.params` never computes.
 """
 
