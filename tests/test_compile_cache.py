@@ -101,6 +101,8 @@ def test_a_second_process_compiles_nothing_but_callbacks(tmp_path):
     second = fresh_process(str(tmp_path))
     for name in SOLVES:
         assert first[name]["status"] == second[name]["status"], name
+        seconds = first[name]["seconds"], second[name]["seconds"]
+        print(f"{name}: first call {seconds[0]:.2f} s, with the cache {seconds[1]:.2f} s")
         # The first process compiles each solve's run (a program of the same text compiled
         # earlier in the process, an eager operation's, may be read from the cache).
         assert first[name]["compiles"] > first[name]["cache hits"], (name, first)
