@@ -7,7 +7,8 @@ fewer than `PACKED_SIZE` elements into one flat buffer per dtype (the larger lea
 parameter-sized gradient or memory, stay as they are, sharded as they were); `PackedState.unpack`
 slices them back, bit for bit, with their shapes, dtypes and weak types. A `Result` keeps its
 state packed and unpacks it when `result.state` is read: once per result, on the host (no
-program is compiled for it); inside a trace, as slices that a caller who returns only
+program is compiled for it, and in a run over many processes no collective runs, so one
+process may read it alone); inside a trace, as slices that a caller who returns only
 `result.params` never computes.
 """
 
@@ -95,11 +96,21 @@ def _unpack_on_host(places: tuple, buffers: tuple) -> list:
         buffer = host[index]
         size = int(np.prod(shape, dtype=int))
         leaf = buffer[..., offset : offset + size].reshape((*buffer.shape[:-1], *shape))
-        leaf = jax.device_put(leaf, shardings[index])
+        leaf = _place(leaf, shardings[index])
         if weak:
             leaf = _unpack_weak(leaf)
         leaves.append(leaf)
     return leaves
+
+
+def _place(leaf: np.ndarray, sharding):
+    """`leaf` put on `sharding`'s devices, replicated. A sharding that spans other processes'
+    devices too (a multi-process run) gets the copies of this process's devices only: each
+    process has the same buffers, and `jax.device_put` would first check that they are equal
+    with a collective, a compiled program that every process must run at once."""
+    if sharding is None or sharding.is_fully_addressable:
+        return jax.device_put(leaf, sharding)
+    return jax.make_array_from_callback(leaf.shape, sharding, lambda index: leaf[index])
 
 
 def _replicated(buffer):

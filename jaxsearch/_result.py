@@ -12,7 +12,7 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 from ._misc import leaves
 from ._packing import PackedState, pack
 from ._state import SolverState
-from ._status import CONVERGED, stop_message
+from ._status import CONVERGED, Status, stop_message
 from ._stopping import stop_cause
 
 
@@ -133,12 +133,16 @@ class Result(eqx.Module):
         if not isinstance(state, SolverState):
             return np.zeros(batch, np.int32)
         x_finite = np.ones(batch, bool)
-        for leaf in leaves(eqx.filter(self.iterate, eqx.is_inexact_array)):
+        codes = np.asarray(self.status)
+        # The iterate is read only where a run ended NONFINITE: a sharded iterate that spans
+        # other processes' devices (a multi-process run) cannot be read on one host.
+        read_x = bool(np.any(codes == Status.NONFINITE))
+        for leaf in leaves(eqx.filter(self.iterate, eqx.is_inexact_array)) if read_x else []:
             values = np.asarray(leaf).reshape(*batch, -1)
             x_finite &= np.isfinite(values).all(axis=-1)
         return stop_cause(
             np,
-            np.asarray(self.status),
+            codes,
             np.asarray(state.status),
             np.asarray(state.step_size),
             x_finite,
