@@ -307,3 +307,22 @@ def test_the_compact_form_and_bounds_refuse_a_preconditioner():
     solver = js.Solver(js.LBFGS(preconditioner=spread_diagonal))
     with pytest.raises(ValueError, match="LBFGS: a preconditioner is not supported with bounds"):
         solver.run(quadratic, jnp.zeros(3), jnp.ones(3), bounds=(jnp.zeros(3), jnp.ones(3)))
+
+
+def test_the_first_direction_is_minus_p_g_worked_in_at_least_float32():
+    """Before any pair (L-BFGS's gamma is 1) and on CG's first call, d = -P g; a callable P
+    is called with bfloat16 leaves widened to float32, and d comes back in bfloat16."""
+    seen = []
+
+    def halve(v):
+        seen.append(v.dtype)
+        return v * 0.5
+
+    g = jnp.array([1.0, -2.0, 4.0], jnp.bfloat16)
+    for make in KINDS.values():
+        direction = make(preconditioner=halve)
+        state = direction.init(g, jnp.float32)
+        d, _, _, _ = direction.compute(state, js.DirectionInfo(g, g, jnp.float32))
+        assert d.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(d, np.float32), [-0.5, 1.0, -2.0])
+    assert seen and set(seen) == {jnp.dtype(jnp.float32)}
