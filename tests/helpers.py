@@ -18,6 +18,15 @@ import numpy as np
 import jaxsearch as js
 from jaxsearch import _programs
 
+
+def spread_diagonal(v):
+    """A preconditioner for any params: P = diag(0.5 ... 2) per leaf, in the leaf's order
+    (module level, so fresh registry entries are equal and share compiled programs)."""
+    return jax.tree_util.tree_map(
+        lambda x: x * jnp.linspace(0.5, 2.0, x.size, dtype=x.dtype).reshape(x.shape), v
+    )
+
+
 DIRECTIONS = {
     "Gradient": lambda: js.Gradient(),
     "LBFGS": lambda: js.LBFGS(),
@@ -26,6 +35,8 @@ DIRECTIONS = {
     "SSBFGS": lambda: js.SSBFGS(),
     "SSBroyden": lambda: js.SSBroyden(),
     "NonlinearCG": lambda: js.NonlinearCG(),
+    "LBFGS-preconditioned": lambda: js.LBFGS(preconditioner=spread_diagonal),
+    "NonlinearCG-preconditioned": lambda: js.NonlinearCG(preconditioner=spread_diagonal),
     "NewtonCG": lambda: js.NewtonCG(),
     "Newton": lambda: js.Newton(),
     "Preconditioned": lambda: js.Preconditioned(),

@@ -26,7 +26,13 @@ MAX_STEPS = 300
 RELATIVE_GTOL = 1e-9  # gtol of each run, relative to its |grad f(x0)|_inf
 # Steepest descent, nonlinear CG, Adam's diagonal scaling and Barzilai-Borwein steps under a
 # monotone search need far more than MAX_STEPS steps at condition 1e6.
-SLOW = {"Gradient", "NonlinearCG", "Preconditioned", "BarzilaiBorwein"}
+SLOW = {
+    "Gradient",
+    "NonlinearCG",
+    "NonlinearCG-preconditioned",
+    "Preconditioned",
+    "BarzilaiBorwein",
+}
 
 
 def quadratic(x, A, c, s, o):

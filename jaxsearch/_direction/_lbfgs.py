@@ -12,6 +12,7 @@ from ._lbfgs_bounded import bounded_direction
 from ._lbfgs_compact import init as compact_init
 from ._lbfgs_memory import AbstractLBFGSState, empty_memory
 from ._lbfgs_two_loop import TwoLoopLBFGSState
+from ._preconditioner import Preconditioner, check_fits, check_preconditioner, prepared
 
 _FORMS = ("auto", "two_loop", "compact")
 # Where "auto" takes the compact form on a CPU (benchmarks/engine.py, extended Rosenbrock in
@@ -69,6 +70,29 @@ class LBFGS(AbstractDirection):
 
     With bounds (`Solver.run(..., bounds=...)`) it is L-BFGS-B, from the memory of a state of
     either form: see `_lbfgs_bounded.bounded_direction`.
+
+    **Preconditioning.** `preconditioner` P, an approximation of the inverse Hessian that is
+    symmetric positive definite, replaces the identity in the initial matrix: H0 = gamma P
+    with gamma = s'y / y'P y from the newest pair (1 before the first pair). That is L-BFGS
+    in the variables z = P^(-1/2) x, where N&W's gamma = s'y / y'y is s'y / y'P y (N&W
+    eq. 7.20, with the change of variables of their section 5.1; Optim.jl's `P`, as an
+    inverse). P is one of:
+
+    - a callable v -> P v on pytrees like params (called with each leaf in its params leaf's
+      dtype widened to at least float32, its result cast to those dtypes), hashed by identity
+      (a module-level function, or an `eqx.Module` whose arrays are then dynamic);
+    - a pytree like params of positive finite diagonal entries (P = diag): arrays, dynamic
+      leaves, so another diagonal of the same shapes does not recompile;
+    - a lineax linear operator that lineax knows is symmetric (lineax is not imported by
+      jaxsearch; the operator's input dtypes are used for its product).
+
+    P is fixed for a run: it does not depend on x (Optim.jl's `precondprep` has no
+    counterpart; to change P, pass a new diagonal or operator to a new solver, which reuses
+    the compiled program where only its arrays differ, and start from a fresh state: the
+    memory's gamma was taken with the old P). Only the two-loop form takes a preconditioner:
+    `form="compact"` with one is refused when the direction is built, and `"auto"` takes the
+    two-loop form; with bounds (L-BFGS-B) a preconditioner is refused when the run is traced.
+    With P the identity (a diagonal of ones) the iterates are those without, bit for bit.
     """
 
     supports_bounds = True
@@ -77,11 +101,19 @@ class LBFGS(AbstractDirection):
     memory_dtype: jnp.dtype | type | str | None = eqx.field(static=True, default=None)
     curvature_eps: float | None = eqx.field(static=True, default=None)
     form: str = eqx.field(static=True, default="auto")
+    preconditioner: Preconditioner = None
 
     def __check_init__(self):
         check_count("LBFGS", "memory_size", self.memory_size)
         if self.form not in _FORMS:
             raise ValueError(f"LBFGS: form must be one of {_FORMS}, got {self.form!r}.")
+        check_preconditioner("LBFGS", self.preconditioner)
+        if self.preconditioner is not None and self.form == "compact":
+            raise ValueError(
+                'LBFGS: form="compact" takes no preconditioner (its middle matrix holds the '
+                'identity as H0); use form="two_loop" or "auto", which then takes the '
+                "two-loop form."
+            )
         if self.memory_dtype is not None and not _is_floating(self.memory_dtype):
             raise ValueError(
                 f"LBFGS: memory_dtype must be a floating dtype such as jnp.float32, "
@@ -97,6 +129,7 @@ class LBFGS(AbstractDirection):
 
     def init(self, params, dtype) -> AbstractLBFGSState:
         """An empty memory for `params`, in the state of the form `form_in_use` picks."""
+        check_fits("LBFGS", self.preconditioner, params)
         memory = empty_memory(params, self.memory_size, self._memory_dtype, dtype)
         size = sum(x.size for x in leaves(params))
         if self.form_in_use(size) == "compact":
@@ -106,21 +139,30 @@ class LBFGS(AbstractDirection):
     def form_in_use(self, size: int) -> str:
         """ "two_loop" or "compact": the form `init` makes a state of for params of `size`
         elements in all: `form`, where "auto" is the compact form unless jax's default
-        backend is the CPU and `size` < `COMPACT_FROM`."""
+        backend is the CPU and `size` < `COMPACT_FROM`, or a preconditioner is given."""
         if self.form != "auto":
             return self.form
+        if self.preconditioner is not None:
+            return "two_loop"
         small = jax.default_backend() == "cpu" and size < COMPACT_FROM
         return "two_loop" if small else "compact"
 
     def compute(self, state: AbstractLBFGSState, info: DirectionInfo):
         if info.box is not None:
+            if self.preconditioner is not None:
+                raise ValueError(
+                    "LBFGS: a preconditioner is not supported with bounds (L-BFGS-B's Cauchy "
+                    "point and subspace step use the identity as H0); run without bounds or "
+                    "without the preconditioner."
+                )
             d, scaled, limit = bounded_direction(state, info)
             return d, scaled, state, limit
-        d, state = state.direction(info.grad, info.dtype)
+        d, state = state.direction(info.grad, info.dtype, prepared(self.preconditioner))
         return d, state.count > 0, state, no_limit(info.dtype)
 
     def update(self, state: AbstractLBFGSState, s, y, dtype, accept=True) -> AbstractLBFGSState:
-        return state.update(s, y, dtype, self.curvature_eps, accept)
+        precondition = prepared(self.preconditioner)
+        return state.update(s, y, dtype, self.curvature_eps, accept, precondition)
 
     def reset(self, state: AbstractLBFGSState) -> AbstractLBFGSState:
         return state.reset()

@@ -51,12 +51,14 @@ class CompactLBFGSState(AbstractLBFGSState):
     y_dot_grad: Array | None
     follows: Bool[Array, ""] | None
 
-    def direction(self, grad, dtype):
+    def direction(self, grad, dtype, precondition=None):
         """H g = gamma g + S p - gamma Y R^-1 a with, the pairs in the order they were
         stored, R the upper triangle of S'Y, D its diagonal, a = S'g, b = Y'g and
         p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b): one pass over each buffer for a and b
         (and the newest pair's column of S'Y and Y'Y, see `_brought_up_to_date`), two m x m
-        triangular solves, one pass back."""
+        triangular solves, one pass back. No preconditioner (`LBFGS` refuses one with this
+        form)."""
+        assert precondition is None
         m = self.rho.shape[0]
         vectors = [grad] if self.follows is not None else [grad, self._newest_y()]
         with_s = _memory_times(self.s, vectors, dtype)
@@ -102,7 +104,8 @@ class CompactLBFGSState(AbstractLBFGSState):
         d = jtu.tree_map(leaf, grad, state.s, state.y)
         return d, state
 
-    def update(self, s, y, dtype, curvature_eps, accept):
+    def update(self, s, y, dtype, curvature_eps, accept, precondition=None):
+        assert precondition is None  # LBFGS refuses a preconditioner with this form
         state, keep, sy, yy = self.offered(s, y, dtype, curvature_eps, accept)
         s_dot_y, y_dot_y = self.s_dot_y, self.y_dot_y
         if self.follows is not None:  # the new pair's own s'y and y'y, for `_by_differences`

@@ -11,6 +11,7 @@ from equinox import AbstractVar
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from .._misc import dtype_eps, scalar, tree_dot, tree_norm, zeros_sharded_like
+from ._preconditioner import Preconditioning
 
 _State = TypeVar("_State", bound="AbstractLBFGSState")
 
@@ -32,11 +33,22 @@ class AbstractLBFGSState(eqx.Module):
     head: AbstractVar[Int[Array, ""]]
 
     @abc.abstractmethod
-    def direction(self, grad: PyTree, dtype) -> tuple[PyTree, "AbstractLBFGSState"]:
-        """d = -H g for `grad`, with gamma I as the initial matrix, and the state."""
+    def direction(
+        self, grad: PyTree, dtype, precondition: Preconditioning | None = None
+    ) -> tuple[PyTree, "AbstractLBFGSState"]:
+        """d = -H g for `grad`, with gamma I as the initial matrix (gamma P with
+        `precondition`, v -> P v), and the state."""
 
     @abc.abstractmethod
-    def update(self, s, y, dtype, curvature_eps: float | None, accept) -> "AbstractLBFGSState":
+    def update(
+        self,
+        s,
+        y,
+        dtype,
+        curvature_eps: float | None,
+        accept,
+        precondition: Preconditioning | None = None,
+    ) -> "AbstractLBFGSState":
         """The state once the pair (s, y) is offered (see `offered`)."""
 
     @abc.abstractmethod
@@ -48,23 +60,37 @@ class AbstractLBFGSState(eqx.Module):
         """The state once the gradient at x was replaced (`AbstractDirection`)."""
 
     def offered(
-        self, s, y, dtype, curvature_eps: float | None, accept
+        self,
+        s,
+        y,
+        dtype,
+        curvature_eps: float | None,
+        accept,
+        precondition: Preconditioning | None = None,
     ) -> tuple["AbstractLBFGSState", Bool[Array, ""], Scalar, Scalar]:
         """(state, keep, s'y, y'y): the memory with the pair written where `keep`, that is
         where it is finite after rounding to the memory dtype, `accept` holds and it passes
         the curvature guard s'y > eps |s| |y| (`eps` the machine epsilon of the least precise
-        memory dtype unless `curvature_eps` is given), which keeps H positive definite."""
+        memory dtype unless `curvature_eps` is given), which keeps H positive definite.
+
+        gamma becomes s'y / y'y; with `precondition` (v -> P v), s'y / y'P y, the scaling of
+        H0 = gamma P that is gamma = s'y / y'y in the variables z = P^(-1/2) x, where P is
+        the identity (Nocedal & Wright, eq. 7.20, after the change of variables of section
+        5.1, "Preconditioning")."""
         s = jtu.tree_map(lambda si, b: si.astype(b.dtype), s, self.s)
         y = jtu.tree_map(lambda yi, b: yi.astype(b.dtype), y, self.y)
         sy = tree_dot(s, y, dtype)
         yy = tree_dot(y, y, dtype)
         eps = dtype_eps(self.s) if curvature_eps is None else curvature_eps
         guard = sy > eps * tree_norm(s, dtype) * jnp.sqrt(yy)
+        y_h_y = yy if precondition is None else precondition.quadratic_form(y, dtype)
         keep = guard & jnp.isfinite(sy) & jnp.isfinite(yy) & (yy > 0) & accept
+        if precondition is not None:
+            keep = keep & jnp.isfinite(y_h_y) & (y_h_y > 0)
 
         # Divisors of 1 where the pair is not kept: the update also runs for pairs it does
         # not take (s = 0, say), and a derivative through the unused quotient would be NaN.
-        sy_, yy_ = jnp.where(keep, sy, 1), jnp.where(keep, yy, 1)
+        sy_, yy_ = jnp.where(keep, sy, 1), jnp.where(keep, y_h_y, 1)
         m = self.rho.shape[0]
 
         def write(buffer, new):

@@ -24,10 +24,12 @@ class TwoLoopLBFGSState(AbstractLBFGSState):
     count: Int[Array, ""]
     head: Int[Array, ""]
 
-    def direction(self, grad, dtype):
+    def direction(self, grad, dtype, precondition=None):
         """The two-loop recursion: two `fori_loop`s over the m slots, newest pair first,
         then oldest first; d in the dtypes of `grad`, worked in those of the memory (at
-        least float32)."""
+        least float32). Between the loops, q is multiplied by H0 = gamma I, or with
+        `precondition` (v -> P v) by gamma P (Nocedal & Wright, algorithm 7.4, with any
+        symmetric positive definite H0)."""
         m = self.rho.shape[0]
 
         def pair(j):
@@ -55,13 +57,15 @@ class TwoLoopLBFGSState(AbstractLBFGSState):
 
         work = jtu.tree_map(lambda g, s: g.astype(at_least_float32(s.dtype)), grad, self.s)
         q, alpha = lax.fori_loop(0, m, newest_first, (work, jnp.zeros((m,), dtype)))
+        if precondition is not None:
+            q = precondition(q)
         r = jtu.tree_map(lambda qi: self.gamma.astype(qi.dtype) * qi, q)
         r = lax.fori_loop(0, m, oldest_first, r)
         d = jtu.tree_map(lambda ri, g: (-ri).astype(g.dtype), r, grad)
         return d, self
 
-    def update(self, s, y, dtype, curvature_eps, accept):
-        return self.offered(s, y, dtype, curvature_eps, accept)[0]
+    def update(self, s, y, dtype, curvature_eps, accept, precondition=None):
+        return self.offered(s, y, dtype, curvature_eps, accept, precondition)[0]
 
     def reset(self):
         return self.emptied()

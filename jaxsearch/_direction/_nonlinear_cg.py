@@ -18,6 +18,12 @@ from .._misc import (
     tree_zeros_like,
 )
 from ._base import AbstractDirection, DirectionInfo, no_limit
+from ._preconditioner import (
+    Preconditioner,
+    check_fits,
+    check_preconditioner,
+    prepared,
+)
 
 METHODS = ("fletcher-reeves", "polak-ribiere", "hestenes-stiefel", "dai-yuan", "hager-zhang")
 
@@ -69,6 +75,22 @@ class NonlinearCG(AbstractDirection):
     starts each line search from its scaled guess (N&W eq. 3.60). The state keeps g_{k-1} and
     d_{k-1} in the params' dtypes; inner products accumulate in at least float32 and d is
     formed per leaf in at least float32, then rounded once to the leaf's dtype.
+
+    **Preconditioning.** With `preconditioner` P (symmetric positive definite, an
+    approximation of the inverse Hessian; the kinds `LBFGS` takes: a callable v -> P v, a
+    params-shaped pytree of positive diagonal entries, dynamic leaves, or a symmetric lineax
+    operator), each rule is the one above in the variables z = P^(-1/2) x (N&W section 5.1,
+    "Preconditioning"; Hager & Zhang 2006, section 9), and d_k = -P g_k + beta_k d_{k-1}.
+    With z = P g_k, that replaces g'g by g'P g, p'p by p'P p, g'y by z'y, y'y (in HZ) by
+    y'P y and g'p (Powell's test) by z'p; d'y and d'g stay as they are.
+    HZ's eta_k keeps the Euclidean norms of d and p (the norm of d in the variables z would
+    need P^-1); any eta_k < 0 leaves beta between beta_N and max(beta_N, 0), where
+    g'd <= -7/8 g'P g holds. P is fixed for a run (it does not depend on x). A restart
+    takes d = -P g, and the direction the solver takes after a failed one is -g, as
+    without. With P the identity (a diagonal of ones) the iterates are those without, bit for
+    bit. Each step applies P to g, and a callable or lineax P also to g_{k-1} (FR, PR+) or to
+    y (HZ), for p'P p and y'P y: recomputed rather than kept, no copy of params more in the
+    state.
     """
 
     supports_bounds: ClassVar[bool] = False
@@ -76,6 +98,7 @@ class NonlinearCG(AbstractDirection):
     method: str = eqx.field(static=True, default="hager-zhang")
     restart_threshold: float | None = eqx.field(static=True, default=0.2)
     eta: float = eqx.field(static=True, default=0.01)
+    preconditioner: Preconditioner = None
 
     def __check_init__(self):
         if self.method not in METHODS:
@@ -91,43 +114,60 @@ class NonlinearCG(AbstractDirection):
             )
         if not self.eta > 0:
             raise ValueError(f"NonlinearCG: eta must be positive, got {self.eta}.")
+        check_preconditioner("NonlinearCG", self.preconditioner)
 
     def init(self, params, dtype) -> NonlinearCGState:
+        check_fits("NonlinearCG", self.preconditioner, params)
         zeros = tree_zeros_like(params)  # sharded like params
         return NonlinearCGState(grad=zeros, direction=zeros, has_prev=jnp.array(False))
 
-    def _beta(self, g, g_prev, d_prev, dtype) -> Scalar:
+    def _beta(self, g, g_prev, d_prev, dtype, z, g_p_g, precondition) -> Scalar:
+        """beta_k, from z = P g and g_p_g = g'P g (g and g'g without a preconditioner);
+        `precondition` a `Preconditioning` or None. The forms v'P v are taken by
+        `Preconditioning.quadratic_form`, which for P the identity is v'v to the last bit."""
+
+        def form(v):  # v'P v
+            if precondition is None:
+                return tree_dot(v, v, dtype)
+            return precondition.quadratic_form(v, dtype)
+
         y = tree_sub(g, g_prev)
         if self.method == "fletcher-reeves":
-            return tree_dot(g, g, dtype) / tree_dot(g_prev, g_prev, dtype)
+            return g_p_g / form(g_prev)
         if self.method == "polak-ribiere":
-            return jnp.maximum(tree_dot(g, y, dtype) / tree_dot(g_prev, g_prev, dtype), 0)
+            return jnp.maximum(tree_dot(z, y, dtype) / form(g_prev), 0)
         if self.method == "hestenes-stiefel":
-            return tree_dot(g, y, dtype) / tree_dot(d_prev, y, dtype)
+            return tree_dot(z, y, dtype) / tree_dot(d_prev, y, dtype)
         if self.method == "dai-yuan":
-            return tree_dot(g, g, dtype) / tree_dot(d_prev, y, dtype)
+            return g_p_g / tree_dot(d_prev, y, dtype)
         # Hager-Zhang
         dy = tree_dot(d_prev, y, dtype)
-        yy = tree_dot(y, y, dtype)
-        beta_n = (tree_dot(y, g, dtype) - 2 * yy * tree_dot(d_prev, g, dtype) / dy) / dy
+        yy = form(y)
+        beta_n = (tree_dot(y, z, dtype) - 2 * yy * tree_dot(d_prev, g, dtype) / dy) / dy
         eta_k = -1 / (tree_norm(d_prev, dtype) * jnp.minimum(self.eta, tree_norm(g_prev, dtype)))
         return jnp.maximum(beta_n, eta_k)
 
     def compute(self, state, info: DirectionInfo):
         grad, dtype = info.grad, info.dtype
         g_prev, d_prev = state.grad, state.direction
-        beta = self._beta(grad, g_prev, d_prev, dtype)
+        precondition = prepared(self.preconditioner)
+        if precondition is None:
+            z, g_p_g = grad, tree_dot(grad, grad, dtype)
+        else:
+            z = precondition(grad)
+            g_p_g = precondition.quadratic_form(grad, dtype, z)
+        beta = self._beta(grad, g_prev, d_prev, dtype, z, g_p_g, precondition)
         conjugate = state.has_prev & jnp.isfinite(beta)
         if self.restart_threshold is not None:
-            overlap = jnp.abs(tree_dot(grad, g_prev, dtype))
-            conjugate = conjugate & (overlap < self.restart_threshold * tree_dot(grad, grad, dtype))
+            overlap = jnp.abs(tree_dot(z, g_prev, dtype))
+            conjugate = conjugate & (overlap < self.restart_threshold * g_p_g)
 
-        def combine(g, dp):
+        def combine(g, zi, dp):
             acc = at_least_float32(g.dtype)
-            d = -g.astype(acc) + beta.astype(acc) * dp.astype(acc)
-            return jnp.where(conjugate, d, -g.astype(acc)).astype(g.dtype)
+            d = -zi.astype(acc) + beta.astype(acc) * dp.astype(acc)
+            return jnp.where(conjugate, d, -zi.astype(acc)).astype(g.dtype)
 
-        d = jtu.tree_map(combine, grad, d_prev)
+        d = jtu.tree_map(combine, grad, z, d_prev)
         new_state = NonlinearCGState(
             grad=tree_cast_like(grad, state.grad),
             direction=tree_cast_like(d, state.direction),
