@@ -3,8 +3,8 @@
 Under `jax.vmap`, `Solver.run`'s `lax.while_loop` runs every problem of the batch until the
 slowest has finished. `batched_run` runs the batch `chunk_steps` steps at a time instead:
 after each chunk the problems that ended keep their results, and the rest resume from their
-states (`run(fn, result.iterate, *args, state=result.state)`, bit for bit), gathered into the
-smallest of a few fixed bucket sizes, so that no chunk compiles a program of its own.
+states (a resumed run goes on bit for bit), gathered into the smallest of a few fixed bucket
+sizes, so that no chunk compiles a program of its own.
 """
 
 import copy
@@ -31,36 +31,48 @@ def batched_run(
     buckets: Sequence[int] | None = None,
     value_dtype=None,
 ) -> Result:
-    """Minimise fn from each of a batch of starts: per problem, the result of
-    `jax.jit(jax.vmap(lambda x, *a: solver.run(fn, x, *a)))(x0s, *args)`, bit for bit
-    (params, value, grad, aux, status, step and evaluation counts, state and iterate), at a
-    cost that follows the steps the problems take rather than the slowest problem's.
+    """Minimise fn from each of a batch of starts, at a cost that follows the steps the
+    problems take rather than the slowest problem's: per problem, what
+    `jax.jit(jax.vmap(lambda x, *a: solver.run(fn, x, *a)))(x0s, *args)` returns (params,
+    value, grad, aux, status, state, iterate, so `num_steps` and `num_fun_evals` too).
 
-    Every leaf of `x0s` and of `args` has the batch on its leading axis, of one size B. The
-    first chunk runs all B problems for `chunk_steps` steps (a `run` with
-    `max_steps=chunk_steps`, under `vmap`); each later chunk resumes only the problems whose
-    chunk ended at its step budget (`MAX_STEPS`) and that are below the solver's
-    `max_steps`, gathered into the smallest bucket that holds them (the spare places are
-    copies of a live problem, whose results are dropped; more problems than the largest
-    bucket are run in several calls). The last chunk of a problem that reaches
-    `max_steps` runs the steps left. A run that stops for want of progress (`stall_steps`)
-    or returns its best point does so as the whole run would: the state carries both.
+    Every leaf of `x0s` and `args` has the batch on its leading axis, of one size B. The
+    batch starts from `init`'s state and runs `chunk_steps` steps at a time, each chunk a
+    resumed `run` under `vmap` (`run(fn, iterate, *args, state=state)` with `max_steps` set
+    to the chunk's steps). After a chunk, a problem goes on only where its chunk ended at its
+    step budget (`MAX_STEPS`) below the solver's `max_steps`; the last chunk runs the steps
+    left to `max_steps`. Ends for want of progress (`stall_steps`) and the choice of the
+    best point come from the state, which carries them, as in the whole run. The problems
+    that go on are gathered into the smallest of the `buckets` that holds them; its spare
+    places compute copies of a live problem, and their results are dropped. Each resumed
+    chunk evaluates fn once more per problem (a resumed run's check of f at its iterate,
+    not counted in `num_fun_evals`).
 
-    One program is compiled for the first chunk and one per bucket size used, each once per
-    (solver, fn, B, avals of x0s and args); where `max_steps` is not a multiple of
-    `chunk_steps`, one more for the bucket of the problems that reach `max_steps`.
+    Bit for bit: on XLA's CPU backend, a problem's arithmetic is the same in a batch of any
+    size from B % 64 + 64 on, except for the last B % 64 problems, which the batch computes
+    apart from its vectorised loop; every bucket is B % 64 plus a multiple of 64 and keeps
+    those problems at their distance from its end (tests/test_batched.py checks float64
+    and float32, a pytree x0 and aux). Other backends may compile batches of other sizes
+    into other roundings: benchmarks/batched.py counts the problems that match.
+
+    Compiles: one small program for the start, and one per (bucket size, chunk length)
+    used, each once per (solver, fn, B, avals of x0s and args): new batches of the same size
+    compile nothing. Where `max_steps` is not a multiple of `chunk_steps`, the last chunk
+    has a length of its own.
 
     **Arguments:**
 
-    - `solver`: a `js.Solver` with `throw=False` and no `max_evals` (a budget of evaluations
-      would restart with each chunk).
-    - `fn`, `x0s`, `*args`: as `Solver.run`'s, with the batch axis in front.
-    - `chunk_steps`: steps per chunk, at least 1. Each resumed chunk evaluates fn once more
-      per problem (the check of the state at its iterate) and costs a dispatch, so chunks of
-      about the spread of the step counts' lower quantiles are best.
-    - `buckets`: the batch sizes of the later chunks (positive, at most B); None: B // 2,
-      B // 4, ... down to max(B // 128, 1).
+    - `solver`: a `js.Solver` with `throw=False` (read `result.status`) and no `max_evals`
+      (a chunk would start a new budget of evaluations).
+    - `fn`, `x0s`, `*args`: as `Solver.run`'s, with the batch in front.
+    - `chunk_steps`: steps per chunk, at least 1 (default 16). Shorter chunks drop
+      finished problems sooner, at a dispatch and an evaluation of fn per chunk.
+    - `buckets`: the batch sizes of the chunks, each B % 64 plus a positive multiple of 64,
+      or B (which is always one). None: B, and halvings of B's multiple of 64 down to about
+      B / 64 (for B = 10,000: 10000, 5008, 2512, 1296, 656, 336, 208, 144).
     - `value_dtype`: as `Solver.run`'s.
+
+    Returns a `js.Result` with the batch in front of every leaf (as `jax.vmap`'s).
     """
     check_fn(fn)
     chunk_steps = _count("chunk_steps", chunk_steps)
@@ -76,10 +88,8 @@ def batched_run(
         )
     size = _batch_size(x0s, args)
     sizes = _buckets(buckets, size)
-    first = _with_max_steps(solver, min(chunk_steps, solver.max_steps))
-    carry, running = _first_chunk((first, fn, args, value_dtype, solver.max_steps), x0s)
-    done = first.max_steps
-    live = np.flatnonzero(np.asarray(running))
+    carry = _start((solver, fn, args, value_dtype), x0s)
+    live, done = np.arange(size), 0
     while live.size and done < solver.max_steps:
         later = _with_max_steps(solver, min(chunk_steps, solver.max_steps - done))
         index, keep = _placement(live, size, sizes)
@@ -91,12 +101,13 @@ def batched_run(
 
 
 def _placement(live: np.ndarray, size: int, sizes: list[int]):
-    """(index, keep) of a later chunk on the `live` problems, in the smallest bucket that
-    holds them: `index` the problem of each of the bucket's places, `keep` where that place's
-    result is kept (the others hold copies of a live problem). A problem among the batch's
-    last `size % LANES` keeps its distance from the bucket's end: XLA's CPU loops compute those last places apart from
-    the vectorised rest, and a bucket that keeps them there computes every problem as the
-    batch did, bit for bit (`LANES` above any vector loop's width times its unrolling)."""
+    """(index, keep) of a chunk on the `live` problems, in the smallest bucket that holds
+    them: `index` the problem at each of the bucket's places, `keep` where that place's
+    result is kept (the others hold copies of a live problem). The batch's last
+    `size % LANES` problems keep their distance from the bucket's end: XLA's CPU loops
+    compute a batch's last places apart from its vectorised body, and a bucket that keeps
+    them there computes every problem as the batch did (`LANES`: a multiple of any vector
+    loop's width times its unrolling)."""
     tail = size % LANES
     body = live[live < size - tail]
     at_tail = np.isin(np.arange(size - tail, size), live)
@@ -175,14 +186,16 @@ def _running(result: Result, max_steps):
 
 
 @eqx.filter_jit
-def _first_chunk(settings, x0s):
-    solver, fn, args, value_dtype, max_steps = settings
+def _start(settings, x0s) -> Result:
+    """The batch before its first step: a `Result` per problem at x0 with `init`'s state (the
+    state a fresh run starts from), so that every chunk, the first too, is a resumed run."""
+    solver, fn, args, value_dtype = settings
 
     def one(x, a):
-        return solver.run(fn, x, *a, value_dtype=value_dtype)
+        state = solver.init(x, value_dtype, fn=fn, args=a)
+        return Result(x, state.value, state.grad, state.aux, state.status, state, x)
 
-    result = jax.vmap(one)(x0s, args)
-    return result, _running(result, max_steps)
+    return jax.vmap(one)(x0s, args)
 
 
 @eqx.filter_jit(donate="all-except-first")
