@@ -1,7 +1,7 @@
 """Many small problems at once: problems solved per second, plain `vmap(run)` against its peers.
 
     python benchmarks/batched.py                    # 10,000 problems, every row
-    python benchmarks/batched.py --batch 2000 --scipy 100 --out /tmp/batched
+    python benchmarks/batched.py --quick --out /tmp/batched   # 1,000 problems, a few minutes
 
 The batch: 2-D Rosenbrock-like problems f(x; a, b) = (a - x_1)^2 + b (x_2 - x_1^2)^2 with
 a ~ U[0.5, 1.5], b = 10^U[0, 3] and x0 ~ U[-2, 2]^2 (seeded), float64, to |g|_inf <= gtol: their
@@ -9,11 +9,10 @@ step counts vary about tenfold, which is what a `lax.while_loop` under `jax.vmap
 problem runs until the slowest has finished). Rows:
 
   jaxsearch vmap     `jax.jit(jax.vmap(solver.run))` over the whole batch;
-  jaxsearch chunked  the same solver run `--chunk` steps at a time: after each chunk the problems
-                     that ended are kept, the rest are resumed from their states
-                     (`run(fn, result.iterate, state=result.state)`), packed into the smallest
-                     of a few bucket sizes (halvings of the batch), so nothing compiles per chunk;
-                     each problem's result is compared with plain vmap's, bit for bit;
+  jaxsearch batched_run  `js.batched_run(solver, objective, x0s, ab, chunk_steps=c)` for each c
+                     of `--chunk`: `c` steps at a time, the problems that go on resumed from
+                     their states in the smallest of a few bucket sizes (nothing compiles per
+                     chunk); each problem's result is compared with plain vmap's, bit for bit;
   optax vmap         optax.lbfgs in its documented while loop (benchmarks/peers.py), vmapped;
   optimistix vmap    optx.minimise with optx.LBFGS, vmapped;
   scipy loop         scipy L-BFGS-B on a jitted value_and_grad, a Python loop over `--scipy`
@@ -109,71 +108,35 @@ def jaxsearch_vmap(x0, ab, reps):
     ), result
 
 
-def buckets(size: int, smallest: int) -> list[int]:
-    out = [size]
-    while out[-1] // 2 >= smallest:
-        out.append(out[-1] // 2)
-    return out
-
-
-def jaxsearch_chunked(x0, ab, reps, chunk: int, smallest: int, reference):
-    """Run `chunk` steps at a time; resume only the problems that have not ended."""
-    solver = js.Solver(gtol=GTOL, ftol=0.0, max_steps=chunk)
-    size = len(x0)
-    sizes = buckets(size, smallest)
-
-    @jax.jit
-    def first_chunk(x, p):
-        return jax.vmap(lambda x, p: solver.run(objective, x, p))(x, p)
-
-    @jax.jit
-    def later_chunk(x, p, state):
-        return jax.vmap(lambda x, p, s: solver.run(objective, x, p, state=s))(x, p, state)
-
-    def take(tree, index):
-        return jax.tree.map(lambda leaf: leaf[index], tree)
-
-    def put(tree, index, part):
-        return jax.tree.map(lambda whole, new: whole.at[index].set(new), tree, part)
-
-    def solve():
-        result = first_chunk(x0, ab)
-        final = result  # rows of problems that ended are final
-        active = np.arange(size)
-        chunks, evaluated = 1, size
-        while True:
-            status = np.asarray(result.status)
-            running = status == int(js.Status.MAX_STEPS)
-            active = active[running]
-            if active.size == 0 or chunks * chunk >= MAX_STEPS:
-                break
-            bucket = min(s for s in sizes if s >= active.size)
-            padded = np.concatenate([active, np.full(bucket - active.size, active[0])])
-            index = jnp.asarray(padded)
-            result = later_chunk(take(final.iterate, index), ab[index], take(final.state, index))
-            part = take(result, jnp.arange(active.size))
-            final = put(final, jnp.asarray(active), part)
-            result = part
-            chunks += 1
-            evaluated += bucket
-        return final, chunks, evaluated
-
-    first, wall, (final, chunks, evaluated) = min_wall(solve, reps)
+def same_bits(got, want, size: int) -> np.ndarray:
+    """Per problem: every leaf of the two results (params, value, grad, aux, status, state,
+    iterate) equal bit for bit."""
     same = np.ones(size, bool)
-    for a, b in zip(jax.tree.leaves(final.params), jax.tree.leaves(reference.params), strict=True):
-        same &= np.asarray(jnp.all((a == b).reshape(size, -1), axis=1))
-    same &= np.asarray(final.status == reference.status)
-    same &= np.asarray(final.num_steps == reference.num_steps)
+    for name in ("params", "value", "grad", "aux", "status", "state", "iterate"):
+        for a, b in zip(
+            jax.tree.leaves(getattr(got, name)), jax.tree.leaves(getattr(want, name)), strict=True
+        ):
+            a, b = np.asarray(a).reshape(size, -1), np.asarray(b).reshape(size, -1)
+            if a.dtype.kind == "f":
+                a, b = a.view(f"u{a.dtype.itemsize}"), b.view(f"u{b.dtype.itemsize}")
+            same &= (a == b).all(axis=1)
+    return same
+
+
+def jaxsearch_batched(x0, ab, reps, chunk: int, reference):
+    """`js.batched_run`: `chunk` steps at a time, the problems that go on resumed in buckets."""
+    solver = js.Solver(gtol=GTOL, ftol=0.0, max_steps=MAX_STEPS)
+    first, wall, result = min_wall(
+        lambda: js.batched_run(solver, objective, x0, ab, chunk_steps=chunk), reps
+    )
+    same = same_bits(result, reference, len(x0))
     return row(
-        f"jaxsearch chunked ({chunk} steps)",
+        f"jaxsearch batched_run (chunk_steps={chunk})",
         first,
         wall,
-        final.params,
+        result.params,
         ab,
-        size,
-        chunks=chunks,
-        problem_chunks=evaluated,
-        buckets=sizes,
+        len(x0),
         bit_for_bit=int(same.sum()),
     )
 
@@ -265,11 +228,8 @@ def markdown(meta, rows) -> str:
             lines.append(f"| {r['name']} | | | | | | | {r['error']} |")
             continue
         notes = []
-        if "chunks" in r:
-            notes.append(
-                f"{r['chunks']} chunks, {r['problem_chunks']} problem-chunks, buckets "
-                f"{r['buckets']}; bit for bit as vmap: {r['bit_for_bit']} of {r['problems']}"
-            )
+        if "bit_for_bit" in r:
+            notes.append(f"bit for bit as jaxsearch vmap: {r['bit_for_bit']} of {r['problems']}")
         if "steps_max" in r and "steps_min" not in r:
             notes.append(f"max steps {r['steps_max']}")
         lines.append(
@@ -284,12 +244,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--batch", type=int, default=10_000)
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--chunk", type=int, default=8)
-    p.add_argument("--smallest", type=int, default=64, help="the smallest bucket")
+    p.add_argument("--chunk", default="8,16", help="comma list of batched_run's chunk_steps")
     p.add_argument("--scipy", type=int, default=200, help="problems in scipy's loop (0: none)")
-    p.add_argument("--skip", default="", help="comma list of: chunked,optax,optimistix")
+    p.add_argument("--skip", default="", help="comma list of: batched,optax,optimistix")
+    p.add_argument("--quick", action="store_true", help="--batch 1000 --reps 1 --scipy 20")
     p.add_argument("--out", default=str(HERE / "results"))
     args = p.parse_args(argv)
+    if args.quick:
+        args.batch, args.reps, args.scipy = 1000, 1, min(args.scipy, 20)
     skip = set(filter(None, args.skip.split(",")))
     x0, ab = batch(args.batch)
     rows = []
@@ -297,10 +259,10 @@ def main(argv=None):
     rows.append(base)
     print(rows[-1], flush=True)
     measures = [
-        (
-            "chunked",
-            lambda: jaxsearch_chunked(x0, ab, args.reps, args.chunk, args.smallest, reference),
-        ),
+        ("batched", lambda c=int(c): jaxsearch_batched(x0, ab, args.reps, c, reference))
+        for c in args.chunk.split(",")
+    ]
+    measures += [
         ("optax", lambda: optax_vmap(x0, ab, args.reps)),
         ("optimistix", lambda: optimistix_vmap(x0, ab, args.reps)),
     ]

@@ -5,6 +5,7 @@ from ._adjoint import (
     ImplicitAdjoint as ImplicitAdjoint,
     UnrolledAdjoint as UnrolledAdjoint,
 )
+from ._batched import batched_run as batched_run
 from ._direction import (
     BFGS as BFGS,
     LBFGS as LBFGS,
