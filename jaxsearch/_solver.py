@@ -283,9 +283,11 @@ class Solver(eqx.Module):
         """Minimise fn from x0: one compiled `lax.while_loop` of which each iteration evaluates
         fn once.
 
-        New `x0` or `args` values of the same shapes and dtypes reuse the compiled program;
-        the identity of `fn` is part of the compile key, so pass data through `args` rather
-        than through a new closure per call (after two such recompiles for the same shapes,
+        New `x0` or `args` values of the same shapes and dtypes reuse the compiled program.
+        A new `fn` object that computes the same thing (a closure made anew per call over the
+        same numbers and arrays) reuses it too: a top-level call compares what fn computes
+        (docs/recompiles.md, "New closures"). A closure over other data compiles again, so
+        pass data through `args` (after two such recompiles for the same shapes,
         `js.RetraceWarning` says so, once). `value_dtype` as in `init`.
 
         Per step, a run can record `step`, `value`, `grad_norm`, `step_size`, `num_fun_evals`
