@@ -50,7 +50,7 @@ from ._misc import (
     tree_zeros_like,
     widest_float,
 )
-from ._packing import PackedState, pack
+from ._packing import PackedState, pack, packed
 from ._state import BestPoint, SolverState
 from ._status import KEPT, Status
 from ._stopping import step_status
@@ -60,8 +60,15 @@ _replace = dataclasses.replace
 # The search's scalars are carried packed, at most this many to a buffer: XLA:CPU fuses a
 # concatenation with the computations of its operands where it has at most 8 of them, and
 # runs no multi-output fusion, so an update costs one kernel per buffer, not one per scalar
-# (and a branch passes a buffer on in one copy). tests/test_engine.py measures it.
+# (and a branch passes a buffer on in one copy). tests/test_engine.py measures it. A run under
+# `jax.vmap` (`Report.batched`) carries them unpacked: its scalars are vectors, and the
+# selects that replace its branches compile far slower on packed buffers (the vmapped GLM of
+# benchmarks/fresh_fit.py: 8.4 s packed, 5.6 s not).
 PACKED_LEAVES = 8
+
+
+def _nothing(leaf) -> bool:
+    return False
 
 
 class Machine(eqx.Module):
@@ -90,7 +97,9 @@ class Machine(eqx.Module):
 
 
 def _with_search(m: Machine, search: SearchState, **changes) -> Machine:
-    return _replace(m, packed_search=pack(search, PACKED_LEAVES), **changes)
+    """`m` with `search` packed as the machine packs it (or not: `Engine.start`)."""
+    which = packed if m.packed_search.buffers else _nothing
+    return _replace(m, packed_search=pack(search, PACKED_LEAVES, which), **changes)
 
 
 def gradient_norm(x, grad, box: Box | None, dtype) -> Scalar:
@@ -232,7 +241,9 @@ class Engine:
             d=tree_zeros_like(x),
             dphi0=zero,
             packed_search=pack(
-                self.linesearch.start(state.linesearch, zero, -one, one, zero), PACKED_LEAVES
+                self.linesearch.start(state.linesearch, zero, -one, one, zero),
+                PACKED_LEAVES,
+                _nothing if self.report.batched else packed,
             ),
             trials=scalar(0, jnp.int32),
             evals_at_start=state.num_fun_evals,

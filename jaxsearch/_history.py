@@ -106,12 +106,15 @@ class History(eqx.Module):
 
 
 class Report(eqx.Module):
-    """What `run` records per step (part of its compile key: all fields static)."""
+    """What `run` records per step, and whether it runs under `jax.vmap` (`batched`: its
+    loop then carries the search's state unpacked, see `_engine.PACKED_LEAVES`); part of its
+    compile key: all fields static."""
 
     history: bool = eqx.field(static=True, default=False)
     callback: Callable[[dict], object] | None = eqx.field(static=True, default=None)
     verbose: bool = eqx.field(static=True, default=False)
     progress: bool = eqx.field(static=True, default=False)
+    batched: bool = eqx.field(static=True, default=False)
 
     @property
     def per_step(self) -> bool:

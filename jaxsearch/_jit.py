@@ -63,7 +63,7 @@ class _Jitted:
     def _auto(self, args, kwargs):
         """The options "auto" chooses for these arguments: the lean ones where every solver
         call in `fun` is priced below the compile time they save."""
-        if not _programs.lean_eligible(()):  # another backend, or a jaxlib without them
+        if not _programs.lean_eligible():  # another backend, or a jaxlib without them
             return None
         flat, treedef = jtu.tree_flatten((args, kwargs))
         try:

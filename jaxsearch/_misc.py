@@ -4,6 +4,7 @@ All inner products and norms accumulate in at least float32, whatever the leaf d
 and every helper casts explicitly, so the package runs under strict dtype promotion.
 """
 
+import copy
 import functools
 import sys
 import warnings
@@ -218,6 +219,17 @@ def select(pred, on_true: PyTree, on_false: PyTree) -> PyTree:
 def dtype_eps(tree: PyTree) -> float:
     """Machine epsilon of the least precise leaf of `tree`."""
     return max(float(jnp.finfo(x.dtype).eps) for x in leaves(tree))
+
+
+def with_fields(module: eqx.Module, **fields) -> eqx.Module:
+    """A copy of the frozen `module` with `fields` set as given, bypassing `__init__`: for
+    fields that no other field is derived from (a `Solver`'s `max_steps`, `throw`, ...)."""
+    changed = copy.copy(module)
+    for name, value in fields.items():
+        if not hasattr(module, name):
+            raise AttributeError(f"{type(module).__name__} has no field {name!r}.")
+        object.__setattr__(changed, name, value)
+    return changed
 
 
 def as_int(value: Any) -> Any:

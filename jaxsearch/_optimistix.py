@@ -1,6 +1,5 @@
 """A solver as an optimistix minimiser: `optx.minimise(fn, solver.as_optimistix(), y0, args)`."""
 
-import copy
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -14,7 +13,7 @@ from . import _pipeline
 from ._adjoint import UnrolledAdjoint
 from ._direction import AbstractLeastSquares
 from ._inputs import partition
-from ._misc import select, tree_cast_like, tree_cast_to_avals
+from ._misc import select, tree_cast_like, tree_cast_to_avals, with_fields
 from ._state import SolverState
 from ._status import Status
 from ._stopping import run_status
@@ -35,10 +34,7 @@ def _inner_solver(solver):
     stopping rules, initial steps, ...), but for fn returning (f, aux) as optimistix calls
     it, no error of its own, and checkpointed inner loops, so that
     `optx.RecursiveCheckpointAdjoint` can differentiate through the steps."""
-    inner = copy.copy(solver)
-    for name, value in (("has_aux", True), ("throw", False), ("adjoint", UnrolledAdjoint())):
-        object.__setattr__(inner, name, value)  # a frozen module: a copy, changed in place
-    return inner
+    return with_fields(solver, has_aux=True, throw=False, adjoint=UnrolledAdjoint())
 
 
 class OptimistixMinimiser(optx.AbstractMinimiser):

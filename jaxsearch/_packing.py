@@ -39,7 +39,8 @@ class PackedState(eqx.Module):
         found = self.__dict__.get("_unpacked")
         if found is None:
             tree, places = self.recipe
-            concrete = not any(isinstance(b, jax.core.Tracer) for b in self.buffers)
+            arrays = (*self.buffers, *jax.tree.leaves(self.kept))
+            concrete = not any(isinstance(a, jax.core.Tracer) for a in arrays)
             packed = iter((_unpack_on_host if concrete else _unpack)(places, self.buffers))
             leaves = [self.kept[p[1]] if p[0] == "kept" else next(packed) for p in places]
             found = jax.tree.unflatten(tree, leaves)

@@ -38,6 +38,7 @@ from ._misc import (
     tree_zeros_like,
     weak_settings,
     widest_float,
+    with_fields,
 )
 from ._packing import packed
 from ._result import Result
@@ -300,6 +301,9 @@ def run(
         )
     box = None if bounds is None else make_box(solver, bounds, partition(x0)[0])
     search = line_search(solver, box)
+    if _programs.batched((x0, args, state)):
+        report = dataclasses.replace(report, batched=True)
+    given_fn = fn
     with _evaluate.sharing_traces():  # fn is traced once for its price, the state and the run
         fn = same_computation(solver, fn, x0, args)
         # equinox turns a `throw=True` error into a clean exception under its own jit only
@@ -308,8 +312,14 @@ def run(
         )
         _programs.price(solver, fn, x0, args)
         chosen = state_options = _programs.options(compiler_options, solver, fn, x0, args)
-        if compiler_options == "auto" and chosen is None and _programs.lean_eligible((x0, args)):
+        rented = 0
+        if chosen is None and _programs.rents_first(compiler_options, solver, report):
+            rented = _programs.lean_steps(fn, x0, args)
+        if compiler_options == "auto" and chosen is None and _programs.lean_eligible():
             state_options = _programs.LEAN_ITEMS  # the fresh state's program evaluates no fn
+        if 0 < rented < solver.max_steps:
+            arguments = (args, value_dtype, bounds, report)
+            return rent_then_buy(solver, given_fn, x0, arguments, state, rented)
         if state is None:
             state, donate = fresh_run_state(
                 solver, search, fn, x0, args, value_dtype, plain, state_options
@@ -335,6 +345,19 @@ def run(
         return _programs.call(
             bundled_run, settings, large, filtered=True, donate=donate, options=chosen
         )
+
+
+def rent_then_buy(solver, fn, x0, arguments: tuple, state, rented: int) -> Result:
+    """A run of "auto" that `_programs.rents_first`: its first `rented` steps compiled with
+    the lean options and, where the run goes on after them, the rest of its `max_steps`
+    resumed from that part's state and iterate under XLA's defaults."""
+    lean = run(
+        with_fields(solver, max_steps=rented), fn, x0, *arguments, state, _programs.LEAN_ITEMS
+    )
+    if int(lean.status) != Status.MAX_STEPS:
+        return lean
+    rest = with_fields(solver, max_steps=solver.max_steps - rented)
+    return run(rest, fn, lean.iterate, *arguments, lean.state, None)
 
 
 def same_computation(solver, fn, params, args: tuple):

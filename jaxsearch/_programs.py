@@ -10,22 +10,31 @@ the call top to bottom), and how it is compiled.
 - **Compile options.** `run(..., compiler_options=...)` chooses them: a dict is passed to
   XLA as given, None keeps XLA's defaults, and "auto" (the default) compiles with
   `LEAN_OPTIONS` (XLA's elemental fusion emitters and LLVM at -O1) on a CPU, at the top
-  level, for params and args under `LEAN_BYTES`, when the run time these options may add is
-  below the compile time they save. XLA CPU compiles each fusion through its own MLIR and
-  LLVM pipelines, and the solver's scalar logic is made of many small fusions: the lean
-  options take about `LEAN_SAVES_SECONDS` off a small problem's compile (more off a network's),
-  and run the solver's own logic no slower, but an objective's elementwise work, a network's
-  tanh most of all, can run up to 1.5 times slower. So a run is priced at `max_steps`
-  steps of `EVALUATIONS_PER_STEP` evaluations, each slowed by what `jaxsearch._cost`
-  estimates from fn's jaxpr (`benchmarks/compile_options.py` measures both sides). `step`
-  called at the top level and `js.jit` price their program as a run of the solver's
-  `max_steps` steps. Where this jaxlib lacks a lean option, "auto" compiles every program
-  with the defaults. Inside a caller's trace the caller's compile decides.
+  level, where the run time these options may add stays below the compile time they save.
+  XLA CPU compiles each fusion through its own MLIR and LLVM pipelines, and the solver's
+  scalar logic is made of many small fusions: the lean options take about
+  `LEAN_SAVES_SECONDS` off a run's compile, and run the solver's own logic no slower, but an
+  objective's elementwise work, a network's tanh most of all, can run up to 1.5 times slower.
+  So a step is priced at `EVALUATIONS_PER_STEP` evaluations, each slowed by what
+  `jaxsearch._cost` estimates from fn's jaxpr (`benchmarks/compile_options.py` measures both
+  sides). A run whose `max_steps` steps are priced below the saving compiles lean. A longer
+  one does not know how many steps it will take, so "auto" rents before it buys (the ski
+  rental rule, Karlin, Manasse, McGeoch & Owicki 1994): a plain run (no history, callback,
+  verbose or progress, no `max_evals`, `throw` not True) first runs lean for `lean_steps`
+  steps, those whose price is the saving, and only a run still going after them resumes
+  under XLA's defaults for the rest of its `max_steps` (`run(..., state=...)` goes on as one
+  run would; the resumed part evaluates f once more at its start). Its total compile and run
+  time is then at most about twice the better of the two choices made in hindsight, and a
+  short run compiles only the lean program. `step` called at the top level and `js.jit`
+  price their program as a run of the solver's `max_steps` steps. Where this jaxlib lacks a
+  lean option, "auto" compiles every program with the defaults. Inside a caller's trace the
+  caller's compile decides.
 """
 
 import contextvars
 import functools
 import math
+import sys
 from typing import Any, Literal
 
 import equinox as eqx
@@ -37,9 +46,11 @@ from . import _cost, _evaluate
 from ._misc import leaves
 
 DONATE_BYTES = 1 << 20
-LEAN_BYTES = 1 << 20
 LEAN_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
-LEAN_SAVES_SECONDS = 0.4  # the compile time they take off sum(x^2)'s run (2-core AMD EPYC)
+# The compile time they take off a run's program: 0.9 s for sum(x^2) on a loaded 2-core AMD
+# EPYC, 1.7 to 1.9 s for sum(x^2) and a Poisson GLM on 2 idle cores of another EPYC
+# (benchmarks/compile_options.py, "runs"); the least of them.
+LEAN_SAVES_SECONDS = 0.9
 EVALUATIONS_PER_STEP = 2  # L-BFGS averages 1.1 to 1.2 (benchmarks/compile_options.py)
 LEAN_ITEMS = tuple(sorted(LEAN_OPTIONS.items()))  # as `setting` gives them
 _lean_options_supported = True  # until this jaxlib refuses one of them
@@ -77,6 +88,15 @@ def eager(tree) -> bool:
     return True
 
 
+def batched(tree) -> bool:
+    """Whether a leaf of `tree` is a `jax.vmap` tracer (eager, or inside another trace)."""
+    try:
+        from jax._src.interpreters import batching
+    except ImportError:  # a later jax: taken as not batched
+        return False
+    return any(isinstance(leaf, batching.BatchTracer) for leaf in leaves(tree))
+
+
 def top_level() -> bool:
     """Whether no trace is under way (jax accepts compile options on top-level jits only)."""
     try:
@@ -100,21 +120,41 @@ def setting(compiler_options):
     )
 
 
-def lean_eligible(arrays) -> bool:
-    """Whether a call on `arrays` (params and args) may be compiled with `LEAN_OPTIONS`: at
-    the top level, on a CPU, for fewer than `LEAN_BYTES` of arrays."""
-    return _lean_backend() and _bytes(arrays) < LEAN_BYTES
-
-
-def _lean_backend() -> bool:
+def lean_eligible() -> bool:
+    """Whether a call may be compiled with `LEAN_OPTIONS`: at the top level, on a CPU, with a
+    jaxlib that takes them."""
     return _lean_options_supported and jax.default_backend() == "cpu" and top_level()
 
 
 def lean_extra_seconds(solver, fn, params, args: tuple) -> float:
     """The run time the lean options may add to a run of `solver` (all its `max_steps`
     steps, `EVALUATIONS_PER_STEP` evaluations each) on fn at params and args; infinite where
-    the arrays hold `LEAN_BYTES` or more, or where params are batched (by `jax.vmap`, say)."""
+    params are batched (by `jax.vmap`, say)."""
     return solver.max_steps * EVALUATIONS_PER_STEP * _extra_per_evaluation(fn, params, args)
+
+
+def lean_steps(fn, params, args: tuple) -> int:
+    """The steps of a run on fn at params and args whose price under the lean options
+    (`EVALUATIONS_PER_STEP` evaluations each) stays below `LEAN_SAVES_SECONDS`: the lean
+    part of a run that rents before it buys (module docstring); 0 where params are batched."""
+    per_step = EVALUATIONS_PER_STEP * _extra_per_evaluation(fn, params, args)
+    if per_step <= 0:
+        return sys.maxsize
+    return int(min(LEAN_SAVES_SECONDS / per_step, sys.maxsize))
+
+
+def rents_first(compiler_options, solver, report) -> bool:
+    """Whether a run of `solver` may first run lean for `lean_steps` steps and resume under
+    XLA's defaults ("auto", at the top level of a CPU, a plain run: see the module
+    docstring). Its history would be split, its host calls would see two runs, a budget of
+    evaluations would start again, and `throw=True` would raise at the lean part's end."""
+    return (
+        compiler_options == "auto"
+        and lean_eligible()
+        and not report.per_step
+        and solver.max_evals is None
+        and solver.throw is not True
+    )
 
 
 # The estimate per evaluation, kept by fn and the avals (and other leaves) of params and args.
@@ -125,8 +165,6 @@ _EXTRA_KEPT = 64
 def _extra_per_evaluation(fn, params, args: tuple) -> float:
     flat, treedef = jtu.tree_flatten((params, args))
     arrays = [leaf for leaf in flat if eqx.is_array(leaf)]
-    if sum(math.prod(x.shape) * x.dtype.itemsize for x in arrays) >= LEAN_BYTES:
-        return math.inf
     batched = any(
         isinstance(leaf, jax.core.Tracer) and not isinstance(leaf, partial_eval.DynamicJaxprTracer)
         for leaf in arrays
@@ -158,7 +196,7 @@ def options(compiler_options, solver, fn, params, args: tuple):
     params and args, for the `setting` `compiler_options`: "auto" as the module docstring
     says. Options given inside a trace are refused, as jax refuses them."""
     if compiler_options == "auto":
-        cheap = _lean_backend() and (
+        cheap = lean_eligible() and (
             lean_extra_seconds(solver, fn, params, args) < LEAN_SAVES_SECONDS
         )
         return LEAN_ITEMS if cheap else None

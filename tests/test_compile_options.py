@@ -146,14 +146,108 @@ def test_run_compiles_with_the_options_it_is_given(compiled_as):
 
 
 @on_cpu
-def test_an_expensive_run_keeps_the_defaults_and_its_state_program_is_lean(compiled_as):
-    """A budget of 1e8 steps prices even a cheap objective above the compile time saved."""
+def test_an_expensive_run_rents_or_keeps_the_defaults_and_its_state_program_is_lean(
+    compiled_as,
+):
+    """A budget of 1e8 or 1e9 steps prices even a cheap objective above the compile time saved: a
+    plain run rents lean steps first (the bowl ends within them), one that may not be split
+    keeps the defaults."""
     result = js.Solver(max_steps=10**8).run(bowl, jnp.zeros(3))
+    assert result.status == js.Status.CONVERGED_GTOL
+    result = js.Solver(max_steps=10**9, throw=True).run(bowl, jnp.zeros(3))
     assert result.status == js.Status.CONVERGED_GTOL
     assert compiled_as == [
         ("fresh_state", LEAN),  # evaluates no fn
-        ("settled_run", None),
+        ("settled_run", LEAN),
+        ("fresh_state", LEAN),
+        ("bundled_run", None),
     ]
+
+
+def rosenbrock(x):
+    return 100.0 * (x[1] - x[0] ** 2) ** 2 + (1.0 - x[0]) ** 2
+
+
+@pytest.fixture
+def rent_for(monkeypatch):
+    """Make "auto" price a run so that `lean_steps` is `steps` for `fn` (the saving scaled)."""
+
+    def rent(steps, fn, x0, args=()):
+        per_step = _programs.lean_extra_seconds(js.Solver(max_steps=1), fn, x0, args)
+        saving = (steps + 0.5) * per_step
+        monkeypatch.setattr(_programs, "LEAN_SAVES_SECONDS", saving)
+        assert _programs.lean_steps(fn, x0, args) == steps
+
+    return rent
+
+
+@on_cpu
+def test_lean_steps_are_those_priced_below_the_saving():
+    x0 = jnp.zeros(10**4, jnp.float32)
+    per_step = _programs.lean_extra_seconds(js.Solver(max_steps=1), bowl, x0, ())
+    assert _programs.lean_steps(bowl, x0, ()) == int(_programs.LEAN_SAVES_SECONDS / per_step)
+    batched = []
+    jax.vmap(lambda x: batched.append(_programs.lean_steps(bowl, x, ())) or x)(x0[None])
+    assert batched == [0]
+
+
+@on_cpu
+def test_a_long_run_rents_lean_steps_then_resumes_under_the_defaults(compiled_as, rent_for):
+    """Rosenbrock takes about 35 steps: the first 5 are compiled lean, the rest with XLA's
+    defaults, resumed from the lean part's state, as the two calls made by hand do."""
+    with jax.enable_x64(True):
+        x0 = jnp.array([-1.2, 1.0], jnp.float64)
+        rent_for(5, rosenbrock, x0)
+        solver = js.Solver(gtol=1e-9, ftol=0.0, max_steps=100)
+        result = solver.run(rosenbrock, x0)
+        assert compiled_as == [
+            ("fresh_state", LEAN),
+            ("settled_run", LEAN),
+            ("settled_run", None),
+        ]
+        assert result.status == js.Status.CONVERGED_GTOL and result.num_steps > 5
+        np.testing.assert_allclose(result.params, [1.0, 1.0], rtol=1e-8)
+        lean = js.Solver(gtol=1e-9, ftol=0.0, max_steps=5).run(
+            rosenbrock, x0, compiler_options=_programs.LEAN_OPTIONS
+        )
+        assert lean.status == js.Status.MAX_STEPS
+        rest = js.Solver(gtol=1e-9, ftol=0.0, max_steps=95).run(
+            rosenbrock, lean.iterate, state=lean.state, compiler_options=None
+        )
+        for got, expected in zip(jax.tree.leaves(result), jax.tree.leaves(rest), strict=True):
+            np.testing.assert_array_equal(got, expected)
+        # the whole run in one program: the same status and a close answer
+        whole = solver.run(rosenbrock, x0, compiler_options=None)
+        assert whole.status == result.status
+        assert abs(int(whole.num_steps) - int(result.num_steps)) <= 2
+        np.testing.assert_allclose(result.params, whole.params, rtol=1e-8)
+
+
+@on_cpu
+def test_a_run_that_ends_within_its_lean_steps_compiles_nothing_else(compiled_as, rent_for):
+    x0 = jnp.zeros(3)
+    rent_for(5, bowl, x0)
+    result = js.Solver(max_steps=100).run(bowl, x0)
+    assert result.status == js.Status.CONVERGED_GTOL
+    assert compiled_as == [("fresh_state", LEAN), ("settled_run", LEAN)]
+
+
+@on_cpu
+@pytest.mark.parametrize(
+    "solver, report",
+    [
+        (js.Solver(max_steps=100, max_evals=1000), {}),
+        (js.Solver(max_steps=100, throw=True), {}),
+        (js.Solver(max_steps=100), {"history": True}),
+        (js.Solver(max_steps=100), {"callback": lambda info: None}),
+    ],
+    ids=["max_evals", "throw", "history", "callback"],
+)
+def test_runs_that_cannot_be_split_do_not_rent(compiled_as, rent_for, solver, report):
+    x0 = jnp.zeros(3)
+    rent_for(5, bowl, x0)
+    solver.run(bowl, x0, **report)
+    assert [options for _, options in compiled_as] == [LEAN, None]
 
 
 def test_a_bad_setting_and_options_inside_a_trace_are_refused():

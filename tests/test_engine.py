@@ -76,6 +76,27 @@ def test_the_search_state_is_updated_in_few_kernels(search):
     assert loop_body_kernels(js.Solver(js.LBFGS(), getattr(js, search)())) <= 66
 
 
+def _loop_concatenations(jaxpr) -> int:
+    """The concatenations in the body of the largest while loop of `jaxpr` (the run's)."""
+    whiles = [e for e in all_eqns(jaxpr) if e.primitive.name == "while"]
+    loop = max(whiles, key=lambda e: sum(1 for _ in all_eqns(e.params["body_jaxpr"].jaxpr)))
+    body = loop.params["body_jaxpr"].jaxpr
+    return sum(1 for e in all_eqns(body) if e.primitive.name == "concatenate")
+
+
+@pytest.mark.program_shape
+def test_a_vmapped_run_carries_the_search_unpacked():
+    """Under `jax.vmap` the search's scalars are vectors and the loop's branches become
+    selects, which XLA:CPU compiles far slower on packed buffers (the vmapped GLM of
+    benchmarks/fresh_fit.py: 8.4 s packed against 5.9 s): there the loop packs nothing."""
+    solver = js.Solver()
+    single = jax.make_jaxpr(lambda x: solver.run(rosenbrock, x).params)(jnp.zeros(2))
+    batched = jax.make_jaxpr(jax.vmap(lambda x: solver.run(rosenbrock, x).params))(
+        jnp.zeros((3, 2))
+    )
+    assert _loop_concatenations(batched.jaxpr) < _loop_concatenations(single.jaxpr)
+
+
 @pytest.mark.program_shape
 def test_memory_is_written_in_place():
     """The memory update is masked at the top of the loop's body, not inside the boundary's

@@ -34,20 +34,17 @@ def compiled_as(monkeypatch):
 
 
 @on_cpu
-def test_lean_below_a_mebibyte_at_the_top_level():
-    small, large = jnp.zeros(1000, jnp.float32), jnp.zeros(1 << 18, jnp.float32)  # 4 kB, 1 MiB
-    assert _programs.lean_eligible((small, ()))
-    assert not _programs.lean_eligible((large, ()))
-    assert not _programs.lean_eligible((small, (large,)))  # data in args counts
-    assert _programs.lean_eligible((small, (2.0, "static")))  # non-array leaves do not
+def test_lean_at_the_top_level_only():
+    small = jnp.zeros(1000, jnp.float32)
+    assert _programs.lean_eligible()
     inside = []
-    jax.jit(lambda x: inside.append(_programs.lean_eligible((x, ()))) or x)(small)
-    jax.vmap(lambda x: inside.append(_programs.lean_eligible((x, ()))) or x)(small[:4])
+    jax.jit(lambda x: inside.append(_programs.lean_eligible()) or x)(small)
+    jax.vmap(lambda x: inside.append(_programs.lean_eligible()) or x)(small[:4])
     assert inside == [False, False]  # jax takes compile options at the top level only
 
 
 @on_cpu
-def test_run_and_step_compile_lean_for_small_problems(compiled_as):
+def test_run_and_step_compile_lean_where_priced_below_the_saving(compiled_as):
     solver = js.Solver(js.LBFGS(), max_steps=5, gtol=0.0, ftol=0.0)
     a = jnp.asarray(100.0, jnp.float32)
     small = jnp.asarray(np.tile([-1.2, 1.0], 5), jnp.float32)
@@ -64,8 +61,14 @@ def test_run_and_step_compile_lean_for_small_problems(compiled_as):
         ("take_step", True),
     ]
     compiled_as.clear()
-    solver.run(chain, large, a)
-    assert compiled_as == [("fresh_state", False), ("settled_run", False)]
+    solver.run(chain, large, a)  # 1 MiB, 5 steps: priced below the saving
+    assert compiled_as == [("fresh_state", True), ("settled_run", True)]
+    compiled_as.clear()
+    # priced over the saving at its max_steps, and it may not rent (throw=True): the
+    # defaults, but for the fresh state's program, which evaluates no fn
+    bowl = jnp.asarray(0.0, jnp.float32)  # a = 0: a separable quadratic, solved in a step or two
+    js.Solver(js.LBFGS(), max_steps=10**6, throw=True).run(chain, large, bowl)
+    assert compiled_as == [("fresh_state", True), ("bundled_run", False)]
     compiled_as.clear()
     jax.jit(lambda x: solver.run(chain, x, a).params)(small)
     assert [lean for _, lean in compiled_as] == [False, False]

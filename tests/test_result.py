@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch._packing import PACKED_SIZE
+from jaxsearch._packing import PACKED_SIZE, pack
 
 
 def bowl(x, c):
@@ -120,3 +120,18 @@ def test_a_packed_state_unpacks_under_vmap_and_resumes():
         alone = solver.run(chain, first.iterate, jnp.asarray(1.0), state=first.state)
         assert int(again.num_steps[i]) == int(alone.num_steps) == 4
         assert np.allclose(again.params[i], alone.params)
+
+
+def test_a_state_of_tracers_packed_into_no_buffer_is_not_kept_unpacked():
+    """`unpack` keeps its leaves only for a state of concrete arrays; a traced state that
+    packs nothing (all its leaves kept) is unpacked anew, and keeps its pytree structure."""
+
+    def traced(x):
+        state = pack({"a": x, "b": x + 1}, which=lambda leaf: False)
+        structure = jax.tree.structure(state)
+        state.unpack()
+        assert "_unpacked" not in vars(state)
+        assert jax.tree.structure(state) == structure
+        return x
+
+    jax.jit(traced)(jnp.ones(()))
