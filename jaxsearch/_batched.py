@@ -55,9 +55,10 @@ def batched_run(
     any place of a batch. On XLA's CPU backend that holds where it does not contract a
     multiply and an add into a fused multiply-add (FMA): there, e.g. on x86 with
     `XLA_FLAGS=--xla_cpu_max_isa=AVX` (tests/test_batched.py checks float64 and float32, a
-    pytree x0 and aux). With FMA (x86 from AVX2 on, the default), XLA contracts in a loop's
-    vectorised body but not in its remainder, nor the same way in every program, so that a
-    problem's last bits depend on its place in the batch and on the program: even
+    pytree x0 and aux). With FMA (x86 from AVX2 on, the default), XLA's CPU code rounds some
+    of a problem's multiply-adds differently in the last few places of a loop and from one
+    program to another, so that its last bits depend on its place in the batch and on the
+    program: even
     `jax.jit(jax.vmap(run))` on the batch in another order, or resumed once with `state=`,
     differs in the last bits for some problems, and so do some of `batched_run`'s
     (`benchmarks/batched.py` counts the problems that match).
