@@ -45,6 +45,7 @@ MAX_STEPS = 1000
 
 
 def objective(x, ab):
+    """Rosenbrock-like: (a - x_1)^2 + b (x_2 - x_1^2)^2."""
     a, b = ab[0], ab[1]
     return (a - x[0]) ** 2 + b * (x[1] - x[0] ** 2) ** 2
 
@@ -57,27 +58,71 @@ def batch(size: int, seed: int = 0):
     return jnp.asarray(x0), jnp.asarray(np.stack([a, b], axis=1))
 
 
-def min_wall(call, reps: int) -> tuple[float, float, object]:
-    """(compile-call wall, min wall of `reps` further calls, last output)."""
-    start = time.perf_counter()
-    out = jax.block_until_ready(call())
-    first = time.perf_counter() - start
-    walls = []
+TIMES = np.linspace(0.0, 5.0, 20)
+
+
+def decay(x, y):
+    """Least squares of an exponential decay x_1 exp(-x_2 t) through 20 points y."""
+    return jnp.sum((x[0] * jnp.exp(-x[1] * jnp.asarray(TIMES)) - y) ** 2)
+
+
+def decay_batch(size: int, seed: int = 0):
+    """Random amplitudes in [0.5, 2], rates in [0.1, 3], noise 0.01; every fit from (1, 1)."""
+    rng = np.random.default_rng(seed)
+    amplitude, rate = rng.uniform(0.5, 2.0, size), rng.uniform(0.1, 3.0, size)
+    y = amplitude[:, None] * np.exp(-rate[:, None] * TIMES) + 0.01 * rng.normal(size=(size, 20))
+    return jnp.ones((size, 2)), jnp.asarray(y)
+
+
+PROBLEMS = {"rosenbrock": (objective, batch), "decay": (decay, decay_batch)}
+PROBLEM_TEXT = {
+    "rosenbrock": "2-D Rosenbrock-like, a ~ U[0.5, 1.5], b = 10^U[0, 3], x0 ~ U[-2, 2]^2",
+    "decay": "exponential-decay fits to 20 noisy points, amplitude ~ U[0.5, 2], rate ~ "
+    "U[0.1, 3], from (1, 1)",
+}
+
+
+def interleaved(measures, reps: int) -> list[dict]:
+    """Each measure is (name, call, finish): a first call each (the compile), then `reps`
+    rounds calling each in turn (a loaded machine slows them alike); finish(first, min wall,
+    last output) makes its row, with the least CPU time of a call (this process's, all its
+    threads) as `cpu_s`. A measure whose call raises is reported, not fatal."""
+    firsts, outs, walls = {}, {}, {}
+    for name, call, _ in measures:
+        try:
+            start = time.perf_counter()
+            outs[name] = jax.block_until_ready(call())
+            firsts[name], walls[name] = time.perf_counter() - start, []
+        except Exception as error:  # a peer that fails
+            outs[name] = dict(name=name, error=f"{type(error).__name__}: {error}"[:300])
+        print(name, "first call", round(firsts.get(name, -1.0), 2), flush=True)
+    cpus: dict = {name: [] for name in walls}
     for _ in range(reps):
-        start = time.perf_counter()
-        out = jax.block_until_ready(call())
-        walls.append(time.perf_counter() - start)
-    return first, min(walls), out
+        for name, call, _ in measures:
+            if name in walls:
+                start, cpu = time.perf_counter(), time.process_time()
+                outs[name] = jax.block_until_ready(call())
+                walls[name].append(time.perf_counter() - start)
+                cpus[name].append(time.process_time() - cpu)
+    rows = []
+    for name, _, finish in measures:
+        if name in walls:
+            rows.append(finish(firsts[name], min(walls[name]), outs[name]))
+            rows[-1]["cpu_s"] = min(cpus[name])
+        else:
+            rows.append(outs[name])
+        print(rows[-1], flush=True)
+    return rows
 
 
-def solved(x, ab) -> np.ndarray:
+def solved(objective, x, ab) -> np.ndarray:
     """Per problem: |g|_inf <= 10 gtol at x (the peers' own reports differ; this is one test)."""
     grads = jax.vmap(jax.grad(objective))(x, ab)
     return np.asarray(jnp.max(jnp.abs(grads), axis=1) <= 10 * GTOL)
 
 
-def row(name, first, wall, x, ab, size, **extra) -> dict:
-    ok = solved(x, ab)
+def row(objective, name, first, wall, x, ab, size, **extra) -> dict:
+    ok = solved(objective, x, ab)
     return dict(
         name=name,
         problems=size,
@@ -89,23 +134,31 @@ def row(name, first, wall, x, ab, size, **extra) -> dict:
     )
 
 
-def jaxsearch_vmap(x0, ab, reps):
+def jaxsearch_vmap(objective, x0, ab, keep: dict):
+    """Plain `jax.jit(jax.vmap(run))`; its last result is kept in `keep["reference"]`."""
     solver = js.Solver(gtol=GTOL, ftol=0.0, max_steps=MAX_STEPS)
     solve = jax.jit(jax.vmap(lambda x, p: solver.run(objective, x, p)))
-    first, wall, result = min_wall(lambda: solve(x0, ab), reps)
-    steps = np.asarray(result.num_steps)
-    return row(
-        "jaxsearch vmap",
-        first,
-        wall,
-        result.params,
-        ab,
-        len(x0),
-        steps_min=int(steps.min()),
-        steps_median=float(np.median(steps)),
-        steps_max=int(steps.max()),
-        steps_total=int(steps.sum()),
-    ), result
+
+    def finish(first, wall, result):
+        keep["reference"] = result
+        steps = np.asarray(result.num_steps)
+        evals = np.asarray(result.num_fun_evals)
+        return row(
+            objective,
+            "jaxsearch vmap",
+            first,
+            wall,
+            result.params,
+            ab,
+            len(x0),
+            steps_min=int(steps.min()),
+            steps_median=float(np.median(steps)),
+            steps_max=int(steps.max()),
+            evals_mean=float(evals.mean()),
+            evals_max=int(evals.max()),
+        )
+
+    return "jaxsearch vmap", lambda: solve(x0, ab), finish
 
 
 def same_bits(got, want, size: int) -> np.ndarray:
@@ -123,25 +176,22 @@ def same_bits(got, want, size: int) -> np.ndarray:
     return same
 
 
-def jaxsearch_batched(x0, ab, reps, chunk: int, reference):
-    """`js.batched_run`: `chunk` steps at a time, the problems that go on resumed in buckets."""
+def jaxsearch_batched(objective, x0, ab, chunk: int, lanes: int, keep: dict):
+    """`js.batched_run`: a pool of `lanes` lanes, `chunk` steps at a time."""
     solver = js.Solver(gtol=GTOL, ftol=0.0, max_steps=MAX_STEPS)
-    first, wall, result = min_wall(
-        lambda: js.batched_run(solver, objective, x0, ab, chunk_steps=chunk), reps
-    )
-    same = same_bits(result, reference, len(x0))
-    return row(
-        f"jaxsearch batched_run (chunk_steps={chunk})",
-        first,
-        wall,
-        result.params,
-        ab,
-        len(x0),
-        bit_for_bit=int(same.sum()),
-    )
+    name = f"jaxsearch batched_run (lanes={lanes}, chunk_steps={chunk})"
+
+    def finish(first, wall, result):
+        same = same_bits(result, keep["reference"], len(x0))
+        return row(
+            objective, name, first, wall, result.params, ab, len(x0), bit_for_bit=int(same.sum())
+        )
+
+    call = lambda: js.batched_run(solver, objective, x0, ab, chunk_steps=chunk, lanes=lanes)
+    return name, call, finish
 
 
-def optax_vmap(x0, ab, reps):
+def optax_vmap(objective, x0, ab):
     import optax
     import optax.tree_utils as otu
 
@@ -166,12 +216,16 @@ def optax_vmap(x0, ab, reps):
         params, state = jax.lax.while_loop(keep_going, step, (x, opt.init(x)))
         return params, otu.tree_get(state, "count")
 
+    def finish(first, wall, out):
+        params, count = out
+        steps = int(np.max(count))
+        return row(objective, "optax vmap", first, wall, params, ab, len(x0), steps_max=steps)
+
     solve = jax.jit(jax.vmap(one))
-    first, wall, (params, count) = min_wall(lambda: solve(x0, ab), reps)
-    return row("optax vmap", first, wall, params, ab, len(x0), steps_max=int(np.max(count)))
+    return "optax vmap", lambda: solve(x0, ab), finish
 
 
-def optimistix_vmap(x0, ab, reps):
+def optimistix_vmap(objective, x0, ab):
     import optimistix as optx
 
     solver = optx.LBFGS(rtol=1e-10, atol=1e-10)
@@ -180,12 +234,16 @@ def optimistix_vmap(x0, ab, reps):
         sol = optx.minimise(objective, solver, x, p, max_steps=MAX_STEPS, throw=False)
         return sol.value, sol.stats["num_steps"]
 
+    def finish(first, wall, out):
+        params, steps = out
+        name, steps = "optimistix vmap", int(np.max(steps))
+        return row(objective, name, first, wall, params, ab, len(x0), steps_max=steps)
+
     solve = jax.jit(jax.vmap(one))
-    first, wall, (params, steps) = min_wall(lambda: solve(x0, ab), reps)
-    return row("optimistix vmap", first, wall, params, ab, len(x0), steps_max=int(np.max(steps)))
+    return "optimistix vmap", lambda: solve(x0, ab), finish
 
 
-def scipy_loop(x0, ab, count: int):
+def scipy_loop(objective, x0, ab, count: int):
     import scipy.optimize
 
     value_and_grad = jax.jit(jax.value_and_grad(objective))
@@ -204,8 +262,14 @@ def scipy_loop(x0, ab, count: int):
             out.append(res.x)
         return jnp.asarray(np.stack(out))
 
-    first, wall, x = min_wall(solve, 1)
-    return row("scipy loop", first, wall, x, ab[:count], count)
+    def finish(first, wall, x):
+        return row(objective, "scipy loop", first, wall, x, ab[:count], count)
+
+    return "scipy loop", solve, finish
+
+
+def cpu_rate(r) -> float:
+    return r["solved"] / r["cpu_s"]
 
 
 def markdown(meta, rows) -> str:
@@ -214,18 +278,19 @@ def markdown(meta, rows) -> str:
         "",
         f"{meta['date']}; jax {meta['jax']}; command: `{meta['command']}`",
         "",
-        f"{meta['batch']} problems (2-D, float64, gtol {GTOL:g}); jaxsearch vmap's steps per "
-        f"problem: min {meta['steps_min']}, median {meta['steps_median']:g}, max "
-        f"{meta['steps_max']}.",
+        f"{meta['batch']} problems ({meta['problem']}; float64, gtol {GTOL:g}); jaxsearch "
+        f"vmap's steps per problem: min {meta['steps_min']}, median {meta['steps_median']:g}, "
+        f"max {meta['steps_max']}; evaluations of fn: mean {meta['evals_mean']:.3g}, max "
+        f"{meta['evals_max']}.",
         "",
         "| solver | problems | solved | first call s | wall s | solved / s | vs jaxsearch vmap "
-        "| notes |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| cpu s | vs jaxsearch vmap, cpu | notes |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     base = rows[0]["solved_per_s"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['name']} | | | | | | | {r['error']} |")
+            lines.append(f"| {r['name']} | | | | | | | | | {r['error']} |")
             continue
         notes = []
         if "bit_for_bit" in r:
@@ -235,7 +300,7 @@ def markdown(meta, rows) -> str:
         lines.append(
             f"| {r['name']} | {r['problems']} | {r['solved']} | {r['first_call_s']:.3g} "
             f"| {r['wall_s']:.3g} | {r['solved_per_s']:.4g} | {r['solved_per_s'] / base:.3g} "
-            f"| {'; '.join(notes)} |"
+            f"| {r['cpu_s']:.3g} | {cpu_rate(r) / cpu_rate(rows[0]):.3g} | {'; '.join(notes)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -244,7 +309,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--batch", type=int, default=10_000)
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--chunk", default="8,16", help="comma list of batched_run's chunk_steps")
+    p.add_argument("--problem", default="rosenbrock", choices=sorted(PROBLEMS))
+    p.add_argument("--chunk", default="10,20", help="comma list of batched_run's chunk_steps")
+    p.add_argument("--lanes", default="1024", help="comma list of batched_run's lanes")
     p.add_argument("--scipy", type=int, default=200, help="problems in scipy's loop (0: none)")
     p.add_argument("--skip", default="", help="comma list of: batched,optax,optimistix")
     p.add_argument("--quick", action="store_true", help="--batch 1000 --reps 1 --scipy 20")
@@ -253,29 +320,24 @@ def main(argv=None):
     if args.quick:
         args.batch, args.reps, args.scipy = 1000, 1, min(args.scipy, 20)
     skip = set(filter(None, args.skip.split(",")))
-    x0, ab = batch(args.batch)
-    rows = []
-    base, reference = jaxsearch_vmap(x0, ab, args.reps)
-    rows.append(base)
-    print(rows[-1], flush=True)
-    measures = [
-        ("batched", lambda c=int(c): jaxsearch_batched(x0, ab, args.reps, c, reference))
-        for c in args.chunk.split(",")
-    ]
-    measures += [
-        ("optax", lambda: optax_vmap(x0, ab, args.reps)),
-        ("optimistix", lambda: optimistix_vmap(x0, ab, args.reps)),
-    ]
-    if args.scipy:
-        measures.append(("scipy", lambda: scipy_loop(x0, ab, args.scipy)))
-    for key, measure in measures:
-        if key in skip:
-            continue
-        try:
-            rows.append(measure())
-        except Exception as error:  # a peer that fails is reported, not fatal
-            rows.append(dict(name=key, error=f"{type(error).__name__}: {error}"[:300]))
-        print(rows[-1], flush=True)
+    objective, make = PROBLEMS[args.problem]
+    x0, ab = make(args.batch)
+    keep: dict = {}
+    measures = [jaxsearch_vmap(objective, x0, ab, keep)]
+    if "batched" not in skip:
+        measures += [
+            jaxsearch_batched(objective, x0, ab, int(c), int(w), keep)
+            for w in args.lanes.split(",")
+            for c in args.chunk.split(",")
+        ]
+    if "optax" not in skip:
+        measures.append(optax_vmap(objective, x0, ab))
+    if "optimistix" not in skip:
+        measures.append(optimistix_vmap(objective, x0, ab))
+    rows = interleaved(measures, args.reps)
+    if args.scipy:  # seconds a call: once, after the others
+        rows += interleaved([scipy_loop(objective, x0, ab, args.scipy)], 1)
+    base = rows[0]
     device = jax.devices()[0]
     meta = dict(
         date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
@@ -285,6 +347,9 @@ def main(argv=None):
         machine=platform.processor() or platform.machine(),
         command="benchmarks/batched.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         batch=args.batch,
+        problem=PROBLEM_TEXT[args.problem],
+        evals_mean=base["evals_mean"],
+        evals_max=base["evals_max"],
         steps_min=base["steps_min"],
         steps_median=base["steps_median"],
         steps_max=base["steps_max"],
@@ -292,7 +357,9 @@ def main(argv=None):
     text = markdown(meta, rows)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"batched_{meta['backend']}"
+    stem = f"batched_{meta['backend']}" + (
+        "" if args.problem == "rosenbrock" else f"_{args.problem}"
+    )
     (out / f"{stem}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     (out / f"{stem}.md").write_text(text)
     print(text)

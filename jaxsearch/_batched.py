@@ -1,14 +1,13 @@
 """`batched_run`: many problems solved together, at a cost that follows the steps they take.
 
 Under `jax.vmap`, `Solver.run`'s `lax.while_loop` runs every problem of the batch until the
-slowest has finished. `batched_run` runs the batch `chunk_steps` steps at a time instead:
-after each chunk the problems that ended keep their results, and the rest resume from their
-states (a resumed run goes on bit for bit), gathered into the smallest of a few fixed bucket
-sizes, so that no chunk compiles a program of its own.
+slowest has finished. `batched_run` keeps a pool of `lanes` problems instead: one compiled
+program runs `chunk_steps` steps of a resumed run on every lane, and after each chunk the
+lanes whose problem ended hand its result out and take the next problems of the batch, so
+that lanes stay busy with problems that still run.
 """
 
 import copy
-from collections.abc import Sequence
 
 import equinox as eqx
 import jax
@@ -19,7 +18,9 @@ from ._inputs import check_fn
 from ._result import Result
 from ._status import Status
 
-LANES = 64  # see `_placement`
+LANES = 1024  # the pool's default width
+SHRINK = 8  # the tail's widths: the pool's width divided by 8, 64, ...
+NARROWEST = 32  # ... down to no fewer lanes than this
 
 
 def batched_run(
@@ -27,8 +28,8 @@ def batched_run(
     fn,
     x0s,
     *args,
-    chunk_steps: int = 16,
-    buckets: Sequence[int] | None = None,
+    chunk_steps: int = 10,
+    lanes: int = LANES,
     value_dtype=None,
 ) -> Result:
     """Minimise fn from each of a batch of starts, at a cost that follows the steps the
@@ -37,49 +38,52 @@ def batched_run(
     value, grad, aux, status, state, iterate, so `num_steps` and `num_fun_evals` too), bit
     for bit as said below.
 
-    Every leaf of `x0s` and `args` has the batch on its leading axis, of one size B. The
-    batch starts from `init`'s state and runs `chunk_steps` steps at a time, each chunk a
-    resumed `run` under `vmap` (`run(fn, iterate, *args, state=state)` with `max_steps` set
-    to the chunk's steps). After a chunk, a problem goes on only where its chunk ended at its
-    step budget (`MAX_STEPS`) below the solver's `max_steps`; the last chunk runs the steps
-    left to `max_steps`. Ends for want of progress (`stall_steps`) and the choice of the
-    best point come from the state, which carries them, as in the whole run. The problems
-    that go on are gathered into the smallest of the `buckets` that holds them; its spare
-    places compute copies of a live problem, and their results are dropped. Each resumed
-    chunk evaluates fn once more per problem (a resumed run's check of f at its iterate,
-    not counted in `num_fun_evals`).
+    Every leaf of `x0s` and `args` has the batch on its leading axis, of one size B. A
+    small program builds every problem's start (`init`'s state at x0). A pool of
+    W = min(B, `lanes`) lanes then holds problems: one compiled program runs `chunk_steps`
+    steps on every lane, a resumed `run(fn, iterate, *args, state=state)` under `vmap`.
+    After each chunk, the host reads which lanes' problems ended (status other than
+    `MAX_STEPS`, or `max_steps` steps in all); their results go out to the batch's result
+    and the lanes take the next problems of the batch, in order. Once no problem waits, the
+    pool shrinks to W / 8, W / 64, ... lanes (no fewer than 32) as soon as the problems
+    still running fit, each width one more compiled program. Ends for want of progress
+    (`stall_steps`) and the choice of the best point come from the state, which carries
+    them, as in the whole run. Each chunk evaluates fn once more per problem (a resumed
+    run's check of f at its iterate, not counted in `num_fun_evals`).
 
-    Bit for bit where resuming a vmapped run is: on XLA's CPU backend, a problem's arithmetic
-    is the same in a batch of any size from B % 64 + 64 on, except for the last B % 64
-    problems, which a batch computes apart from its vectorised loop; every bucket is B % 64
-    plus a multiple of 64 and keeps those problems at their distance from its end
-    (tests/test_batched.py checks float64 and float32, a pytree x0 and aux, at B = 133). At
-    B = 10,000 on a 2-core CPU, `jax.jit(jax.vmap(run))` resumed once already differs in the
-    last bits for about 5% of problems, and so do about 15 to 20% of `batched_run`'s; other
-    backends may round batches of other sizes differently. `benchmarks/batched.py` counts
-    the problems that match.
+    Bit for bit where XLA computes each problem's arithmetic the same in any program and at
+    any place of a batch. On XLA's CPU backend that holds where it does not contract a
+    multiply and an add into a fused multiply-add (FMA): there, e.g. on x86 with
+    `XLA_FLAGS=--xla_cpu_max_isa=AVX` (tests/test_batched.py checks float64 and float32, a
+    pytree x0 and aux). With FMA (x86 from AVX2 on, the default), XLA's CPU code rounds some
+    of a problem's multiply-adds differently in the last few places of a loop and from one
+    program to another, so that its last bits depend on its place in the batch and on the
+    program: even
+    `jax.jit(jax.vmap(run))` on the batch in another order, or resumed once with `state=`,
+    differs in the last bits for some problems, and so do some of `batched_run`'s
+    (`benchmarks/batched.py` counts the problems that match).
 
-    Compiles: one small program for the start, and one per (bucket size, chunk length)
-    used, each once per (solver, fn, B, avals of x0s and args): new batches of the same size
-    compile nothing. Where `max_steps` is not a multiple of `chunk_steps`, the last chunk
-    has a length of its own.
+    Compiles: the start program, a gather that fills the pool, and one program per pool
+    width used (plus a gather per shrink), each once per (solver, fn, B, W, avals of x0s and
+    args): new batches of the same size compile nothing.
 
     **Arguments:**
 
-    - `solver`: a `js.Solver` with `throw=False` (read `result.status`) and no `max_evals`
-      (a chunk would start a new budget of evaluations).
+    - `solver`: a `js.Solver` with `throw=False` (read `result.status`), no `max_evals` (a
+      chunk would start a new budget of evaluations) and `max_steps` a multiple of
+      `chunk_steps` (every lane then ends its last chunk at `max_steps`).
     - `fn`, `x0s`, `*args`: as `Solver.run`'s, with the batch in front.
-    - `chunk_steps`: steps per chunk, at least 1 (default 16). Shorter chunks drop
-      finished problems sooner, at a dispatch and an evaluation of fn per chunk.
-    - `buckets`: the batch sizes of the chunks, each B % 64 plus a positive multiple of 64,
-      or B (which is always one). None: B, and halvings of B's multiple of 64 down to about
-      B / 64 (for B = 10,000: 10000, 5008, 2512, 1296, 656, 336, 208, 144).
+    - `chunk_steps`: steps per chunk, at least 1 (default 10). Shorter chunks hand finished
+      problems out sooner, at a dispatch, a read of B / W flags and an evaluation of fn
+      per lane per chunk.
+    - `lanes`: the pool's width W when the batch is larger (default 1024). Wider pools
+      dispatch fewer chunks; narrower ones spend less on the last, slowest problems.
     - `value_dtype`: as `Solver.run`'s.
 
     Returns a `js.Result` with the batch in front of every leaf (as `jax.vmap`'s).
     """
     check_fn(fn)
-    chunk_steps = _count("chunk_steps", chunk_steps)
+    chunk_steps, lanes = _count("chunk_steps", chunk_steps), _count("lanes", lanes)
     if solver.throw:
         raise ValueError(
             "batched_run needs Solver(throw=False): a chunk that ends at its step budget is "
@@ -90,39 +94,59 @@ def batched_run(
             "batched_run does not take a Solver with max_evals: each chunk would start a "
             "new budget of evaluations."
         )
+    if solver.max_steps % chunk_steps:
+        raise ValueError(
+            f"batched_run needs the solver's max_steps ({solver.max_steps}) to be a multiple "
+            f"of chunk_steps ({chunk_steps}), so that every problem's last chunk ends at "
+            "max_steps."
+        )
     size = _batch_size(x0s, args)
-    sizes = _buckets(buckets, size)
+    widths = _widths(min(size, lanes))
     carry = _start((solver, fn, args, value_dtype), x0s)
-    live, done = np.arange(size), 0
-    while live.size and done < solver.max_steps:
-        later = _with_max_steps(solver, min(chunk_steps, solver.max_steps - done))
-        index, keep = _placement(live, size, sizes)
-        settings = (later, fn, args, solver.max_steps, jnp.asarray(index), jnp.asarray(keep))
-        carry, running = _later_chunk(settings, carry)
-        live = np.sort(index[keep & np.asarray(running)])
-        done += later.max_steps
-    return carry
+    chunk = _with_max_steps(solver, chunk_steps)
+    settings = (chunk, fn, args, solver.max_steps)
+    width = widths.pop(0)
+    pool = _take(carry, _device(np.arange(width)))
+    owner = np.arange(width)  # each lane's problem
+    live = np.ones(width, bool)  # lanes whose problem is still running
+    fresh = np.arange(width)  # each lane's problem that starts in it, or -1
+    waiting = width  # the next problem to start
+    while True:
+        plan = tuple(map(_device, (fresh, owner, live)))
+        carry, pool, running = _chunk((settings, plan), carry, pool)
+        live &= np.asarray(running)
+        fresh = np.full(width, -1)
+        if waiting < size:  # the lanes that are free take the next problems
+            free = np.flatnonzero(~live)[: size - waiting]
+            fresh[free] = owner[free] = np.arange(waiting, waiting + free.size)
+            live[free], waiting = True, waiting + free.size
+            continue
+        count = int(live.sum())
+        if not count:
+            return carry
+        if widths and count <= widths[0]:  # the tail: a narrower pool
+            while len(widths) > 1 and count <= widths[1]:
+                widths.pop(0)
+            width = widths.pop(0)
+            lane = np.flatnonzero(live)
+            lane = np.concatenate([lane, np.full(width - count, lane[0])])  # copies: dropped
+            pool = _take(pool, _device(lane))
+            owner, live = owner[lane], np.arange(width) < count
+            fresh = np.full(width, -1)
 
 
-def _placement(live: np.ndarray, size: int, sizes: list[int]):
-    """(index, keep) of a chunk on the `live` problems, in the smallest bucket that holds
-    them: `index` the problem at each of the bucket's places, `keep` where that place's
-    result is kept (the others hold copies of a live problem). The batch's last
-    `size % LANES` problems keep their distance from the bucket's end: XLA's CPU loops
-    compute a batch's last places apart from its vectorised body, and a bucket that keeps
-    them there computes every problem as the batch did (`LANES`: a multiple of any vector
-    loop's width times its unrolling)."""
-    tail = size % LANES
-    body = live[live < size - tail]
-    at_tail = np.isin(np.arange(size - tail, size), live)
-    bucket = min(s for s in sizes if s - tail >= body.size)
-    index = np.full(bucket, live[0], np.int32)
-    keep = np.zeros(bucket, bool)
-    index[: body.size], keep[: body.size] = body, True
-    if tail:  # the tail problems, in place
-        places = np.arange(bucket - tail, bucket)[at_tail]
-        index[places], keep[places] = np.arange(size - tail, size)[at_tail], True
-    return index, keep
+def _device(array: np.ndarray) -> jax.Array:
+    """A copy on the device, int32 where integer (a transfer, no program)."""
+    return jax.device_put(array.astype(np.int32) if array.dtype.kind == "i" else array.copy())
+
+
+def _widths(width: int) -> list[int]:
+    """The pool's widths, widest first: `width`, then divided by `SHRINK` while at least
+    `NARROWEST`."""
+    out = [width]
+    while out[-1] // SHRINK >= NARROWEST:
+        out.append(out[-1] // SHRINK)
+    return out
 
 
 def _count(name: str, value) -> int:
@@ -153,27 +177,6 @@ def _batch_size(x0s, args: tuple) -> int:
     return int(found)
 
 
-def _buckets(buckets, size: int) -> list[int]:
-    """The bucket sizes, largest first: each `size % LANES` plus a multiple of `LANES` (see
-    `_placement`), at most `size`."""
-    tail = size % LANES
-    if buckets is None:
-        units = [(size - tail) // LANES]
-        while units[-1] > 1 and units[-1] * LANES > size / 64:
-            units.append(-(-units[-1] // 2))
-        return [tail + LANES * u for u in units if u] or [size]
-    out = sorted({_count("each bucket", b) for b in buckets}, reverse=True)
-    if out[0] > size or any((b - tail) % LANES or b < min(size, tail + LANES) for b in out):
-        raise ValueError(
-            f"buckets must be sizes of at most the batch's {size}, each {tail} (the batch's "
-            f"size modulo {LANES}) plus a positive multiple of {LANES} (or the batch's size), "
-            f"got {list(buckets)!r}."
-        )
-    if out[0] != size:
-        out.insert(0, size)
-    return out
-
-
 def _with_max_steps(solver, max_steps: int):
     """`solver` with another `max_steps` (a static field: the chunk's own program)."""
     if solver.max_steps == max_steps:
@@ -183,10 +186,14 @@ def _with_max_steps(solver, max_steps: int):
     return chunk
 
 
-def _running(result: Result, max_steps):
-    """Per problem: whether its run goes on after this chunk (it ended at the chunk's step
-    budget, below the whole run's)."""
-    return (result.status == Status.MAX_STEPS) & (result.state.num_steps < max_steps)
+def _gather(tree, index):
+    return jax.tree.map(lambda leaf: jnp.take(leaf, index, axis=0, mode="clip"), tree)
+
+
+@eqx.filter_jit
+def _take(tree, index):
+    """The lanes (or problems) `index` of every leaf."""
+    return _gather(tree, index)
 
 
 @eqx.filter_jit
@@ -203,18 +210,25 @@ def _start(settings, x0s) -> Result:
 
 
 @eqx.filter_jit(donate="all-except-first")
-def _later_chunk(settings, carry: Result):
-    solver, fn, args, max_steps, index, keep = settings
+def _chunk(settings, carry: Result, pool: Result):
+    """One chunk on every lane: the lanes with a `fresh` problem (not -1) take its start
+    from `carry`, every lane runs, and the lanes whose `live` problem ended write its result
+    to `carry`. Returns carry, the pool, and which lanes' problems go on."""
+    (solver, fn, args, max_steps), (fresh, owner, live) = settings
 
-    def take(tree):
-        return jax.tree.map(lambda leaf: jnp.take(leaf, index, axis=0, mode="clip"), tree)
+    def pick(new, old):
+        return jnp.where(jnp.reshape(fresh >= 0, (-1,) + (1,) * (old.ndim - 1)), new, old)
+
+    leaves, structure = jax.tree.flatten(pool)  # (carry's state may cache other metadata)
+    starts = jax.tree.leaves(_gather(carry, fresh))
+    pool = jax.tree.unflatten(structure, list(map(pick, starts, leaves)))
 
     def one(x, state, a):
         return solver.run(fn, x, *a, state=state)
 
-    part = jax.vmap(one)(take(carry.iterate), take(carry.state), take(args))
-    # the spare places (from `count` on) are dropped: scattered out of bounds
+    pool = jax.vmap(one)(pool.iterate, pool.state, _gather(args, owner))
+    running = (pool.status == Status.MAX_STEPS) & (pool.state.num_steps < max_steps)
     size = jax.tree.leaves(carry.status)[0].shape[0]
-    where = jnp.where(keep, index, size)
-    carry = jax.tree.map(lambda whole, new: whole.at[where].set(new, mode="drop"), carry, part)
-    return carry, _running(part, max_steps)
+    where = jnp.where(live & ~running, owner, size)  # the others are dropped: out of bounds
+    carry = jax.tree.map(lambda whole, new: whole.at[where].set(new, mode="drop"), carry, pool)
+    return carry, pool, running
