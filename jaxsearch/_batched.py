@@ -7,14 +7,13 @@ lanes whose problem ended hand its result out and take the next problems of the 
 that lanes stay busy with problems that still run.
 """
 
-import copy
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ._inputs import check_fn
+from ._misc import with_fields
 from ._result import Result
 from ._status import Status
 
@@ -179,11 +178,7 @@ def _batch_size(x0s, args: tuple) -> int:
 
 def _with_max_steps(solver, max_steps: int):
     """`solver` with another `max_steps` (a static field: the chunk's own program)."""
-    if solver.max_steps == max_steps:
-        return solver
-    chunk = copy.copy(solver)
-    object.__setattr__(chunk, "max_steps", max_steps)
-    return chunk
+    return solver if solver.max_steps == max_steps else with_fields(solver, max_steps=max_steps)
 
 
 def _gather(tree, index):

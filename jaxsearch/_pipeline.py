@@ -318,8 +318,9 @@ def run(
         if compiler_options == "auto" and chosen is None and _programs.lean_eligible():
             state_options = _programs.LEAN_ITEMS  # the fresh state's program evaluates no fn
         if 0 < rented < solver.max_steps:
-            arguments = (args, value_dtype, bounds, report)
-            return rent_then_buy(solver, given_fn, x0, arguments, state, rented)
+            return rent_then_buy(
+                solver, given_fn, x0, args, value_dtype, bounds, report, state, rented
+            )
         if state is None:
             state, donate = fresh_run_state(
                 solver, search, fn, x0, args, value_dtype, plain, state_options
@@ -347,17 +348,19 @@ def run(
         )
 
 
-def rent_then_buy(solver, fn, x0, arguments: tuple, state, rented: int) -> Result:
+def rent_then_buy(
+    solver, fn, x0, args: tuple, value_dtype, bounds, report, state, rented: int
+) -> Result:
     """A run of "auto" that `_programs.rents_first`: its first `rented` steps compiled with
     the lean options and, where the run goes on after them, the rest of its `max_steps`
     resumed from that part's state and iterate under XLA's defaults."""
-    lean = run(
-        with_fields(solver, max_steps=rented), fn, x0, *arguments, state, _programs.LEAN_ITEMS
-    )
+    lean_part = with_fields(solver, max_steps=rented)
+    given = (value_dtype, bounds, report)
+    lean = run(lean_part, fn, x0, args, *given, state, _programs.LEAN_ITEMS)
     if int(lean.status) != Status.MAX_STEPS:
         return lean
     rest = with_fields(solver, max_steps=solver.max_steps - rented)
-    return run(rest, fn, lean.iterate, *arguments, lean.state, None)
+    return run(rest, fn, lean.iterate, args, *given, lean.state, None)
 
 
 def same_computation(solver, fn, params, args: tuple):
