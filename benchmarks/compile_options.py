@@ -129,7 +129,7 @@ def auto_choice(solver, fn, x0, args) -> str:
         return "lean"
     steps = _programs.lean_steps(fn, x0, args)
     plain = _pipeline.Report()
-    if _programs.rents_first("auto", solver, plain) and 0 < steps < solver.max_steps:
+    if _programs.rents_first("auto", solver, plain, (x0, args)) and 0 < steps < solver.max_steps:
         return f"lean {steps} steps, then default"
     return "default"
 

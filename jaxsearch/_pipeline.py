@@ -15,6 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jax import lax
 
 from . import _computation, _evaluate, _programs, _retrace
@@ -313,9 +314,10 @@ def run(
         _programs.price(solver, fn, x0, args)
         chosen = state_options = _programs.options(compiler_options, solver, fn, x0, args)
         rented = 0
-        if chosen is None and _programs.rents_first(compiler_options, solver, report):
+        call = (x0, args, state)
+        if chosen is None and _programs.rents_first(compiler_options, solver, report, call):
             rented = _programs.lean_steps(fn, x0, args)
-        if compiler_options == "auto" and chosen is None and _programs.lean_eligible():
+        if compiler_options == "auto" and chosen is None and _programs.lean_eligible(call):
             state_options = _programs.LEAN_ITEMS  # the fresh state's program evaluates no fn
         if 0 < rented < solver.max_steps:
             return rent_then_buy(
@@ -353,14 +355,22 @@ def rent_then_buy(
 ) -> Result:
     """A run of "auto" that `_programs.rents_first`: its first `rented` steps compiled with
     the lean options and, where the run goes on after them, the rest of its `max_steps`
-    resumed from that part's state and iterate under XLA's defaults."""
+    resumed from that part's state and iterate under XLA's defaults. Under an eager
+    `jax.vmap` the batch goes on where any problem does, and each problem that ended in the
+    lean part keeps that part's result."""
     lean_part = with_fields(solver, max_steps=rented)
     given = (value_dtype, bounds, report)
     lean = run(lean_part, fn, x0, args, *given, state, _programs.LEAN_ITEMS)
-    if int(lean.status) != Status.MAX_STEPS:
-        return lean
+    if not np.any(np.asarray(_programs.unbatched(lean.status)) == Status.MAX_STEPS):
+        return lean  # (read on the host: nothing compiled for it)
     rest = with_fields(solver, max_steps=solver.max_steps - rented)
-    return run(rest, fn, lean.iterate, args, *given, lean.state, None)
+    later = run(rest, fn, lean.iterate, args, *given, lean.state, None)
+    if not _programs.batched(lean.status):
+        return later
+    going = lean.status == Status.MAX_STEPS
+    # Under `jax.vmap`: the problems that ended in the lean part keep its result (one resumed
+    # from a failure would try again).
+    return jtu.tree_map(lambda a, b: jnp.where(going, b, a), lean, later)
 
 
 def same_computation(solver, fn, params, args: tuple):

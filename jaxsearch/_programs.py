@@ -74,27 +74,42 @@ def eager(tree) -> bool:
     """Whether every leaf of `tree` is concrete or a `jax.vmap` tracer over concrete values
     (nested vmaps included): the call runs eagerly, each of its programs compiled on its
     own, as at the top level."""
+    return not any(isinstance(unbatched(leaf), jax.core.Tracer) for leaf in leaves(tree))
+
+
+def _batch_tracer() -> tuple[type, ...]:
     try:
         from jax._src.interpreters import batching
-    except ImportError:  # a later jax: only concrete leaves count as eager
-        batched: tuple[type, ...] = ()
-    else:
-        batched = (batching.BatchTracer,)
-    for leaf in leaves(tree):
-        while isinstance(leaf, batched):
-            leaf = leaf.val  # type: ignore[attr-defined]
-        if isinstance(leaf, jax.core.Tracer):
-            return False
-    return True
+    except ImportError:  # a later jax: nothing is taken as batched
+        return ()
+    return (batching.BatchTracer,)
 
 
 def batched(tree) -> bool:
     """Whether a leaf of `tree` is a `jax.vmap` tracer (eager, or inside another trace)."""
-    try:
-        from jax._src.interpreters import batching
-    except ImportError:  # a later jax: taken as not batched
-        return False
-    return any(isinstance(leaf, batching.BatchTracer) for leaf in leaves(tree))
+    return any(isinstance(leaf, _batch_tracer()) for leaf in leaves(tree))
+
+
+def unbatched(leaf):
+    """The value under the `jax.vmap` tracers around `leaf` (nested ones included): the whole
+    batch's array of an eager vmap."""
+    while isinstance(leaf, _batch_tracer()):
+        leaf = leaf.val  # type: ignore[attr-defined]
+    return leaf
+
+
+def eagerly_batched(tree) -> int:
+    """The number of problems of a call on `tree` under eager `jax.vmap`s (the product of
+    their batch sizes): 1 unbatched, 0 inside any other trace."""
+    if not eager(tree):
+        return 0
+    problems = 1
+    for leaf in leaves(tree):
+        if eqx.is_array(leaf) and isinstance(leaf, _batch_tracer()):
+            per_problem = math.prod(jax.typeof(leaf).shape)
+            whole = math.prod(jax.numpy.shape(unbatched(leaf)))
+            problems = max(problems, whole // max(per_problem, 1))
+    return problems
 
 
 def top_level() -> bool:
@@ -120,10 +135,19 @@ def setting(compiler_options):
     )
 
 
-def lean_eligible() -> bool:
-    """Whether a call may be compiled with `LEAN_OPTIONS`: at the top level, on a CPU, with a
-    jaxlib that takes them."""
-    return _lean_options_supported and jax.default_backend() == "cpu" and top_level()
+def lean_eligible(tree=None) -> bool:
+    """Whether a call (on the arrays of `tree`) may be compiled with `LEAN_OPTIONS`: on a
+    CPU, with a jaxlib that takes them, at the top level or under eager `jax.vmap`s only
+    (jax compiles the batched program at the top level, with its jit's options)."""
+    if not (_lean_options_supported and jax.default_backend() == "cpu"):
+        return False
+    return compiled_at_top_level(tree)
+
+
+def compiled_at_top_level(tree=None) -> bool:
+    """Whether a call on `tree` compiles its programs at the top level, where jax takes
+    compile options: no trace is under way, or only eager `jax.vmap`s (`eagerly_batched`)."""
+    return top_level() or (tree is not None and batched(tree) and eagerly_batched(tree) > 0)
 
 
 def lean_extra_seconds(solver, fn, params, args: tuple) -> float:
@@ -143,14 +167,14 @@ def lean_steps(fn, params, args: tuple) -> int:
     return int(min(LEAN_SAVES_SECONDS / per_step, sys.maxsize))
 
 
-def rents_first(compiler_options, solver, report) -> bool:
+def rents_first(compiler_options, solver, report, tree) -> bool:
     """Whether a run of `solver` may first run lean for `lean_steps` steps and resume under
     XLA's defaults ("auto", at the top level of a CPU, a plain run: see the module
     docstring). Its history would be split, its host calls would see two runs, a budget of
     evaluations would start again, and `throw=True` would raise at the lean part's end."""
     return (
         compiler_options == "auto"
-        and lean_eligible()
+        and lean_eligible(tree)
         and not report.per_step
         and solver.max_evals is None
         and solver.throw is not True
@@ -165,12 +189,19 @@ _EXTRA_KEPT = 64
 def _extra_per_evaluation(fn, params, args: tuple) -> float:
     flat, treedef = jtu.tree_flatten((params, args))
     arrays = [leaf for leaf in flat if eqx.is_array(leaf)]
-    batched = any(
+    traced = any(
         isinstance(leaf, jax.core.Tracer) and not isinstance(leaf, partial_eval.DynamicJaxprTracer)
         for leaf in arrays
     )
-    if batched:  # a transformation's tracers: the cost of one problem times an unknown batch
-        return math.inf
+    if traced:  # a transformation's: priced per problem only under eager vmaps
+        problems = eagerly_batched((params, args))
+        if problems == 0:
+            return math.inf
+        per_problem = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(jax.typeof(x).shape, x.dtype) if eqx.is_array(x) else x,
+            (params, args),
+        )
+        return problems * _extra_per_evaluation(fn, *per_problem)
     try:
         key = (fn, treedef, tuple(jax.typeof(x) if eqx.is_array(x) else (type(x), x) for x in flat))
         kept = _extra_kept.get(key)
@@ -179,10 +210,18 @@ def _extra_per_evaluation(fn, params, args: tuple) -> float:
     if kept is not None:
         return kept
     try:
-        jaxpr = _evaluate.TracedOnce(fn, params, *args).jaxpr.jaxpr  # shared with the run's
+        if any(isinstance(x, jax.ShapeDtypeStruct) for x in flat):  # one problem of a batch
+            jaxpr = eqx.filter_make_jaxpr(fn)(params, *args)[0].jaxpr
+        else:
+            jaxpr = _evaluate.TracedOnce(fn, params, *args).jaxpr.jaxpr  # shared with the run's
     except Exception:  # noqa: BLE001 - the call itself raises it, with the solver's message
         return math.inf
-    parameters = sum(x.size for x in leaves(eqx.filter(params, eqx.is_inexact_array)))
+    parameters = sum(
+        math.prod(x.shape)
+        for x in leaves(params)
+        if (eqx.is_inexact_array(x) or isinstance(x, jax.ShapeDtypeStruct))
+        and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)
+    )
     extra = _cost.lean_extra_seconds(_cost.work(jaxpr), parameters)
     if key is not None:
         if len(_extra_kept) >= _EXTRA_KEPT:
@@ -196,20 +235,20 @@ def options(compiler_options, solver, fn, params, args: tuple):
     params and args, for the `setting` `compiler_options`: "auto" as the module docstring
     says. Options given inside a trace are refused, as jax refuses them."""
     if compiler_options == "auto":
-        cheap = lean_eligible() and (
+        cheap = lean_eligible((params, args)) and (
             lean_extra_seconds(solver, fn, params, args) < LEAN_SAVES_SECONDS
         )
         return LEAN_ITEMS if cheap else None
-    check_top_level(compiler_options)
+    check_top_level(compiler_options, (params, args))
     return compiler_options
 
 
-def check_top_level(compiler_options) -> None:
-    """Refuse options given for a call inside a trace, as jax refuses them."""
-    if compiler_options not in ("auto", None) and not top_level():
+def check_top_level(compiler_options, tree=None) -> None:
+    """Refuse options given for a call (on `tree`) inside a trace, as jax refuses them."""
+    if compiler_options not in ("auto", None) and not compiled_at_top_level(tree):
         raise ValueError(
-            "compiler_options apply to a call at the top level; inside your own jax.jit (or "
-            "vmap), that jit's options apply: pass them to it, or use js.jit."
+            "compiler_options apply to a call at the top level (or under jax.vmap alone); "
+            "inside your own jax.jit, that jit's options apply: pass them to it, or use js.jit."
         )
 
 

@@ -187,8 +187,11 @@ def test_lean_steps_are_those_priced_below_the_saving():
     per_step = _programs.lean_extra_seconds(js.Solver(max_steps=1), bowl, x0, ())
     assert _programs.lean_steps(bowl, x0, ()) == int(_programs.LEAN_SAVES_SECONDS / per_step)
     batched = []
-    jax.vmap(lambda x: batched.append(_programs.lean_steps(bowl, x, ())) or x)(x0[None])
-    assert batched == [0]
+    four = jnp.zeros((4, 10**4), jnp.float32)
+    jax.vmap(lambda x: batched.append(_programs.lean_steps(bowl, x, ())) or x)(four)
+    jax.jit(jax.vmap(lambda x: batched.append(_programs.lean_steps(bowl, x, ())) or x))(four)
+    # an eager vmap prices its 4 problems; inside a jit, nothing is compiled lean
+    assert batched == [int(_programs.LEAN_SAVES_SECONDS / (4 * per_step)), 0]
 
 
 @on_cpu
@@ -221,6 +224,38 @@ def test_a_long_run_rents_lean_steps_then_resumes_under_the_defaults(compiled_as
         assert whole.status == result.status
         assert abs(int(whole.num_steps) - int(result.num_steps)) <= 2
         np.testing.assert_allclose(result.params, whole.params, rtol=1e-8)
+
+
+@on_cpu
+def test_an_eagerly_vmapped_run_is_priced_per_batch_and_rents_too(compiled_as, rent_for):
+    """Under an eager `jax.vmap` jax compiles the batched program at the top level, with
+    the options asked for: "auto" prices the batch (its problems times one's price) and
+    rents as a single run does. A problem that ended within the lean steps keeps that
+    part's result (a start at the minimiser), the others go on under the defaults."""
+    with jax.enable_x64(True):
+        starts = jnp.array([[-1.2, 1.0], [1.0, 1.0], [-0.5, 0.8], [0.3, -0.2]], jnp.float64)
+        rent_for(20, rosenbrock, starts[0])  # 20 steps alone: 5 for a batch of 4
+        solver = js.Solver(gtol=1e-9, ftol=0.0, max_steps=100)
+        results = jax.vmap(lambda x: solver.run(rosenbrock, x))(starts)
+        assert compiled_as == [
+            ("fresh_state", LEAN),
+            ("settled_run", LEAN),
+            ("settled_run", None),
+        ]
+        assert (results.status == js.Status.CONVERGED_GTOL).all()
+        np.testing.assert_allclose(results.params, np.ones((4, 2)), rtol=1e-8)
+        assert (
+            int(results.num_steps[1])
+            < 5
+            < int(results.num_steps.min(initial=99, where=np.arange(4) != 1))
+        )
+        lean = jax.vmap(
+            lambda x: js.Solver(gtol=1e-9, ftol=0.0, max_steps=5).run(
+                rosenbrock, x, compiler_options=_programs.LEAN_OPTIONS
+            )
+        )(starts)
+        for got, expected in zip(jax.tree.leaves(results), jax.tree.leaves(lean), strict=True):
+            np.testing.assert_array_equal(got[1], expected[1])
 
 
 @on_cpu

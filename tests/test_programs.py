@@ -34,13 +34,15 @@ def compiled_as(monkeypatch):
 
 
 @on_cpu
-def test_lean_at_the_top_level_only():
+def test_lean_at_the_top_level_or_under_an_eager_vmap_only():
     small = jnp.zeros(1000, jnp.float32)
     assert _programs.lean_eligible()
     inside = []
-    jax.jit(lambda x: inside.append(_programs.lean_eligible()) or x)(small)
-    jax.vmap(lambda x: inside.append(_programs.lean_eligible()) or x)(small[:4])
-    assert inside == [False, False]  # jax takes compile options at the top level only
+    jax.jit(lambda x: inside.append(_programs.lean_eligible((x,))) or x)(small)
+    jax.vmap(lambda x: inside.append(_programs.lean_eligible((x,))) or x)(small[:4])
+    jax.jit(jax.vmap(lambda x: inside.append(_programs.lean_eligible((x,))) or x))(small[:4])
+    # jax takes compile options at the top level only, where an eager vmap compiles too
+    assert inside == [False, True, False]
 
 
 @on_cpu
