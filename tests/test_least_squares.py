@@ -29,6 +29,8 @@ nist = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(nist)
 
 TIGHT = dict(gtol=1e-12, ftol=0.0)
+# The least-squares directions, and LM with MINPACK's first radius (`factor`).
+WITH_FACTOR = {**LEAST_SQUARES, "LM-factor": lambda: js.LevenbergMarquardt(factor=1.0)}
 
 
 def nist_residuals(b, problem):
@@ -149,11 +151,11 @@ def test_nist_certified_values(nist_fits, case):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
+@pytest.mark.parametrize("direction", list(WITH_FACTOR))
 def test_low_precision_descends(dtype, direction):
     """In float32 and bfloat16 the run stays finite, keeps the params' dtypes and lowers f;
     f is reported in float32 (the residuals' dtype widened)."""
-    make = LEAST_SQUARES[direction]
+    make = WITH_FACTOR[direction]
     x0, t, y = exponential_data(dtype)
     result = js.Solver(make(), max_steps=20).run(exponential, x0, t, y)
     assert result.value.dtype == jnp.float32
@@ -165,10 +167,10 @@ def test_low_precision_descends(dtype, direction):
     assert float(result.params["k"]) == pytest.approx(1.3, rel=tol, abs=tol)
 
 
-@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
+@pytest.mark.parametrize("direction", list(WITH_FACTOR))
 def test_mixed_dtype_params(direction):
     """A pytree of float32 and bfloat16 params with float32 residuals runs and descends."""
-    make = LEAST_SQUARES[direction]
+    make = WITH_FACTOR[direction]
     x0, t, y = exponential_data(jnp.float32)
     x0 = {**x0, "c": x0["c"].astype(jnp.bfloat16), "k": jnp.full((1,), 0.5, jnp.float32)}
 
@@ -292,6 +294,11 @@ def test_tau_checked():
         js.LevenbergMarquardt(tau=0.0)
 
 
+def test_factor_checked():
+    with pytest.raises(ValueError, match="factor must be positive"):
+        js.LevenbergMarquardt(factor=0.0)
+
+
 @pytest.mark.parametrize("direction", list(LEAST_SQUARES))
 def test_implicit_derivative(direction):
     """Through the implicit adjoint, d x* / d y of a linear least-squares fit is A's
@@ -385,6 +392,61 @@ def test_radius_follows_the_search_and_the_gain_ratio():
         np.testing.assert_allclose(x + d, jnp.linalg.lstsq(a, b)[0], rtol=1e-12)
 
 
+def test_factor_radius_rule():
+    """With `factor` (MINPACK's rules): the first Delta is factor |D^(1/2) x| (factor at
+    x = 0); after a step the search cut, the gain ratio still applies to its length: rho = 1
+    (a linear problem) gives 2 |D^(1/2) s|, where the `tau` rule keeps |D^(1/2) s|."""
+    with jax.enable_x64(True):
+        a = jnp.asarray([[3.0, 1.0], [1.0, 2.0], [0.0, 1.0]])
+        b = jnp.asarray([1.0, -2.0, 0.5])
+
+        def fn(x):
+            return a @ x - b
+
+        scale = jnp.linalg.norm(a, axis=0)  # D^(1/2): the column norms of J
+        lm = js.LevenbergMarquardt(factor=0.25)
+        _, state = _by_hand(lm, fn, jnp.zeros(2), lm.init(jnp.zeros(2), jnp.float64))
+        assert float(state.radius) == 0.25
+        x = jnp.asarray([0.5, -4.0])
+        d, state = _by_hand(lm, fn, x, lm.init(x, jnp.float64))
+        assert float(state.radius) == pytest.approx(0.25 * float(jnp.linalg.norm(scale * x)))
+        assert float(jnp.linalg.norm(scale * d)) == pytest.approx(float(state.radius), rel=1e-9)
+        for made, grown in ((lm, 2), (js.LevenbergMarquardt(), 1)):
+            _, first = _by_hand(made, fn, x, made.init(x, jnp.float64))
+            cut = made.update(first, d / 2, None, jnp.float64)
+            _, after = _by_hand(made, fn, x + d / 2, cut)
+            length = float(jnp.linalg.norm(scale * d / 2))
+            assert float(after.radius) == pytest.approx(grown * length, rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def mgh10_start1():
+    """MGH10 (NIST, higher difficulty; y = b1 exp(b2 / (x + b3))) from start 1, float64:
+    the final params of LevenbergMarquardt() and of LevenbergMarquardt(factor=1.0)."""
+    problem = nist.PROBLEMS["MGH10"]
+    with jax.enable_x64(True):
+        b0 = jnp.asarray(problem.start1, jnp.float64)
+        ends = {}
+        for factor in (None, 1.0):
+            solver = js.Solver(js.LevenbergMarquardt(factor=factor), gtol=0.0, ftol=0.0)
+            ends[factor] = np.asarray(solver.run(nist_residuals, b0, problem).params)
+    return problem, ends
+
+
+def test_mgh10_start1_with_factor(mgh10_start1):
+    """`factor=1.0` reaches MGH10's certified parameters from start 1 to 6 significant
+    digits."""
+    problem, ends = mgh10_start1
+    np.testing.assert_allclose(ends[1.0], problem.certified, rtol=5e-7, atol=0)
+
+
+def test_mgh10_start1_tau_ends_at_the_asymptote(mgh10_start1):
+    """The `tau` start crosses to b1 < 0, where b1 exp(b2 / (x + b3)) < 0 < y: the run ends
+    far from the certified values, with b2 very negative (the model near 0)."""
+    problem, ends = mgh10_start1
+    assert ends[None][0] < 0 and ends[None][1] < -1e5
+
+
 @pytest.mark.parametrize("start", ["start1", "start2"])
 def test_bennett5_in_few_steps(start):
     """Once the Gauss-Newton step lies inside the radius, LM takes it: Bennett5 (NIST, higher
@@ -456,6 +518,10 @@ class _Damped(js.AbstractLeastSquares):
 
     def gradient_replaced(self, state):
         return state
+
+
+def test_the_kit_passes_lm_with_factor():
+    check_direction(js.LevenbergMarquardt(factor=1.0))
 
 
 def test_the_kit_passes_a_sound_least_squares_direction():

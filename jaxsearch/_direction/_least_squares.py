@@ -166,20 +166,34 @@ class LevenbergMarquardt(AbstractLeastSquares):
     after the step, from f, the SVD and D recorded at x and L(0) - L(s), alpha and
     |D^(1/2) s| recorded by `update`.
 
+    With `factor` set, LM follows MINPACK's rules (Moré 1978; MINPACK's lmder) where they
+    differ: the first Delta is factor |D^(1/2) x| (factor where that is 0; lmder's
+    documentation recommends factor in [0.1, 100]; scipy's `trf` with x_scale='jac' starts
+    from factor 1), lambda from it as above; and after a cut step (alpha < 0.9, the stand-in
+    for rejected trials, after which MINPACK's Delta is about |D^(1/2) s|) the gain ratio
+    still applies: |D^(1/2) s| / 2 if rho < 1/4, 2 |D^(1/2) s| if rho > 3/4 or lambda was 0,
+    else |D^(1/2) s|. `factor=1.0` solves NIST's MGH10, y = b1 exp(b2 / (x + b3)), from
+    start 1 in float64, which the `tau` start does not: its first, nearly steepest-descent
+    step leads the next to b1 < 0, where the model is below the positive data everywhere, and
+    the run ends at the flat asymptote b2 -> -inf (benchmarks/least_squares.py compares both).
+
     `scaled` is True: the line search tries the unit step first; by default the solver pairs
     it with monotone Armijo backtracking (`Backtracking(epsilon=0)`), the safeguard that
     replaces the trust region's rejected steps. `reset` forgets Delta and D (the next
-    `compute` starts again from `tau`); after `gradient_replaced` (e.g. new data) the step's gain
-    ratio is not used.
+    `compute` starts again from `tau`, or from `factor`); after `gradient_replaced` (e.g. new
+    data) the step's gain ratio is not used.
     """
 
     tau: float = eqx.field(static=True, default=1e-3)
+    factor: float | None = eqx.field(static=True, default=None)
 
     supports_bounds: ClassVar[bool] = False
 
     def __check_init__(self):
         if not self.tau > 0:
             raise ValueError(f"LevenbergMarquardt: tau must be positive, got {self.tau}.")
+        if self.factor is not None and not self.factor > 0:
+            raise ValueError(f"LevenbergMarquardt: factor must be positive, got {self.factor}.")
 
     def init(self, params, dtype) -> LevenbergMarquardtState:
         kind = at_least_float32(widest_float(*(p.dtype for p in leaves(params))))
@@ -227,24 +241,30 @@ class LevenbergMarquardt(AbstractLeastSquares):
         # Delta from the step recorded since the last compute (Moré's rule, and the search's).
         gain = state.predicted > 0
         rho = jnp.where(gain, (state.value - value) / jnp.where(gain, state.predicted, 1), -1)
+        shortened = state.fraction < 0.9  # the search cut the unit step
+        kept = jnp.where(shortened, state.length, state.radius)  # MINPACK: the shrunk Delta
         radius = jnp.where(
-            state.fraction < 0.9,
-            state.length,
-            jnp.where(
-                rho < 0.25,
-                state.length / 2,
-                jnp.where((rho > 0.75) | (state.damping == 0), 2 * state.length, state.radius),
-            ),
+            rho < 0.25,
+            state.length / 2,
+            jnp.where((rho > 0.75) | (state.damping == 0), 2 * state.length, kept),
         )
+        if self.factor is None:
+            radius = jnp.where(shortened, state.length, radius)
         radius = jnp.where(state.stepped, radius, state.radius)
-        damping = _damping_for(singular, projected, radius, cut)
-        # The first step (or one after `reset`, or after a radius that rounded to 0): tau.
+        # The first step (or one after `reset`, or after a radius that rounded to 0): from
+        # tau, or from factor |D^(1/2) x|.
         restart = ~state.started | ~(radius > 0) | ~jnp.isfinite(radius)
-        tau = jnp.asarray(self.tau, kind)
-        damping = jnp.where(restart, tau, damping)
+        if self.factor is not None:
+            size = jnp.sqrt(jnp.sum(jnp.square(scale * flatten_tree(info.x, kind))))
+            first = self.factor * jnp.where(size > 0, size, 1)
+            radius = jnp.where(restart, first, radius)
+        damping = _damping_for(singular, projected, radius, cut)
+        if self.factor is None:
+            damping = jnp.where(restart, jnp.asarray(self.tau, kind), damping)
         filtered = jnp.where(singular > cut, singular / (singular * singular + damping), 0)
         step = -filtered * projected  # d = D^(-1/2) V step
-        radius = jnp.where(restart, jnp.sqrt(jnp.sum(step * step)), radius)
+        if self.factor is None:
+            radius = jnp.where(restart, jnp.sqrt(jnp.sum(step * step)), radius)
         d = jnp.matmul(basis.T, step, precision=HIGHEST) / scale
         new = LevenbergMarquardtState(
             damping=damping,
