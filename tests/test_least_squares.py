@@ -64,7 +64,8 @@ def test_consistent_linear_problem_takes_one_gauss_newton_step():
         assert result.status == js.Status.CONVERGED_GTOL, result.message
         assert int(result.num_steps) == 1
         np.testing.assert_allclose(result.params, solution, rtol=1e-13, atol=1e-13)
-        assert int(result.state.direction.num_jvp) == 5  # n = 5 JVPs for the one step
+        # `run` hands GaussNewton J from its evaluations: no JVP of the direction's own
+        assert int(result.state.direction.num_jvp) == 0
 
 
 def test_value_is_half_the_squared_residual_norm():
@@ -334,6 +335,115 @@ def test_step_loop(direction):
     r = exponential(params, t, y)
     assert values[-1] == pytest.approx(0.5 * float(jnp.sum(r * r)), rel=1e-5, abs=1e-10)
     assert values[-1] < 1e-6
+
+
+# ------------------------------------------------------------------ r and J together
+
+DENSE = {k: WITH_FACTOR[k] for k in ("GaussNewton", "LevenbergMarquardt", "LM-factor")}
+
+
+class _Executions:
+    """Counts executions of r (a `jax.debug.callback` inside it) in compiled code."""
+
+    def __init__(self):
+        self.count = 0
+
+    def bump(self, *_):
+        self.count += 1
+
+    def residuals(self, params, t, y):
+        jax.debug.callback(self.bump)
+        return exponential(params, t, y)
+
+
+@pytest.mark.parametrize(
+    "dtype", [jnp.float64, jnp.float32, jnp.float16], ids=["float64", "float32", "float16"]
+)
+@pytest.mark.parametrize("direction", list(DENSE))
+def test_run_evaluates_r_once_per_trial(direction, dtype):
+    """In `run`, a dense least-squares direction evaluates r once per trial: the evaluation
+    that gives f and grad f also gives r and J (`DirectionInfo.jacobian`), and `compute`
+    evaluates r no more (before, its `jax.linearize` evaluated r again at every accepted
+    point) nor forms a product of its own (`num_jvp` 0)."""
+    with jax.enable_x64(dtype == jnp.float64):
+        x0, t, y = exponential_data(dtype)
+        executions = _Executions()
+        result = js.Solver(DENSE[direction](), gtol=1e-3, max_steps=20).run(
+            executions.residuals, x0, t, y
+        )
+        jax.effects_barrier()
+        assert int(result.num_steps) >= 3
+        assert executions.count == int(result.num_fun_evals)
+        assert int(result.state.direction.num_jvp) == 0
+        assert all(result.params[k].dtype == dtype for k in x0)
+        assert all(result.grad[k].dtype == dtype for k in x0)
+
+
+@pytest.mark.parametrize("direction", ["GaussNewton", "LevenbergMarquardt"])
+def test_run_agrees_with_a_step_loop(direction):
+    """`step` hands no J (the direction forms it from `info.residuals`: n JVPs per step) and
+    takes grad f by a VJP; `run` takes both from one forward-mode Jacobian. In float64 they
+    end at the same params to 1e-10 after the same number of steps."""
+    make = DENSE[direction]
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+        solver = js.Solver(make(), gtol=1e-9, ftol=0.0, max_steps=6)
+        result = solver.run(exponential, x0, t, y)
+        state = solver.init(x0, fn=exponential, args=(t, y))
+        step = jax.jit(lambda p, s: solver.step(exponential, p, s, t, y))
+        params = x0
+        for _ in range(int(result.num_steps)):
+            params, state = step(params, state)
+        assert int(state.num_steps) == int(result.num_steps) >= 4
+        for k in x0:
+            np.testing.assert_allclose(params[k], result.params[k], rtol=1e-10)
+        assert int(state.direction.num_jvp) == 3 * int(state.num_steps)  # n = 3 per step
+
+
+@pytest.mark.parametrize("direction", list(DENSE))
+def test_compute_takes_the_jacobian_it_is_handed(direction):
+    """Handed (r, J) in `DirectionInfo.jacobian` (no `residuals`), `compute` returns the
+    direction it forms from `residuals` itself, with no JVP of its own."""
+    make = DENSE[direction]
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+        x = jnp.stack([x0["a"], x0["k"], x0["c"]]) + 0.1
+
+        def fn(p):
+            return exponential({"a": p[0], "k": p[1], "c": p[2]}, t, y)
+
+        r, jac = fn(x), jax.jacfwd(fn)(x)
+        grad = jnp.matmul(jac.T, r, precision=jax.lax.Precision.HIGHEST)
+        direction = make()
+        state = direction.init(x, jnp.float64)
+
+        @jax.jit
+        def both(x, grad, r, jac):
+            own = direction.compute(state, js.DirectionInfo(x, grad, jnp.float64, residuals=fn))
+            info = js.DirectionInfo(x, grad, jnp.float64, jacobian=(r, jac))
+            return own, direction.compute(state, info)
+
+        own, handed = both(x, grad, r, jac)
+        np.testing.assert_allclose(handed[0], own[0], rtol=1e-12)
+        assert int(own[2].num_jvp) == 3
+        assert int(handed[2].num_jvp) == 0
+
+
+def test_least_squares_run_compiles_once(compiles):
+    """A run with r and J in its evaluations compiles its program and fresh state once: a
+    run from a new x0 with new data, and a resumed run, compile nothing more."""
+    x0, t, y = exponential_data(jnp.float32)
+    solver = js.Solver(js.LevenbergMarquardt(), max_steps=10)
+    compiles.reset()
+    first = solver.run(exponential, x0, t, y)
+    jax.block_until_ready(first)
+    assert compiles.count == 2
+    moved = jax.tree.map(lambda a: a + 0.25, x0)
+    jax.block_until_ready((moved, y + 0.125))
+    compiles.reset()
+    jax.block_until_ready(solver.run(exponential, moved, t, y + 0.125))
+    jax.block_until_ready(solver.run(exponential, first.iterate, t, y, state=first.state))
+    assert compiles.count == 0
 
 
 # ------------------------------------------------------------------ the damping rule

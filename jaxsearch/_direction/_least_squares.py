@@ -8,8 +8,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from .._evaluate import jacobian_dtype
 from .._misc import at_least_float32, leaves, widest_float
-from ._base import AbstractLeastSquares, DirectionInfo, no_limit
+from ._base import AbstractDenseLeastSquares, DirectionInfo, no_limit
 from ._bfgs import HIGHEST
 from ._flat import flatten_tree, unflatten_tree
 
@@ -23,31 +24,38 @@ def _residuals_of(info: DirectionInfo, owner: str):
     return info.residuals
 
 
-def _jacobian(info: DirectionInfo, owner: str) -> tuple[Array, Array, int]:
-    """(r, J, n): the flattened residuals at x and their Jacobian (m x n, n the total size of
-    the params), in the matrix dtype: the widest of the params' and the residuals' dtypes,
-    at least float32. J is formed from n Jacobian-vector products
-    (`jax.linearize` once, then its linear map on the columns of the identity)."""
-    residuals, x = _residuals_of(info, owner), info.x
-    shapes = jax.eval_shape(residuals, x)
-    dtype = at_least_float32(widest_float(*(a.dtype for a in leaves((x, shapes)))))
+def _jacobian(info: DirectionInfo, owner: str) -> tuple[Array, Array, int, int]:
+    """(r, J, n, products): the flattened residuals at x and their Jacobian (m x n, n the total
+    size of the params), in the matrix dtype: the widest of the params' and the residuals'
+    dtypes, at least float32; `products`, the Jacobian-vector products formed here. From
+    `info.jacobian` where the solver passes it (`Solver.run`: no product here), else from n
+    Jacobian-vector products (`jax.linearize` once, then its linear map on the columns of
+    the identity)."""
+    x = info.x
+    n = sum(p.size for p in leaves(x))
+    if info.jacobian is not None:
+        r, jac = info.jacobian
+        return r, jac, n, 0
+    residuals = _residuals_of(info, owner)
+    dtype = jacobian_dtype(x, jax.eval_shape(residuals, x))
 
     def flat_residuals(v):
         return flatten_tree(residuals(unflatten_tree(v, x)), dtype)
 
     r, linear = jax.linearize(flat_residuals, flatten_tree(x, dtype))
-    n = sum(p.size for p in leaves(x))
     columns = jax.vmap(linear)(jnp.eye(n, dtype=dtype))  # rows J e_i: J'
-    return r, columns.T, n
+    return r, columns.T, n, n
 
 
 class GaussNewtonState(eqx.Module):
     """Diagnostics only: Gauss-Newton keeps no information between steps."""
 
-    num_jvp: Int[Array, ""]  # Jacobian-vector products since init (n per `compute`)
+    # Jacobian-vector products of `compute` since init: n per `compute` that forms J itself,
+    # none where the solver hands it J (`DirectionInfo.jacobian`, in `Solver.run`)
+    num_jvp: Int[Array, ""]
 
 
-class GaussNewton(AbstractLeastSquares):
+class GaussNewton(AbstractDenseLeastSquares):
     """The Gauss-Newton direction for f = 0.5 |r(x)|^2: d minimises |r + J d| (J the
     Jacobian of the residuals r at x), the least-squares solution of J d = -r of least norm
     (Nocedal & Wright, *Numerical Optimization*, 2nd ed., section 10.3, eq. 10.23).
@@ -70,9 +78,9 @@ class GaussNewton(AbstractLeastSquares):
         return GaussNewtonState(num_jvp=jnp.zeros((), jnp.int32))
 
     def compute(self, state: GaussNewtonState, info: DirectionInfo):
-        r, jac, n = _jacobian(info, "GaussNewton")
+        r, jac, _, products = _jacobian(info, "GaussNewton")
         d, *_ = jnp.linalg.lstsq(jac, -r)
-        state = GaussNewtonState(num_jvp=state.num_jvp + jnp.array(n, jnp.int32))
+        state = GaussNewtonState(num_jvp=state.num_jvp + jnp.array(products, jnp.int32))
         return unflatten_tree(d, info.grad), jnp.array(True), state, no_limit(info.dtype)
 
     def update(self, state, s, y, dtype, accept=True) -> GaussNewtonState:
@@ -129,10 +137,12 @@ class LevenbergMarquardtState(eqx.Module):
     fraction: Float[Array, ""]  # alpha = s'd / d'd of that step (1: the unit step)
     length: Float[Array, ""]  # |D^(1/2) s| of that step
     stepped: Bool[Array, ""]  # whether that step awaits the next `compute`
-    num_jvp: Int[Array, ""]  # Jacobian-vector products since init (n per `compute`)
+    # Jacobian-vector products of `compute` since init: n per `compute` that forms J itself,
+    # none where the solver hands it J (`DirectionInfo.jacobian`, in `Solver.run`)
+    num_jvp: Int[Array, ""]
 
 
-class LevenbergMarquardt(AbstractLeastSquares):
+class LevenbergMarquardt(AbstractDenseLeastSquares):
     """The Levenberg-Marquardt direction for f = 0.5 |r(x)|^2, as a trust region whose radius
     the line search's outcome also sets:
 
@@ -217,7 +227,7 @@ class LevenbergMarquardt(AbstractLeastSquares):
         )
 
     def compute(self, state: LevenbergMarquardtState, info: DirectionInfo):
-        r, jac, n = _jacobian(info, "LevenbergMarquardt")
+        r, jac, n, products = _jacobian(info, "LevenbergMarquardt")
         kind = r.dtype  # the matrix dtype: the state's (the params'), or the residuals' if wider
         stored = state
         state = jax.tree.map(
@@ -280,7 +290,7 @@ class LevenbergMarquardt(AbstractLeastSquares):
             fraction=jnp.zeros((), kind),
             length=jnp.zeros((), kind),
             stepped=jnp.array(False),
-            num_jvp=state.num_jvp + jnp.array(n, jnp.int32),
+            num_jvp=state.num_jvp + jnp.array(products, jnp.int32),
         )
         state = jax.tree.map(lambda a, like: a.astype(like.dtype), new, stored)
         return unflatten_tree(d, info.grad), jnp.array(True), state, no_limit(info.dtype)
