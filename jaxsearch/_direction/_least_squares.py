@@ -62,8 +62,10 @@ class GaussNewton(AbstractDenseLeastSquares):
 
     With it, fn returns a pytree of residuals (see `AbstractLeastSquares`). J is formed from
     n Jacobian-vector products (n the number of parameters; forward-mode differentiation of
-    the residuals) and the system is solved by `jnp.linalg.lstsq` (an SVD), in the widest of
-    the params' and residuals' dtypes, at least float32. d descends wherever J'r != 0
+    the residuals; in `Solver.run` at each trial point, with r itself in one execution, so
+    that r is evaluated once per trial: `AbstractDenseLeastSquares`) and the system is solved
+    by `jnp.linalg.lstsq` (an SVD), in the widest of the params' and residuals' dtypes, at
+    least float32. d descends wherever J'r != 0
     (g'd = -|J d|^2); `scaled` is True, so the line search tries the unit step, the
     Gauss-Newton step, first. Near a solution with small residuals the iterates converge
     quickly (quadratically at a zero-residual solution where J has full rank; N&W
@@ -123,6 +125,10 @@ def _damping_for(singular, projected, radius, cut):
     return jnp.where(inside, zero, damping)
 
 
+# The first damping of `LevenbergMarquardt(factor=None)` where `tau` is not given.
+DEFAULT_TAU = 1e-3
+
+
 class LevenbergMarquardtState(eqx.Module):
     damping: Float[Array, ""]  # lambda of the last step, in the matrix dtype
     radius: Float[Array, ""]  # Delta, the bound on |D^(1/2) d| the last step was solved for
@@ -156,51 +162,55 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
     parameters. d is solved from the SVD U diag(s) V' of J D^(-1/2) (never J'J, whose
     condition number is J's squared; singular values below eps s_max max(m, n) dropped), in
     the matrix dtype: the widest of the params' and residuals', at least float32. With it,
-    fn returns a pytree of residuals (see `AbstractLeastSquares`); J is formed from n
-    Jacobian-vector products, as in `GaussNewton`.
+    fn returns a pytree of residuals (see `AbstractLeastSquares`); J is formed as in
+    `GaussNewton`.
 
     lambda is Moré's (1978): 0 (the Gauss-Newton step) where that step has
     |D^(1/2) d| <= 1.1 Delta, else the lambda > 0 with |D^(1/2) d(lambda)| = Delta, from
     `DAMPING_ITERATIONS` Newton iterations on 1 / |D^(1/2) d(lambda)| - 1 / Delta from 0
-    (Hebden's scheme, which Moré uses). The
-    first step (and the first after `reset`, or after Delta rounded to 0) takes
-    lambda = `tau` and Delta = |D^(1/2) d(tau)|. After each step s = alpha d that the line
+    (Hebden's scheme, which Moré uses). The first step (and the first after `reset`, or after
+    Delta rounded to 0) starts from MINPACK's radius (Moré 1978; MINPACK's lmder):
+    Delta = factor |D^(1/2) x| (factor where that is 0; lmder's documentation recommends
+    factor in [0.1, 100]; scipy's `trf` with x_scale='jac' starts from factor 1), lambda from
+    it as above; or, with `factor=None`, from the damping `tau` (1e-3 unless given):
+    lambda = tau and Delta = |D^(1/2) d(tau)|. After each step s = alpha d that the line
     search accepted, with the gain ratio
 
         rho = (f(x) - f(x + s)) / (L(0) - L(s)),  L(s) = 0.5 |r + J s|^2,
 
-    Delta becomes: |D^(1/2) s| if alpha < 0.9 (the search cut the unit step, which a trust
-    region would have rejected: Delta shrinks to the length the search accepted); else
-    |D^(1/2) s| / 2 if rho < 1/4; else 2 |D^(1/2) s| if rho > 3/4 or lambda was 0 (Moré's
-    rule, with his shrink factor gamma = 1/2); else it stays. The update is applied at the `compute`
-    after the step, from f, the SVD and D recorded at x and L(0) - L(s), alpha and
-    |D^(1/2) s| recorded by `update`.
+    Delta becomes: |D^(1/2) s| / 2 if rho < 1/4; else 2 |D^(1/2) s| if rho > 3/4 or lambda
+    was 0 (Moré's rule, with his shrink factor gamma = 1/2); else it stays, or becomes
+    |D^(1/2) s| where the search cut the unit step (alpha < 0.9, the stand-in for a trust
+    region's rejected trials, after which MINPACK's Delta is about |D^(1/2) s|). With
+    `factor=None` a cut step sets Delta to |D^(1/2) s| whatever rho. The update is applied at
+    the `compute` after the step, from f, the SVD and D recorded at x and L(0) - L(s), alpha
+    and |D^(1/2) s| recorded by `update`.
 
-    With `factor` set, LM follows MINPACK's rules (Moré 1978; MINPACK's lmder) where they
-    differ: the first Delta is factor |D^(1/2) x| (factor where that is 0; lmder's
-    documentation recommends factor in [0.1, 100]; scipy's `trf` with x_scale='jac' starts
-    from factor 1), lambda from it as above; and after a cut step (alpha < 0.9, the stand-in
-    for rejected trials, after which MINPACK's Delta is about |D^(1/2) s|) the gain ratio
-    still applies: |D^(1/2) s| / 2 if rho < 1/4, 2 |D^(1/2) s| if rho > 3/4 or lambda was 0,
-    else |D^(1/2) s|. `factor=1.0` solves NIST's MGH10, y = b1 exp(b2 / (x + b3)), from
-    start 1 in float64, which the `tau` start does not: its first, nearly steepest-descent
-    step leads the next to b1 < 0, where the model is below the positive data everywhere, and
-    the run ends at the flat asymptote b2 -> -inf (benchmarks/least_squares.py compares both).
+    The default, `factor=1.0`, solves all 16 of NIST's higher-difficulty runs in float64
+    (benchmarks/least_squares.py), MGH10, y = b1 exp(b2 / (x + b3)), from start 1 among them,
+    which the `tau` start does not: its first, nearly steepest-descent step leads the next to
+    b1 < 0, where the model is below the positive data everywhere, and the run ends at the
+    flat asymptote b2 -> -inf. The `tau` start takes fewer evaluations on Bennett5.
 
     `scaled` is True: the line search tries the unit step first; by default the solver pairs
     it with monotone Armijo backtracking (`Backtracking(epsilon=0)`), the safeguard that
     replaces the trust region's rejected steps. `reset` forgets Delta and D (the next
-    `compute` starts again from `tau`, or from `factor`); after `gradient_replaced` (e.g. new
+    `compute` starts again from `factor`, or from `tau`); after `gradient_replaced` (e.g. new
     data) the step's gain ratio is not used.
     """
 
-    tau: float = eqx.field(static=True, default=1e-3)
-    factor: float | None = eqx.field(static=True, default=None)
+    factor: float | None = eqx.field(static=True, default=1.0)
+    tau: float | None = eqx.field(static=True, default=None)  # with factor=None: 1e-3 if None
 
     supports_bounds: ClassVar[bool] = False
 
     def __check_init__(self):
-        if not self.tau > 0:
+        if self.tau is not None and self.factor is not None:
+            raise ValueError(
+                "LevenbergMarquardt: tau is the first damping of the start without a radius "
+                f"factor; pass factor=None with it (factor is {self.factor})."
+            )
+        if self.tau is not None and not self.tau > 0:
             raise ValueError(f"LevenbergMarquardt: tau must be positive, got {self.tau}.")
         if self.factor is not None and not self.factor > 0:
             raise ValueError(f"LevenbergMarquardt: factor must be positive, got {self.factor}.")
@@ -270,7 +280,8 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
             radius = jnp.where(restart, first, radius)
         damping = _damping_for(singular, projected, radius, cut)
         if self.factor is None:
-            damping = jnp.where(restart, jnp.asarray(self.tau, kind), damping)
+            tau = DEFAULT_TAU if self.tau is None else self.tau
+            damping = jnp.where(restart, jnp.asarray(tau, kind), damping)
         filtered = jnp.where(singular > cut, singular / (singular * singular + damping), 0)
         step = -filtered * projected  # d = D^(-1/2) V step
         if self.factor is None:
