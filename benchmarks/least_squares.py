@@ -2,8 +2,8 @@
 least_squares (trf, lm), optimistix's GaussNewton and LevenbergMarquardt, js.BFGS and
 js.Newton (each with js.Zoom) on f(b) = 0.5 |r(b)|^2, and jaxsearch's least-squares
 directions js.GaussNewton and js.LevenbergMarquardt with their default searches (Zoom and
-Backtracking; fn returns r itself), the latter also with MINPACK's first radius
-(js.LevenbergMarquardt(factor=1.0), `jaxsearch-lm-factor1`).
+Backtracking; fn returns r itself), the latter from its default first radius (MINPACK's,
+factor=1.0) and from the damping tau (js.LevenbergMarquardt(factor=None), `jaxsearch-lm-tau`).
 
     python benchmarks/least_squares.py                       # all 8 problems x 2 starts
     python benchmarks/least_squares.py --quick               # MGH09 and BoxBOD
@@ -284,8 +284,8 @@ PEERS: dict[str, Callable] = {
     "jaxsearch-newton": functools.partial(_jaxsearch, js.Newton),
     "jaxsearch-gn": functools.partial(_jaxsearch, js.GaussNewton),
     "jaxsearch-lm": functools.partial(_jaxsearch, js.LevenbergMarquardt),
-    "jaxsearch-lm-factor1": functools.partial(
-        _jaxsearch, functools.partial(js.LevenbergMarquardt, factor=1.0)
+    "jaxsearch-lm-tau": functools.partial(
+        _jaxsearch, functools.partial(js.LevenbergMarquardt, factor=None)
     ),
 }
 
