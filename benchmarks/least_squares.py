@@ -2,7 +2,8 @@
 least_squares (trf, lm), optimistix's GaussNewton and LevenbergMarquardt, js.BFGS and
 js.Newton (each with js.Zoom) on f(b) = 0.5 |r(b)|^2, and jaxsearch's least-squares
 directions js.GaussNewton and js.LevenbergMarquardt with their default searches (Zoom and
-Backtracking; fn returns r itself).
+Backtracking; fn returns r itself), the latter from its default first radius (MINPACK's,
+factor=1.0) and from the damping tau (js.LevenbergMarquardt(factor=None), `jaxsearch-lm-tau`).
 
     python benchmarks/least_squares.py                       # all 8 problems x 2 starts
     python benchmarks/least_squares.py --quick               # MGH09 and BoxBOD
@@ -18,19 +19,20 @@ error, min_i -log10(|b_i - b*_i| / |b*_i|), capped at 11 digits).
 Counting, inside the compiled residual function with `jax.debug.callback`, in a first run:
 `evals`, executions of r (also those inside a Jacobian, a linearisation or a gradient, and the
 one re-run of r for the n Hessian-vector products of a js.Newton step; for js.GaussNewton and
-js.LevenbergMarquardt both the solver's value-and-gradient evaluation at each trial point and
-the `jax.linearize` of r inside the direction's `compute` at each accepted point, which
-evaluates r there again: two evaluations per accepted step, where optimistix's one
-linearisation per step gives it r and J together); `to_solved`, the evaluations of r up to
+js.LevenbergMarquardt the one execution of r inside the forward-mode Jacobian that `run`
+forms at each trial point, which gives r, J, f = 0.5 |r|^2 and the gradient J'r together, and
+the accepted point's r and J to the direction: one evaluation per trial, as optimistix's one
+linearisation per step); `to_solved`, the evaluations of r up to
 and including the first at a point that solves the problem (independent of when the stopping
 rules end the run); `lins`, differentiated
 executions (a Jacobian, a linearisation, a gradient, or a js.Newton step's batch of Hessian-
 vector products); `jvps`, Jacobian-vector products of r, one per tangent direction pushed
 forward (scipy's jax.jacfwd Jacobian: n per Jacobian; optimistix: those of its jax.linearize
-operator). Reverse-mode products do not pass that callback, so for jaxsearch the products are
-its own counts: `vjps` = its reported value-and-gradient evaluations (one VJP of r each),
-`hvps` = js.Newton's Hessian-vector products (n per step, forward over reverse); for
-js.GaussNewton and js.LevenbergMarquardt `jvps` is their own count (n per Jacobian). `reported`:
+operator; js.GaussNewton and js.LevenbergMarquardt: n per trial point). Reverse-mode
+products do not pass that callback, so for jaxsearch's other directions the products are its
+own counts: `vjps` = its reported value-and-gradient evaluations (one VJP of r each; 0 for
+js.GaussNewton and js.LevenbergMarquardt, whose gradient is J'r), `hvps` = js.Newton's
+Hessian-vector products (n per step, forward over reverse). `reported`:
 the solver's own counts (scipy nfev/njev, optimistix num_steps, jaxsearch num_steps and
 num_fun_evals). Timing, in two more runs of fresh closures without the counting callbacks
 (jax.clear_caches() first): `wall_s`, the second call; `compile_s`, the first call minus the
@@ -106,7 +108,6 @@ class Outcome:
     reported: dict[str, int]
     vjps: int | None = None
     hvps: int | None = None
-    jvps: int | None = None  # a solver's own count of forward products, where it mixes modes
 
 
 # -------------------------------------------------------------------------------- counting
@@ -260,14 +261,15 @@ def _jaxsearch(direction: Callable, r, b0, args, settings: Settings):
     def outcome(result):
         evals = int(result.num_fun_evals)
         hvps = getattr(result.state.direction, "num_hvp", None)
-        jvps = getattr(result.state.direction, "num_jvp", None)
+        # js.GaussNewton and js.LevenbergMarquardt: forward mode only (the callback counts
+        # their JVPs); the others: one VJP per evaluation
+        dense = isinstance(made, js.GaussNewton | js.LevenbergMarquardt)
         return Outcome(
             x=np.asarray(result.params),
             status=f"{js.Status(int(result.status)).name}: {result.message}",
             reported={"num_steps": int(result.num_steps), "num_fun_evals": evals},
-            vjps=evals,
+            vjps=0 if dense else evals,
             hvps=None if hvps is None else int(hvps),
-            jvps=None if jvps is None else int(jvps),
         )
 
     return solve, outcome
@@ -282,6 +284,9 @@ PEERS: dict[str, Callable] = {
     "jaxsearch-newton": functools.partial(_jaxsearch, js.Newton),
     "jaxsearch-gn": functools.partial(_jaxsearch, js.GaussNewton),
     "jaxsearch-lm": functools.partial(_jaxsearch, js.LevenbergMarquardt),
+    "jaxsearch-lm-tau": functools.partial(
+        _jaxsearch, functools.partial(js.LevenbergMarquardt, factor=None)
+    ),
 }
 
 
@@ -311,8 +316,8 @@ def run_one(problem, start: str, peer_name: str, settings: Settings) -> dict[str
         counter.reset()
         out = outcome(solve())
         counts = counter.read()
-        if out.vjps is not None:  # reverse mode: its products do not pass the jvps callback
-            counts["jvps"] = out.jvps  # js.GaussNewton and js.LevenbergMarquardt count theirs
+        if out.vjps:  # reverse mode: its products do not pass the jvps callback
+            counts["jvps"] = None
         rel, lre = accuracy(problem, out.x)
         with np.errstate(all="ignore"):
             rss = float(nist.rss(out.x, problem, np))
@@ -488,12 +493,13 @@ def write_outputs(out_dir: pathlib.Path, meta, problems, results, solvers) -> st
         "(6 significant digits). LRE: NIST's log relative error, the fewest correct digits "
         f"over the parameters (capped at {LRE_CAP:g}). evals / lins / JVPs: counted inside r "
         "in a first run (evaluations of r, every one: for js.GaussNewton and "
-        "js.LevenbergMarquardt both the value-and-gradient evaluation at each trial point and "
-        "the linearisation that forms J at each accepted point, two per accepted step; "
-        "differentiated ones; forward products). to 6 digits: the evaluations of r up to the "
+        "js.LevenbergMarquardt the one inside the forward-mode Jacobian formed at each trial "
+        "point, which gives r, J, f and J'r together, one per trial; differentiated ones; "
+        "forward products). to 6 digits: the evaluations of r up to the "
         "first at a point that solves the problem (what the stopping rules add after it is "
         "evals minus this). VJPs and "
-        "HVPs: jaxsearch's own counts (value-and-gradient evaluations; js.Newton's "
+        "HVPs: jaxsearch's own counts (value-and-gradient evaluations, 0 for js.GaussNewton "
+        "and js.LevenbergMarquardt, whose gradient is J'r; js.Newton's "
         "Hessian-vector products). wall: a second call of a fresh, uncounted program; compile: "
         "its first call minus the second. Settings: " + json.dumps(meta["settings"]) + ".",
         "",

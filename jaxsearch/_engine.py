@@ -31,7 +31,7 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 from . import _evaluate
 from ._box import Box
 from ._direction import DirectionInfo
-from ._direction._base import least_squares
+from ._direction._base import dense_least_squares, least_squares
 from ._history import FIELDS, History, Report, step_record
 from ._linesearch import AbstractLineSearch, InitialStepInfo, SearchState, initial_step
 from ._misc import (
@@ -90,6 +90,9 @@ class Machine(eqx.Module):
     # The count of evaluations at which the machine stops (`max_evals` from a run's start; for
     # `step`, `max_evals` itself); None without a budget of evaluations.
     last_eval: Int[Array, ""] | None = None
+    # `run` with a dense least-squares direction: (r, J) at x, flattened, from the evaluation
+    # that gave the state's f and gradient there (`Engine.forms_jacobian`); None otherwise.
+    jacobian: tuple[Array, Array] | None = None
 
     @property
     def search(self) -> SearchState:
@@ -189,6 +192,27 @@ class Engine:
             self.solver.value_and_grad,
         )
 
+    def forms_jacobian(self) -> bool:
+        """Whether each trial's evaluation also forms r and J (`evaluate_trial`): in `run`
+        with a dense least-squares direction, which `prepare` hands the accepted point's, so
+        that its `compute` evaluates r no more. `step` starts its step in the next call, from
+        the state, which holds no J: there the direction forms J itself."""
+        return dense_least_squares(self.solver) and not self.until_step
+
+    def evaluate_trial(self, state: SolverState, point):
+        """f, grad, aux and (with `forms_jacobian`; else None) (r, J) at a trial point."""
+        if not self.forms_jacobian():
+            return (*self.evaluate(state, point), None)
+        return _evaluate.value_grad_and_jacobian(
+            self.fn,
+            self.solver.has_aux,
+            state.value.dtype,
+            state.aux,
+            point,
+            self.static,
+            self.args,
+        )
+
     def residuals(self, point):
         """fn's residuals at `point` (a least-squares direction's fn), aux dropped."""
         out = self.fn(eqx.combine(point, self.static), *self.args)
@@ -253,6 +277,10 @@ class Engine:
             history=history,
             last_eval=last_eval,
         )
+        if self.forms_jacobian():  # zeros until fn is evaluated at x
+            shapes = jax.eval_shape(lambda: self.evaluate_trial(state, x)[3])
+            jacobian = jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+            m = _replace(m, jacobian=jacobian)
         if not self.until_step:
             return _replace(m, pending=state.has_eval)
         stop = jnp.where(
@@ -299,7 +327,7 @@ class Engine:
         # Computed once and materialised: fn and the next iterate both read this one copy,
         # which no fusion can recompute (and round) differently.
         point = lax.optimization_barrier(trial_point(m.x, t, m.d, self.box))
-        value, grad, aux = self.evaluate(st, point)
+        value, grad, aux, jacobian = self.evaluate_trial(st, point)
         counted = ~idle & ~checking  # a check is counted only where it finds a new point
         st = _replace(st, num_fun_evals=st.num_fun_evals + counted.astype(jnp.int32))
         phi, dphi = lax.stop_gradient((value.astype(dtype), tree_dot(grad, m.d, dtype)))
@@ -332,6 +360,8 @@ class Engine:
         memory = select(taken & ~pair, direction.reset(memory), memory)
         m = _replace(m, state=_replace(m.state, direction=memory))
         m = self.take_vectors(m, point, value, grad, aux, moved)
+        if jacobian is not None:  # r and J at x: at x itself, or at the step's new iterate
+            m = _replace(m, jacobian=select(moved | at_base | checking, jacobian, m.jacobian))
         operands = (m, point, value, grad, aux, taken, stayed, change)
         return lax.cond(ends, self.boundary, lambda m, *_: m, *operands)
 
@@ -454,7 +484,9 @@ class Engine:
             _hessian_vector_product, functools.partial(self.evaluate, st), x, grad=own
         )
         residuals = self.residuals if least_squares(solver) else None
-        info = DirectionInfo(x, st.grad, dtype, hvp, box, solver.adjoint.while_loop, residuals)
+        info = DirectionInfo(
+            x, st.grad, dtype, hvp, box, solver.adjoint.while_loop, residuals, m.jacobian
+        )
         d, scaled, direction_state, limit = direction.compute(st.direction, info)
         # Not a descent direction (e.g. rounding in low precision): restart from steepest
         # descent (projected onto the box when there is one). Its slope without a box,

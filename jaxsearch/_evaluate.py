@@ -256,3 +256,39 @@ def value_and_grad(
     grad = tree_cast_like(grad, diff)
     aux = tree_cast_like(aux, aux_like) if has_aux else None
     return jnp.asarray(value).astype(value_dtype), grad, aux
+
+
+def jacobian_dtype(diff: PyTree, residuals: PyTree):
+    """The dtype of a dense least-squares direction's matrices: the widest of the params'
+    (`diff`'s) and the residuals' float dtypes (arrays or abstract values), at least float32."""
+    found = jtu.tree_leaves((diff, residuals))
+    return at_least_float32(widest_float(*(jnp.result_type(a) for a in found)))
+
+
+def value_grad_and_jacobian(fn, has_aux: bool, value_dtype, aux_like, diff, static, args):
+    """f, grad f and aux at `combine(diff, static)` as `value_and_grad` gives them with
+    `residual`, and (r, J): fn's residuals flattened and their Jacobian (m x n, n the size of
+    `diff`), both in `jacobian_dtype`, for a dense least-squares direction. One forward-mode
+    Jacobian (`jax.jacfwd`: n Jacobian-vector products) executes r's primal once; f is
+    0.5 |r|^2 (`half_squared_norm`, as `value_and_grad` forms it) and grad f = J'r, each
+    leaf cast to its param's dtype."""
+    from ._direction._flat import flatten_tree, unflatten_tree
+
+    def residuals(d):
+        r, _ = split_output(fn(eqx.combine(d, static), *args), has_aux, residual=True)
+        return r
+
+    kind = jacobian_dtype(diff, jax.eval_shape(residuals, diff))
+
+    def flat(v):
+        out = fn(eqx.combine(unflatten_tree(v, diff), static), *args)
+        r, aux = split_output(out, has_aux, residual=True)
+        check_residuals(r)
+        r_flat = flatten_tree(r, kind)
+        return r_flat, (r_flat, half_squared_norm(r), aux)
+
+    jac, (r, value, aux) = jax.jacfwd(flat, has_aux=True)(flatten_tree(diff, kind))
+    grad = jnp.matmul(jac.T, r, precision=jax.lax.Precision.HIGHEST)
+    grad = unflatten_tree(grad, diff)
+    aux = tree_cast_like(aux, aux_like) if has_aux else None
+    return jnp.asarray(value).astype(value_dtype), grad, aux, (r, jac)

@@ -29,6 +29,9 @@ nist = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(nist)
 
 TIGHT = dict(gtol=1e-12, ftol=0.0)
+# The least-squares directions, and LM from the damping tau (`factor=None`; the default
+# starts from MINPACK's radius, factor=1.0).
+WITH_TAU = {**LEAST_SQUARES, "LM-tau": lambda: js.LevenbergMarquardt(factor=None)}
 
 
 def nist_residuals(b, problem):
@@ -62,7 +65,8 @@ def test_consistent_linear_problem_takes_one_gauss_newton_step():
         assert result.status == js.Status.CONVERGED_GTOL, result.message
         assert int(result.num_steps) == 1
         np.testing.assert_allclose(result.params, solution, rtol=1e-13, atol=1e-13)
-        assert int(result.state.direction.num_jvp) == 5  # n = 5 JVPs for the one step
+        # `run` hands GaussNewton J from its evaluations: no JVP of the direction's own
+        assert int(result.state.direction.num_jvp) == 0
 
 
 def test_value_is_half_the_squared_residual_norm():
@@ -149,11 +153,11 @@ def test_nist_certified_values(nist_fits, case):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
+@pytest.mark.parametrize("direction", list(WITH_TAU))
 def test_low_precision_descends(dtype, direction):
     """In float32 and bfloat16 the run stays finite, keeps the params' dtypes and lowers f;
     f is reported in float32 (the residuals' dtype widened)."""
-    make = LEAST_SQUARES[direction]
+    make = WITH_TAU[direction]
     x0, t, y = exponential_data(dtype)
     result = js.Solver(make(), max_steps=20).run(exponential, x0, t, y)
     assert result.value.dtype == jnp.float32
@@ -165,10 +169,10 @@ def test_low_precision_descends(dtype, direction):
     assert float(result.params["k"]) == pytest.approx(1.3, rel=tol, abs=tol)
 
 
-@pytest.mark.parametrize("direction", list(LEAST_SQUARES))
+@pytest.mark.parametrize("direction", list(WITH_TAU))
 def test_mixed_dtype_params(direction):
     """A pytree of float32 and bfloat16 params with float32 residuals runs and descends."""
-    make = LEAST_SQUARES[direction]
+    make = WITH_TAU[direction]
     x0, t, y = exponential_data(jnp.float32)
     x0 = {**x0, "c": x0["c"].astype(jnp.bfloat16), "k": jnp.full((1,), 0.5, jnp.float32)}
 
@@ -289,7 +293,20 @@ def test_direction_needs_residuals():
 
 def test_tau_checked():
     with pytest.raises(ValueError, match="tau must be positive"):
-        js.LevenbergMarquardt(tau=0.0)
+        js.LevenbergMarquardt(factor=None, tau=0.0)
+
+
+def test_tau_needs_factor_none():
+    """`tau` is the first damping of the start without a radius factor: given with a factor
+    (the default, 1.0) it is refused, not ignored."""
+    assert js.LevenbergMarquardt() == js.LevenbergMarquardt(factor=1.0)
+    with pytest.raises(ValueError, match="pass factor=None with it"):
+        js.LevenbergMarquardt(tau=1e-2)
+
+
+def test_factor_checked():
+    with pytest.raises(ValueError, match="factor must be positive"):
+        js.LevenbergMarquardt(factor=0.0)
 
 
 @pytest.mark.parametrize("direction", list(LEAST_SQUARES))
@@ -329,6 +346,115 @@ def test_step_loop(direction):
     assert values[-1] < 1e-6
 
 
+# ------------------------------------------------------------------ r and J together
+
+DENSE = {k: WITH_TAU[k] for k in ("GaussNewton", "LevenbergMarquardt", "LM-tau")}
+
+
+class _Executions:
+    """Counts executions of r (a `jax.debug.callback` inside it) in compiled code."""
+
+    def __init__(self):
+        self.count = 0
+
+    def bump(self, *_):
+        self.count += 1
+
+    def residuals(self, params, t, y):
+        jax.debug.callback(self.bump)
+        return exponential(params, t, y)
+
+
+@pytest.mark.parametrize(
+    "dtype", [jnp.float64, jnp.float32, jnp.float16], ids=["float64", "float32", "float16"]
+)
+@pytest.mark.parametrize("direction", list(DENSE))
+def test_run_evaluates_r_once_per_trial(direction, dtype):
+    """In `run`, a dense least-squares direction evaluates r once per trial: the evaluation
+    that gives f and grad f also gives r and J (`DirectionInfo.jacobian`), and `compute`
+    evaluates r no more (before, its `jax.linearize` evaluated r again at every accepted
+    point) nor forms a product of its own (`num_jvp` 0)."""
+    with jax.enable_x64(dtype == jnp.float64):
+        x0, t, y = exponential_data(dtype)
+        executions = _Executions()
+        result = js.Solver(DENSE[direction](), gtol=1e-3, max_steps=20).run(
+            executions.residuals, x0, t, y
+        )
+        jax.effects_barrier()
+        assert int(result.num_steps) >= 3
+        assert executions.count == int(result.num_fun_evals)
+        assert int(result.state.direction.num_jvp) == 0
+        assert all(result.params[k].dtype == dtype for k in x0)
+        assert all(result.grad[k].dtype == dtype for k in x0)
+
+
+@pytest.mark.parametrize("direction", ["GaussNewton", "LevenbergMarquardt"])
+def test_run_agrees_with_a_step_loop(direction):
+    """`step` hands no J (the direction forms it from `info.residuals`: n JVPs per step) and
+    takes grad f by a VJP; `run` takes both from one forward-mode Jacobian. In float64 they
+    end at the same params to 1e-10 after the same number of steps."""
+    make = DENSE[direction]
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+        solver = js.Solver(make(), gtol=1e-9, ftol=0.0, max_steps=6)
+        result = solver.run(exponential, x0, t, y)
+        state = solver.init(x0, fn=exponential, args=(t, y))
+        step = jax.jit(lambda p, s: solver.step(exponential, p, s, t, y))
+        params = x0
+        for _ in range(int(result.num_steps)):
+            params, state = step(params, state)
+        assert int(state.num_steps) == int(result.num_steps) >= 4
+        for k in x0:
+            np.testing.assert_allclose(params[k], result.params[k], rtol=1e-10)
+        assert int(state.direction.num_jvp) == 3 * int(state.num_steps)  # n = 3 per step
+
+
+@pytest.mark.parametrize("direction", list(DENSE))
+def test_compute_takes_the_jacobian_it_is_handed(direction):
+    """Handed (r, J) in `DirectionInfo.jacobian` (no `residuals`), `compute` returns the
+    direction it forms from `residuals` itself, with no JVP of its own."""
+    make = DENSE[direction]
+    with jax.enable_x64(True):
+        x0, t, y = exponential_data(jnp.float64)
+        x = jnp.stack([x0["a"], x0["k"], x0["c"]]) + 0.1
+
+        def fn(p):
+            return exponential({"a": p[0], "k": p[1], "c": p[2]}, t, y)
+
+        r, jac = fn(x), jax.jacfwd(fn)(x)
+        grad = jnp.matmul(jac.T, r, precision=jax.lax.Precision.HIGHEST)
+        direction = make()
+        state = direction.init(x, jnp.float64)
+
+        @jax.jit
+        def both(x, grad, r, jac):
+            own = direction.compute(state, js.DirectionInfo(x, grad, jnp.float64, residuals=fn))
+            info = js.DirectionInfo(x, grad, jnp.float64, jacobian=(r, jac))
+            return own, direction.compute(state, info)
+
+        own, handed = both(x, grad, r, jac)
+        np.testing.assert_allclose(handed[0], own[0], rtol=1e-12)
+        assert int(own[2].num_jvp) == 3
+        assert int(handed[2].num_jvp) == 0
+
+
+def test_least_squares_run_compiles_once(compiles):
+    """A run with r and J in its evaluations compiles its program and fresh state once: a
+    run from a new x0 with new data, and a resumed run, compile nothing more."""
+    x0, t, y = exponential_data(jnp.float32)
+    solver = js.Solver(js.LevenbergMarquardt(), max_steps=10)
+    compiles.reset()
+    first = solver.run(exponential, x0, t, y)
+    jax.block_until_ready(first)
+    assert compiles.count == 2
+    moved = jax.tree.map(lambda a: a + 0.25, x0)
+    jax.block_until_ready((moved, y + 0.125))
+    compiles.reset()
+    jax.block_until_ready(solver.run(exponential, moved, t, y + 0.125))
+    jax.block_until_ready(solver.run(exponential, first.iterate, t, y, state=first.state))
+    assert compiles.count == 0
+
+
 # ------------------------------------------------------------------ the damping rule
 
 
@@ -352,7 +478,7 @@ def test_radius_follows_the_search_and_the_gain_ratio():
         def fn(x):
             return a @ x - b
 
-        lm = js.LevenbergMarquardt(tau=0.5)
+        lm = js.LevenbergMarquardt(factor=None, tau=0.5)
         x = jnp.zeros(2)
         d, state = _by_hand(lm, fn, x, lm.init(x, jnp.float64))
         scale = jnp.linalg.norm(a, axis=0)  # D^(1/2): the column norms of J
@@ -375,7 +501,7 @@ def test_radius_follows_the_search_and_the_gain_ratio():
         )
         # From the first step with a small tau, nearly the Gauss-Newton step: the next
         # Gauss-Newton step (to the solution) lies inside the doubled radius, so lambda = 0.
-        lm = js.LevenbergMarquardt(tau=1e-6)
+        lm = js.LevenbergMarquardt(factor=None, tau=1e-6)
         x = jnp.zeros(2)
         d, state = _by_hand(lm, fn, x, lm.init(x, jnp.float64))
         state = lm.update(state, d, None, jnp.float64)
@@ -385,15 +511,72 @@ def test_radius_follows_the_search_and_the_gain_ratio():
         np.testing.assert_allclose(x + d, jnp.linalg.lstsq(a, b)[0], rtol=1e-12)
 
 
+def test_factor_radius_rule():
+    """With `factor` (MINPACK's rules): the first Delta is factor |D^(1/2) x| (factor at
+    x = 0); after a step the search cut, the gain ratio still applies to its length: rho = 1
+    (a linear problem) gives 2 |D^(1/2) s|, where the `tau` rule keeps |D^(1/2) s|."""
+    with jax.enable_x64(True):
+        a = jnp.asarray([[3.0, 1.0], [1.0, 2.0], [0.0, 1.0]])
+        b = jnp.asarray([1.0, -2.0, 0.5])
+
+        def fn(x):
+            return a @ x - b
+
+        scale = jnp.linalg.norm(a, axis=0)  # D^(1/2): the column norms of J
+        lm = js.LevenbergMarquardt(factor=0.25)
+        _, state = _by_hand(lm, fn, jnp.zeros(2), lm.init(jnp.zeros(2), jnp.float64))
+        assert float(state.radius) == 0.25
+        x = jnp.asarray([0.5, -4.0])
+        d, state = _by_hand(lm, fn, x, lm.init(x, jnp.float64))
+        assert float(state.radius) == pytest.approx(0.25 * float(jnp.linalg.norm(scale * x)))
+        assert float(jnp.linalg.norm(scale * d)) == pytest.approx(float(state.radius), rel=1e-9)
+        for made, grown in ((lm, 2), (js.LevenbergMarquardt(factor=None), 1)):
+            _, first = _by_hand(made, fn, x, made.init(x, jnp.float64))
+            cut = made.update(first, d / 2, None, jnp.float64)
+            _, after = _by_hand(made, fn, x + d / 2, cut)
+            length = float(jnp.linalg.norm(scale * d / 2))
+            assert float(after.radius) == pytest.approx(grown * length, rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def mgh10_start1():
+    """MGH10 (NIST, higher difficulty; y = b1 exp(b2 / (x + b3))) from start 1, float64:
+    the final params of LevenbergMarquardt() (factor=1.0) and of LevenbergMarquardt(factor=None)
+    (the `tau` start)."""
+    problem = nist.PROBLEMS["MGH10"]
+    with jax.enable_x64(True):
+        b0 = jnp.asarray(problem.start1, jnp.float64)
+        ends = {}
+        for name, made in (("default", js.LevenbergMarquardt()), ("tau", WITH_TAU["LM-tau"]())):
+            solver = js.Solver(made, gtol=0.0, ftol=0.0)
+            ends[name] = np.asarray(solver.run(nist_residuals, b0, problem).params)
+    return problem, ends
+
+
+def test_mgh10_start1_by_default(mgh10_start1):
+    """The default, `factor=1.0`, reaches MGH10's certified parameters from start 1 to 6
+    significant digits."""
+    problem, ends = mgh10_start1
+    np.testing.assert_allclose(ends["default"], problem.certified, rtol=5e-7, atol=0)
+
+
+def test_mgh10_start1_tau_ends_at_the_asymptote(mgh10_start1):
+    """The `tau` start crosses to b1 < 0, where b1 exp(b2 / (x + b3)) < 0 < y: the run ends
+    far from the certified values, with b2 very negative (the model near 0)."""
+    problem, ends = mgh10_start1
+    assert ends["tau"][0] < 0 and ends["tau"][1] < -1e5
+
+
 @pytest.mark.parametrize("start", ["start1", "start2"])
 def test_bennett5_in_few_steps(start):
     """Once the Gauss-Newton step lies inside the radius, LM takes it: Bennett5 (NIST, higher
     difficulty, a long flat valley) reaches the certified values within 25 steps from both
-    starts (Nielsen's gain-ratio rule, which keeps lambda where rho is near 1/2, took 319
-    and 374 steps; optimistix's LM 808 and 1354)."""
+    starts from the `tau` start (Nielsen's gain-ratio rule, which keeps lambda where rho is
+    near 1/2, took 319 and 374 steps; optimistix's LM 808 and 1354; the default's first
+    radius, |D^(1/2) x0|, creeps along the valley: benchmarks/least_squares.py)."""
     problem = nist.PROBLEMS["Bennett5"]
     with jax.enable_x64(True):
-        solver = js.Solver(js.LevenbergMarquardt(), gtol=0.0, ftol=0.0, max_steps=25)
+        solver = js.Solver(js.LevenbergMarquardt(factor=None), gtol=0.0, ftol=0.0, max_steps=25)
         b0 = jnp.asarray(problem.starts[start], jnp.float64)
         result = solver.run(nist_residuals, b0, problem)
     np.testing.assert_allclose(np.asarray(result.params), problem.certified, rtol=5e-7, atol=0)
@@ -456,6 +639,10 @@ class _Damped(js.AbstractLeastSquares):
 
     def gradient_replaced(self, state):
         return state
+
+
+def test_the_kit_passes_lm_with_tau():
+    check_direction(js.LevenbergMarquardt(factor=None))
 
 
 def test_the_kit_passes_a_sound_least_squares_direction():

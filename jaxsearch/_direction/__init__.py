@@ -3,6 +3,7 @@ from ._barzilai_borwein import (
     BarzilaiBorweinState as BarzilaiBorweinState,
 )
 from ._base import (
+    AbstractDenseLeastSquares as AbstractDenseLeastSquares,
     AbstractDirection as AbstractDirection,
     AbstractLeastSquares as AbstractLeastSquares,
     DirectionInfo as DirectionInfo,

@@ -27,7 +27,14 @@ class DirectionInfo(NamedTuple):
     args, aux dropped: the solver passes it only to a least-squares direction
     (`AbstractLeastSquares`, whose fn returns residuals and whose objective is
     f = 0.5 |r|^2), None to any other; like `hvp`, fn is traced for it only if the direction
-    calls it."""
+    calls it.
+
+    `jacobian` is (r, J) at x: the residuals flattened (`flatten_tree`) and their Jacobian,
+    m x n (n the total size of x), both in the widest of x's and the residuals' dtypes, at
+    least float32. `Solver.run` passes it to a dense least-squares direction
+    (`AbstractDenseLeastSquares`), from the evaluation of fn at x that gave `grad` (r is not
+    evaluated again); None otherwise (`Solver.step` passes None: such a direction then forms
+    J from `residuals` itself)."""
 
     x: PyTree
     grad: PyTree
@@ -36,6 +43,7 @@ class DirectionInfo(NamedTuple):
     box: Any = None
     while_loop: Callable | None = None
     residuals: Callable[[PyTree], PyTree] | None = None
+    jacobian: tuple[Array, Array] | None = None
 
 
 def no_limit(dtype) -> Scalar:
@@ -118,6 +126,21 @@ class AbstractLeastSquares(AbstractDirection):
     A marker base: a subclass implements the members of `AbstractDirection`."""
 
 
+class AbstractDenseLeastSquares(AbstractLeastSquares):
+    """A least-squares direction that forms the dense Jacobian J of the residuals at each
+    point (`GaussNewton`, `LevenbergMarquardt`): with one, `Solver.run` evaluates r and J
+    together at every trial point (`jax.jacfwd`: one execution of r and n Jacobian-vector
+    products, n the number of parameters), takes f = 0.5 |r|^2 and grad f = J'r from them,
+    and hands the accepted point's r and J to `compute` as `info.jacobian`.
+
+    A marker base: a subclass implements the members of `AbstractDirection`."""
+
+
 def least_squares(solver) -> bool:
     """Whether `solver`'s fn returns residuals (its direction is an `AbstractLeastSquares`)."""
     return isinstance(solver.direction, AbstractLeastSquares)
+
+
+def dense_least_squares(solver) -> bool:
+    """Whether `solver`'s direction is an `AbstractDenseLeastSquares` (it is handed r and J)."""
+    return isinstance(solver.direction, AbstractDenseLeastSquares)

@@ -8,8 +8,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from .._evaluate import jacobian_dtype
 from .._misc import at_least_float32, leaves, widest_float
-from ._base import AbstractLeastSquares, DirectionInfo, no_limit
+from ._base import AbstractDenseLeastSquares, DirectionInfo, no_limit
 from ._bfgs import HIGHEST
 from ._flat import flatten_tree, unflatten_tree
 
@@ -23,39 +24,48 @@ def _residuals_of(info: DirectionInfo, owner: str):
     return info.residuals
 
 
-def _jacobian(info: DirectionInfo, owner: str) -> tuple[Array, Array, int]:
-    """(r, J, n): the flattened residuals at x and their Jacobian (m x n, n the total size of
-    the params), in the matrix dtype: the widest of the params' and the residuals' dtypes,
-    at least float32. J is formed from n Jacobian-vector products
-    (`jax.linearize` once, then its linear map on the columns of the identity)."""
-    residuals, x = _residuals_of(info, owner), info.x
-    shapes = jax.eval_shape(residuals, x)
-    dtype = at_least_float32(widest_float(*(a.dtype for a in leaves((x, shapes)))))
+def _jacobian(info: DirectionInfo, owner: str) -> tuple[Array, Array, int, int]:
+    """(r, J, n, products): the flattened residuals at x and their Jacobian (m x n, n the total
+    size of the params), in the matrix dtype: the widest of the params' and the residuals'
+    dtypes, at least float32; `products`, the Jacobian-vector products formed here. From
+    `info.jacobian` where the solver passes it (`Solver.run`: no product here), else from n
+    Jacobian-vector products (`jax.linearize` once, then its linear map on the columns of
+    the identity)."""
+    x = info.x
+    n = sum(p.size for p in leaves(x))
+    if info.jacobian is not None:
+        r, jac = info.jacobian
+        return r, jac, n, 0
+    residuals = _residuals_of(info, owner)
+    dtype = jacobian_dtype(x, jax.eval_shape(residuals, x))
 
     def flat_residuals(v):
         return flatten_tree(residuals(unflatten_tree(v, x)), dtype)
 
     r, linear = jax.linearize(flat_residuals, flatten_tree(x, dtype))
-    n = sum(p.size for p in leaves(x))
     columns = jax.vmap(linear)(jnp.eye(n, dtype=dtype))  # rows J e_i: J'
-    return r, columns.T, n
+    return r, columns.T, n, n
 
 
 class GaussNewtonState(eqx.Module):
     """Diagnostics only: Gauss-Newton keeps no information between steps."""
 
-    num_jvp: Int[Array, ""]  # Jacobian-vector products since init (n per `compute`)
+    # Jacobian-vector products of `compute` since init: n per `compute` that forms J itself,
+    # none where the solver hands it J (`DirectionInfo.jacobian`, in `Solver.run`)
+    num_jvp: Int[Array, ""]
 
 
-class GaussNewton(AbstractLeastSquares):
+class GaussNewton(AbstractDenseLeastSquares):
     """The Gauss-Newton direction for f = 0.5 |r(x)|^2: d minimises |r + J d| (J the
     Jacobian of the residuals r at x), the least-squares solution of J d = -r of least norm
     (Nocedal & Wright, *Numerical Optimization*, 2nd ed., section 10.3, eq. 10.23).
 
     With it, fn returns a pytree of residuals (see `AbstractLeastSquares`). J is formed from
     n Jacobian-vector products (n the number of parameters; forward-mode differentiation of
-    the residuals) and the system is solved by `jnp.linalg.lstsq` (an SVD), in the widest of
-    the params' and residuals' dtypes, at least float32. d descends wherever J'r != 0
+    the residuals; in `Solver.run` at each trial point, with r itself in one execution, so
+    that r is evaluated once per trial: `AbstractDenseLeastSquares`) and the system is solved
+    by `jnp.linalg.lstsq` (an SVD), in the widest of the params' and residuals' dtypes, at
+    least float32. d descends wherever J'r != 0
     (g'd = -|J d|^2); `scaled` is True, so the line search tries the unit step, the
     Gauss-Newton step, first. Near a solution with small residuals the iterates converge
     quickly (quadratically at a zero-residual solution where J has full rank; N&W
@@ -70,9 +80,9 @@ class GaussNewton(AbstractLeastSquares):
         return GaussNewtonState(num_jvp=jnp.zeros((), jnp.int32))
 
     def compute(self, state: GaussNewtonState, info: DirectionInfo):
-        r, jac, n = _jacobian(info, "GaussNewton")
+        r, jac, _, products = _jacobian(info, "GaussNewton")
         d, *_ = jnp.linalg.lstsq(jac, -r)
-        state = GaussNewtonState(num_jvp=state.num_jvp + jnp.array(n, jnp.int32))
+        state = GaussNewtonState(num_jvp=state.num_jvp + jnp.array(products, jnp.int32))
         return unflatten_tree(d, info.grad), jnp.array(True), state, no_limit(info.dtype)
 
     def update(self, state, s, y, dtype, accept=True) -> GaussNewtonState:
@@ -115,6 +125,10 @@ def _damping_for(singular, projected, radius, cut):
     return jnp.where(inside, zero, damping)
 
 
+# The first damping of `LevenbergMarquardt(factor=None)` where `tau` is not given.
+DEFAULT_TAU = 1e-3
+
+
 class LevenbergMarquardtState(eqx.Module):
     damping: Float[Array, ""]  # lambda of the last step, in the matrix dtype
     radius: Float[Array, ""]  # Delta, the bound on |D^(1/2) d| the last step was solved for
@@ -129,10 +143,12 @@ class LevenbergMarquardtState(eqx.Module):
     fraction: Float[Array, ""]  # alpha = s'd / d'd of that step (1: the unit step)
     length: Float[Array, ""]  # |D^(1/2) s| of that step
     stepped: Bool[Array, ""]  # whether that step awaits the next `compute`
-    num_jvp: Int[Array, ""]  # Jacobian-vector products since init (n per `compute`)
+    # Jacobian-vector products of `compute` since init: n per `compute` that forms J itself,
+    # none where the solver hands it J (`DirectionInfo.jacobian`, in `Solver.run`)
+    num_jvp: Int[Array, ""]
 
 
-class LevenbergMarquardt(AbstractLeastSquares):
+class LevenbergMarquardt(AbstractDenseLeastSquares):
     """The Levenberg-Marquardt direction for f = 0.5 |r(x)|^2, as a trust region whose radius
     the line search's outcome also sets:
 
@@ -146,40 +162,58 @@ class LevenbergMarquardt(AbstractLeastSquares):
     parameters. d is solved from the SVD U diag(s) V' of J D^(-1/2) (never J'J, whose
     condition number is J's squared; singular values below eps s_max max(m, n) dropped), in
     the matrix dtype: the widest of the params' and residuals', at least float32. With it,
-    fn returns a pytree of residuals (see `AbstractLeastSquares`); J is formed from n
-    Jacobian-vector products, as in `GaussNewton`.
+    fn returns a pytree of residuals (see `AbstractLeastSquares`); J is formed as in
+    `GaussNewton`.
 
     lambda is Moré's (1978): 0 (the Gauss-Newton step) where that step has
     |D^(1/2) d| <= 1.1 Delta, else the lambda > 0 with |D^(1/2) d(lambda)| = Delta, from
     `DAMPING_ITERATIONS` Newton iterations on 1 / |D^(1/2) d(lambda)| - 1 / Delta from 0
-    (Hebden's scheme, which Moré uses). The
-    first step (and the first after `reset`, or after Delta rounded to 0) takes
-    lambda = `tau` and Delta = |D^(1/2) d(tau)|. After each step s = alpha d that the line
+    (Hebden's scheme, which Moré uses). The first step (and the first after `reset`, or after
+    Delta rounded to 0) starts from MINPACK's radius (Moré 1978; MINPACK's lmder):
+    Delta = factor |D^(1/2) x| (factor where that is 0; lmder's documentation recommends
+    factor in [0.1, 100]; scipy's `trf` with x_scale='jac' starts from factor 1), lambda from
+    it as above; or, with `factor=None`, from the damping `tau` (1e-3 unless given):
+    lambda = tau and Delta = |D^(1/2) d(tau)|. After each step s = alpha d that the line
     search accepted, with the gain ratio
 
         rho = (f(x) - f(x + s)) / (L(0) - L(s)),  L(s) = 0.5 |r + J s|^2,
 
-    Delta becomes: |D^(1/2) s| if alpha < 0.9 (the search cut the unit step, which a trust
-    region would have rejected: Delta shrinks to the length the search accepted); else
-    |D^(1/2) s| / 2 if rho < 1/4; else 2 |D^(1/2) s| if rho > 3/4 or lambda was 0 (Moré's
-    rule, with his shrink factor gamma = 1/2); else it stays. The update is applied at the `compute`
-    after the step, from f, the SVD and D recorded at x and L(0) - L(s), alpha and
-    |D^(1/2) s| recorded by `update`.
+    Delta becomes: |D^(1/2) s| / 2 if rho < 1/4; else 2 |D^(1/2) s| if rho > 3/4 or lambda
+    was 0 (Moré's rule, with his shrink factor gamma = 1/2); else it stays, or becomes
+    |D^(1/2) s| where the search cut the unit step (alpha < 0.9, the stand-in for a trust
+    region's rejected trials, after which MINPACK's Delta is about |D^(1/2) s|). With
+    `factor=None` a cut step sets Delta to |D^(1/2) s| whatever rho. The update is applied at
+    the `compute` after the step, from f, the SVD and D recorded at x and L(0) - L(s), alpha
+    and |D^(1/2) s| recorded by `update`.
+
+    The default, `factor=1.0`, solves all 16 of NIST's higher-difficulty runs in float64
+    (benchmarks/least_squares.py), MGH10, y = b1 exp(b2 / (x + b3)), from start 1 among them,
+    which the `tau` start does not: its first, nearly steepest-descent step leads the next to
+    b1 < 0, where the model is below the positive data everywhere, and the run ends at the
+    flat asymptote b2 -> -inf. The `tau` start takes fewer evaluations on Bennett5.
 
     `scaled` is True: the line search tries the unit step first; by default the solver pairs
     it with monotone Armijo backtracking (`Backtracking(epsilon=0)`), the safeguard that
     replaces the trust region's rejected steps. `reset` forgets Delta and D (the next
-    `compute` starts again from `tau`); after `gradient_replaced` (e.g. new data) the step's gain
-    ratio is not used.
+    `compute` starts again from `factor`, or from `tau`); after `gradient_replaced` (e.g. new
+    data) the step's gain ratio is not used.
     """
 
-    tau: float = eqx.field(static=True, default=1e-3)
+    factor: float | None = eqx.field(static=True, default=1.0)
+    tau: float | None = eqx.field(static=True, default=None)  # with factor=None: 1e-3 if None
 
     supports_bounds: ClassVar[bool] = False
 
     def __check_init__(self):
-        if not self.tau > 0:
+        if self.tau is not None and self.factor is not None:
+            raise ValueError(
+                "LevenbergMarquardt: tau is the first damping of the start without a radius "
+                f"factor; pass factor=None with it (factor is {self.factor})."
+            )
+        if self.tau is not None and not self.tau > 0:
             raise ValueError(f"LevenbergMarquardt: tau must be positive, got {self.tau}.")
+        if self.factor is not None and not self.factor > 0:
+            raise ValueError(f"LevenbergMarquardt: factor must be positive, got {self.factor}.")
 
     def init(self, params, dtype) -> LevenbergMarquardtState:
         kind = at_least_float32(widest_float(*(p.dtype for p in leaves(params))))
@@ -203,7 +237,7 @@ class LevenbergMarquardt(AbstractLeastSquares):
         )
 
     def compute(self, state: LevenbergMarquardtState, info: DirectionInfo):
-        r, jac, n = _jacobian(info, "LevenbergMarquardt")
+        r, jac, n, products = _jacobian(info, "LevenbergMarquardt")
         kind = r.dtype  # the matrix dtype: the state's (the params'), or the residuals' if wider
         stored = state
         state = jax.tree.map(
@@ -227,24 +261,31 @@ class LevenbergMarquardt(AbstractLeastSquares):
         # Delta from the step recorded since the last compute (Moré's rule, and the search's).
         gain = state.predicted > 0
         rho = jnp.where(gain, (state.value - value) / jnp.where(gain, state.predicted, 1), -1)
+        shortened = state.fraction < 0.9  # the search cut the unit step
+        kept = jnp.where(shortened, state.length, state.radius)  # MINPACK: the shrunk Delta
         radius = jnp.where(
-            state.fraction < 0.9,
-            state.length,
-            jnp.where(
-                rho < 0.25,
-                state.length / 2,
-                jnp.where((rho > 0.75) | (state.damping == 0), 2 * state.length, state.radius),
-            ),
+            rho < 0.25,
+            state.length / 2,
+            jnp.where((rho > 0.75) | (state.damping == 0), 2 * state.length, kept),
         )
+        if self.factor is None:
+            radius = jnp.where(shortened, state.length, radius)
         radius = jnp.where(state.stepped, radius, state.radius)
-        damping = _damping_for(singular, projected, radius, cut)
-        # The first step (or one after `reset`, or after a radius that rounded to 0): tau.
+        # The first step (or one after `reset`, or after a radius that rounded to 0): from
+        # tau, or from factor |D^(1/2) x|.
         restart = ~state.started | ~(radius > 0) | ~jnp.isfinite(radius)
-        tau = jnp.asarray(self.tau, kind)
-        damping = jnp.where(restart, tau, damping)
+        if self.factor is not None:
+            size = jnp.sqrt(jnp.sum(jnp.square(scale * flatten_tree(info.x, kind))))
+            first = self.factor * jnp.where(size > 0, size, 1)
+            radius = jnp.where(restart, first, radius)
+        damping = _damping_for(singular, projected, radius, cut)
+        if self.factor is None:
+            tau = DEFAULT_TAU if self.tau is None else self.tau
+            damping = jnp.where(restart, jnp.asarray(tau, kind), damping)
         filtered = jnp.where(singular > cut, singular / (singular * singular + damping), 0)
         step = -filtered * projected  # d = D^(-1/2) V step
-        radius = jnp.where(restart, jnp.sqrt(jnp.sum(step * step)), radius)
+        if self.factor is None:
+            radius = jnp.where(restart, jnp.sqrt(jnp.sum(step * step)), radius)
         d = jnp.matmul(basis.T, step, precision=HIGHEST) / scale
         new = LevenbergMarquardtState(
             damping=damping,
@@ -260,7 +301,7 @@ class LevenbergMarquardt(AbstractLeastSquares):
             fraction=jnp.zeros((), kind),
             length=jnp.zeros((), kind),
             stepped=jnp.array(False),
-            num_jvp=state.num_jvp + jnp.array(n, jnp.int32),
+            num_jvp=state.num_jvp + jnp.array(products, jnp.int32),
         )
         state = jax.tree.map(lambda a, like: a.astype(like.dtype), new, stored)
         return unflatten_tree(d, info.grad), jnp.array(True), state, no_limit(info.dtype)
