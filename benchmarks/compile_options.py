@@ -123,15 +123,12 @@ def problems() -> dict:
 
 
 def auto_choice(solver, fn, x0, args) -> str:
-    """What "auto" does with a plain run: "lean", "default", or "lean K steps, then default"
-    (it rents before it buys, `jaxsearch._programs`)."""
-    if _programs.options("auto", solver, fn, x0, args) is not None:
-        return "lean"
-    steps = _programs.lean_steps(fn, x0, args)
-    plain = _pipeline.Report()
-    if _programs.rents_first("auto", solver, plain, (x0, args)) and 0 < steps < solver.max_steps:
-        return f"lean {steps} steps, then default"
-    return "default"
+    """What "auto" does with a plain fresh run: "lean", "default", or "lean K steps, then
+    default" (`jaxsearch._programs.run_options`)."""
+    chosen, rented = _programs.run_options("auto", solver, fn, x0, args, _pipeline.Report(), None)
+    if rented:
+        return f"lean {rented} steps, then default"
+    return "default" if chosen is None else "lean"
 
 
 def runs(reps: int) -> dict:

@@ -179,15 +179,22 @@ class Engine:
             return per_step + 1
         return self.solver.max_steps * per_step + 2  # and a resumed run's check of f at x
 
-    def evaluate(self, state: SolverState, point):
-        return _evaluate.value_and_grad(
+    def _evaluation(self, state: SolverState, point) -> tuple[Any, bool, Any, Any, Any, Any, Any]:
+        """What an evaluation of fn at `point` takes (`_evaluate`'s leading arguments)."""
+        solver = self.solver
+        return (
             self.fn,
-            self.solver.has_aux,
+            solver.has_aux,
             state.value.dtype,
             state.aux,
             point,
             self.static,
             self.args,
+        )
+
+    def evaluate(self, state: SolverState, point):
+        return _evaluate.value_and_grad(
+            *self._evaluation(state, point),
             least_squares(self.solver),
             self.solver.value_and_grad,
         )
@@ -203,15 +210,7 @@ class Engine:
         """f, grad, aux and (with `forms_jacobian`; else None) (r, J) at a trial point."""
         if not self.forms_jacobian():
             return (*self.evaluate(state, point), None)
-        return _evaluate.value_grad_and_jacobian(
-            self.fn,
-            self.solver.has_aux,
-            state.value.dtype,
-            state.aux,
-            point,
-            self.static,
-            self.args,
-        )
+        return _evaluate.value_grad_and_jacobian(*self._evaluation(state, point))
 
     def residuals(self, point):
         """fn's residuals at `point` (a least-squares direction's fn), aux dropped."""

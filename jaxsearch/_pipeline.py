@@ -15,7 +15,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-import numpy as np
 from jax import lax
 
 from . import _computation, _evaluate, _programs, _retrace
@@ -312,14 +311,13 @@ def run(
             not solver.throw and _programs.plain_call(fn, (x0, args)) and _programs.hashable(solver)
         )
         _programs.price(solver, fn, x0, args)
-        chosen = state_options = _programs.options(compiler_options, solver, fn, x0, args)
-        rented = 0
-        call = (x0, args, state)
-        if chosen is None and _programs.rents_first(compiler_options, solver, report, call):
-            rented = _programs.lean_steps(fn, x0, args)
-        if compiler_options == "auto" and chosen is None and _programs.lean_eligible(call):
+        chosen, rented = _programs.run_options(
+            compiler_options, solver, fn, x0, args, report, state
+        )
+        state_options = chosen
+        if compiler_options == "auto" and _programs.lean_eligible((x0, args, state)):
             state_options = _programs.LEAN_ITEMS  # the fresh state's program evaluates no fn
-        if 0 < rented < solver.max_steps:
+        if rented:
             return rent_then_buy(
                 solver, given_fn, x0, args, value_dtype, bounds, report, state, rented
             )
@@ -353,24 +351,19 @@ def run(
 def rent_then_buy(
     solver, fn, x0, args: tuple, value_dtype, bounds, report, state, rented: int
 ) -> Result:
-    """A run of "auto" that `_programs.rents_first`: its first `rented` steps compiled with
-    the lean options and, where the run goes on after them, the rest of its `max_steps`
-    resumed from that part's state and iterate under XLA's defaults. Under an eager
-    `jax.vmap` the batch goes on where any problem does, and each problem that ended in the
-    lean part keeps that part's result."""
-    lean_part = with_fields(solver, max_steps=rented)
+    """A call of `run` that `_programs.run_options` cuts in two: its first `rented` steps
+    compiled with the lean options and, where the run goes on after them, the rest of its
+    `max_steps` resumed from that part's state and iterate under XLA's defaults (with
+    `throw=True`, the lean part raises on failures only: its end at `rented` steps is not
+    the run's)."""
+    throw = "failures" if solver.throw is True else solver.throw
+    lean_part = with_fields(solver, max_steps=rented, throw=throw)
     given = (value_dtype, bounds, report)
     lean = run(lean_part, fn, x0, args, *given, state, _programs.LEAN_ITEMS)
-    if not np.any(np.asarray(_programs.unbatched(lean.status)) == Status.MAX_STEPS):
-        return lean  # (read on the host: nothing compiled for it)
+    if int(lean.status) != Status.MAX_STEPS:
+        return lean
     rest = with_fields(solver, max_steps=solver.max_steps - rented)
-    later = run(rest, fn, lean.iterate, args, *given, lean.state, None)
-    if not _programs.batched(lean.status):
-        return later
-    going = lean.status == Status.MAX_STEPS
-    # Under `jax.vmap`: the problems that ended in the lean part keep its result (one resumed
-    # from a failure would try again).
-    return jtu.tree_map(lambda a, b: jnp.where(going, b, a), lean, later)
+    return run(rest, fn, lean.iterate, args, *given, lean.state, None)
 
 
 def same_computation(solver, fn, params, args: tuple):

@@ -10,22 +10,26 @@ the call top to bottom), and how it is compiled.
 - **Compile options.** `run(..., compiler_options=...)` chooses them: a dict is passed to
   XLA as given, None keeps XLA's defaults, and "auto" (the default) compiles with
   `LEAN_OPTIONS` (XLA's elemental fusion emitters and LLVM at -O1) on a CPU, at the top
-  level, where the run time these options may add stays below the compile time they save.
+  level (or under eager `jax.vmap`s, whose batched programs jax compiles at the top level,
+  priced as their problems times one), where the run time these options may add stays below
+  the compile time they save.
   XLA CPU compiles each fusion through its own MLIR and LLVM pipelines, and the solver's
   scalar logic is made of many small fusions: the lean options take about
   `LEAN_SAVES_SECONDS` off a run's compile, and run the solver's own logic no slower, but an
   objective's elementwise work, a network's tanh most of all, can run up to 1.5 times slower.
   So a step is priced at `EVALUATIONS_PER_STEP` evaluations, each slowed by what
   `jaxsearch._cost` estimates from fn's jaxpr (`benchmarks/compile_options.py` measures both
-  sides). A run whose `max_steps` steps are priced below the saving compiles lean. A longer
-  one does not know how many steps it will take, so "auto" rents before it buys (the ski
-  rental rule, Karlin, Manasse, McGeoch & Owicki 1994): a plain run (no history, callback,
-  verbose or progress, no `max_evals`, `throw` not True) first runs lean for `lean_steps`
-  steps, those whose price is the saving, and only a run still going after them resumes
-  under XLA's defaults for the rest of its `max_steps` (`run(..., state=...)` goes on as one
-  run would; the resumed part evaluates f once more at its start). Its total compile and run
-  time is then at most about twice the better of the two choices made in hindsight, and a
-  short run compiles only the lean program. `step` called at the top level and `js.jit`
+  sides). A run does not know how many steps it will take, so "auto" rents before it buys
+  (the ski rental rule, Karlin, Manasse, McGeoch & Owicki 1994): the steps of a run numbered
+  below `lean_steps` from its fresh state, those whose price adds up to the saving, run lean,
+  and the later ones under XLA's defaults, a call that spans both cut in two (the second part
+  resumed from the first's state, as `run(..., state=...)` goes on; it evaluates f once more
+  at its start). Numbering from the fresh state makes a run cut into calls compile as the
+  whole does, so that it ends where the whole ends, bit for bit. A run's total compile and
+  run time is then at most about twice the better of the two choices made in hindsight, and a
+  short run compiles only the lean program. A call that cannot be cut in two (`splits`: with a
+  history or host calls, a budget of evaluations, or under `jax.vmap`) is lean where
+  `lean_steps` reaches `HORIZON`. `step` called at the top level and `js.jit`
   price their program as a run of the solver's `max_steps` steps. Where this jaxlib lacks a
   lean option, "auto" compiles every program with the defaults. Inside a caller's trace the
   caller's compile decides.
@@ -52,6 +56,7 @@ LEAN_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_
 # (benchmarks/compile_options.py, "runs"); the least of them.
 LEAN_SAVES_SECONDS = 0.9
 EVALUATIONS_PER_STEP = 2  # L-BFGS averages 1.1 to 1.2 (benchmarks/compile_options.py)
+HORIZON = 1000  # steps at which "auto" prices a run it cannot cut in two (`run_options`)
 LEAN_ITEMS = tuple(sorted(LEAN_OPTIONS.items()))  # as `setting` gives them
 _lean_options_supported = True  # until this jaxlib refuses one of them
 
@@ -167,18 +172,35 @@ def lean_steps(fn, params, args: tuple) -> int:
     return int(min(LEAN_SAVES_SECONDS / per_step, sys.maxsize))
 
 
-def rents_first(compiler_options, solver, report, tree) -> bool:
-    """Whether a run of `solver` may first run lean for `lean_steps` steps and resume under
-    XLA's defaults ("auto", at the top level of a CPU, a plain run: see the module
-    docstring). Its history would be split, its host calls would see two runs, a budget of
-    evaluations would start again, and `throw=True` would raise at the lean part's end."""
-    return (
-        compiler_options == "auto"
-        and lean_eligible(tree)
-        and not report.per_step
-        and solver.max_evals is None
-        and solver.throw is not True
-    )
+def run_options(compiler_options, solver, fn, params, args: tuple, report, state):
+    """(options, rented) of a call of `run` (see the module docstring): `options` as
+    `options` gives them for a setting other than "auto"; with "auto", the lean options for
+    the steps of the whole run numbered below `lean_steps` (counted from a fresh state, so
+    that a run cut into calls compiles as the whole does), XLA's defaults for the rest. A
+    call that runs steps of both kinds is `rented` > 0: its first `rented` steps lean, the
+    others resumed under the defaults. A call that cannot be cut so (`splits`) compiles lean
+    where `lean_steps` reaches `HORIZON`."""
+    if compiler_options != "auto":
+        return options(compiler_options, solver, fn, params, args), 0
+    call = (params, args, state)
+    if not lean_eligible(call):
+        return None, 0
+    steps = lean_steps(fn, params, args)
+    if not splits(solver, report, call):
+        return (LEAN_ITEMS if steps >= HORIZON else None), 0
+    start = 0 if state is None else int(state.num_steps)
+    lean = min(max(steps - start, 0), solver.max_steps)
+    if lean == solver.max_steps:
+        return LEAN_ITEMS, 0
+    return None, lean
+
+
+def splits(solver, report, tree) -> bool:
+    """Whether a call of `run` on `tree` may be cut into a lean part and a part under the
+    defaults: not one that records a history or calls the host per step (they would see two
+    runs), has a budget of evaluations (it would start again) or runs under `jax.vmap` (its
+    problems stand at different steps)."""
+    return not report.per_step and solver.max_evals is None and not batched(tree)
 
 
 # The estimate per evaluation, kept by fn and the avals (and other leaves) of params and args.

@@ -147,20 +147,26 @@ def test_run_compiles_with_the_options_it_is_given(compiled_as):
 
 @on_cpu
 def test_an_expensive_run_rents_or_keeps_the_defaults_and_its_state_program_is_lean(
-    compiled_as,
+    compiled_as, rent_for
 ):
-    """A budget of 1e8 or 1e9 steps prices even a cheap objective above the compile time saved: a
-    plain run rents lean steps first (the bowl ends within them), one that may not be split
-    keeps the defaults."""
-    result = js.Solver(max_steps=10**8).run(bowl, jnp.zeros(3))
+    """A budget of steps over `lean_steps`: a plain run rents lean steps first (the bowl
+    ends within them); one that cannot be cut in two (a budget of evaluations) is priced at
+    `HORIZON` steps, whatever its `max_steps`."""
+    x0 = jnp.zeros(3)
+    rent_for(_programs.HORIZON - 1, bowl, x0)
+    result = js.Solver(max_steps=10**4).run(bowl, x0)
     assert result.status == js.Status.CONVERGED_GTOL
-    result = js.Solver(max_steps=10**9, throw=True).run(bowl, jnp.zeros(3))
+    result = js.Solver(max_steps=10**4, max_evals=10**5).run(bowl, x0)
     assert result.status == js.Status.CONVERGED_GTOL
+    rent_for(_programs.HORIZON, bowl, x0)
+    js.Solver(max_steps=10**4, max_evals=10**5).run(bowl, x0)
     assert compiled_as == [
         ("fresh_state", LEAN),  # evaluates no fn
         ("settled_run", LEAN),
         ("fresh_state", LEAN),
-        ("bundled_run", None),
+        ("settled_run", None),
+        ("fresh_state", LEAN),
+        ("settled_run", LEAN),
     ]
 
 
@@ -227,35 +233,22 @@ def test_a_long_run_rents_lean_steps_then_resumes_under_the_defaults(compiled_as
 
 
 @on_cpu
-def test_an_eagerly_vmapped_run_is_priced_per_batch_and_rents_too(compiled_as, rent_for):
+def test_an_eagerly_vmapped_run_is_priced_per_batch(compiled_as, rent_for):
     """Under an eager `jax.vmap` jax compiles the batched program at the top level, with
-    the options asked for: "auto" prices the batch (its problems times one's price) and
-    rents as a single run does. A problem that ended within the lean steps keeps that
-    part's result (a start at the minimiser), the others go on under the defaults."""
-    with jax.enable_x64(True):
-        starts = jnp.array([[-1.2, 1.0], [1.0, 1.0], [-0.5, 0.8], [0.3, -0.2]], jnp.float64)
-        rent_for(20, rosenbrock, starts[0])  # 20 steps alone: 5 for a batch of 4
-        solver = js.Solver(gtol=1e-9, ftol=0.0, max_steps=100)
-        results = jax.vmap(lambda x: solver.run(rosenbrock, x))(starts)
-        assert compiled_as == [
-            ("fresh_state", LEAN),
-            ("settled_run", LEAN),
-            ("settled_run", None),
-        ]
-        assert (results.status == js.Status.CONVERGED_GTOL).all()
-        np.testing.assert_allclose(results.params, np.ones((4, 2)), rtol=1e-8)
-        assert (
-            int(results.num_steps[1])
-            < 5
-            < int(results.num_steps.min(initial=99, where=np.arange(4) != 1))
-        )
-        lean = jax.vmap(
-            lambda x: js.Solver(gtol=1e-9, ftol=0.0, max_steps=5).run(
-                rosenbrock, x, compiler_options=_programs.LEAN_OPTIONS
-            )
-        )(starts)
-        for got, expected in zip(jax.tree.leaves(results), jax.tree.leaves(lean), strict=True):
-            np.testing.assert_array_equal(got[1], expected[1])
+    the options asked for: "auto" prices the batch (its problems times one's price) at
+    `HORIZON` steps, as a run it cannot cut in two (its problems stand at different steps)."""
+    starts = jnp.array([[-1.2, 1.0], [1.0, 1.0], [-0.5, 0.8], [0.3, -0.2]], jnp.float32)
+    solver = js.Solver(max_steps=100)
+    rent_for(4 * _programs.HORIZON, rosenbrock, starts[0])  # HORIZON steps for a batch of 4
+    jax.vmap(lambda x: solver.run(rosenbrock, x).params)(starts)
+    rent_for(4 * _programs.HORIZON - 4, rosenbrock, starts[0])  # HORIZON - 1 for the batch
+    jax.vmap(lambda x: solver.run(rosenbrock, x).params)(starts)
+    assert compiled_as == [
+        ("fresh_state", LEAN),
+        ("settled_run", LEAN),
+        ("fresh_state", LEAN),
+        ("settled_run", None),
+    ]
 
 
 @on_cpu
@@ -272,17 +265,49 @@ def test_a_run_that_ends_within_its_lean_steps_compiles_nothing_else(compiled_as
     "solver, report",
     [
         (js.Solver(max_steps=100, max_evals=1000), {}),
-        (js.Solver(max_steps=100, throw=True), {}),
         (js.Solver(max_steps=100), {"history": True}),
         (js.Solver(max_steps=100), {"callback": lambda info: None}),
     ],
-    ids=["max_evals", "throw", "history", "callback"],
+    ids=["max_evals", "history", "callback"],
 )
 def test_runs_that_cannot_be_split_do_not_rent(compiled_as, rent_for, solver, report):
     x0 = jnp.zeros(3)
     rent_for(5, bowl, x0)
     solver.run(bowl, x0, **report)
     assert [options for _, options in compiled_as] == [LEAN, None]
+
+
+@on_cpu
+def test_a_run_that_throws_rents_and_raises_at_its_end(compiled_as, rent_for):
+    """`throw=True`: the lean part raises on failures only (its end at its steps is not the
+    run's); the run's own end at `max_steps` raises."""
+    with jax.enable_x64(True):
+        x0 = jnp.array([-1.2, 1.0], jnp.float64)
+        rent_for(5, rosenbrock, x0)
+        with pytest.raises(Exception, match="MAX_STEPS"):
+            js.Solver(gtol=1e-12, ftol=0.0, max_steps=12, throw=True).run(rosenbrock, x0)
+        assert [options for _, options in compiled_as] == [LEAN, LEAN, None]
+
+
+@on_cpu
+def test_a_run_cut_into_calls_compiles_as_the_whole(compiled_as, rent_for):
+    """Lean or not goes by the step's number from a fresh state: a run resumed in calls of 3
+    steps takes the lean options for its first 5 steps and the defaults after, as the whole
+    run does, and ends where it ends, bit for bit."""
+    with jax.enable_x64(True):
+        x0 = jnp.array([-1.2, 1.0], jnp.float64)
+        rent_for(5, rosenbrock, x0)
+        whole = js.Solver(gtol=0.0, ftol=0.0, max_steps=12).run(rosenbrock, x0)
+        compiled_as.clear()
+        part = js.Solver(gtol=0.0, ftol=0.0, max_steps=3)
+        result = part.run(rosenbrock, x0)
+        for _ in range(3):
+            result = part.run(rosenbrock, result.iterate, state=result.state)
+        # the fresh state; steps 0-2 lean; 3-4 lean, 5 default; 6-8 and 9-11 default
+        assert [options for _, options in compiled_as] == [LEAN, LEAN, LEAN, None, None, None]
+        assert int(result.num_steps) == int(whole.num_steps) == 12
+        for got, expected in zip(jax.tree.leaves(result), jax.tree.leaves(whole), strict=True):
+            np.testing.assert_array_equal(got, expected)
 
 
 def test_a_bad_setting_and_options_inside_a_trace_are_refused():

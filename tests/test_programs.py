@@ -66,11 +66,13 @@ def test_run_and_step_compile_lean_where_priced_below_the_saving(compiled_as):
     solver.run(chain, large, a)  # 1 MiB, 5 steps: priced below the saving
     assert compiled_as == [("fresh_state", True), ("settled_run", True)]
     compiled_as.clear()
-    # priced over the saving at its max_steps, and it may not rent (throw=True): the
-    # defaults, but for the fresh state's program, which evaluates no fn
+    # a run that cannot be cut in two (a budget of evaluations) is priced at HORIZON steps:
+    # the defaults here, but for the fresh state's program, which evaluates no fn
     bowl = jnp.asarray(0.0, jnp.float32)  # a = 0: a separable quadratic, solved in a step or two
-    js.Solver(js.LBFGS(), max_steps=10**6, throw=True).run(chain, large, bowl)
-    assert compiled_as == [("fresh_state", True), ("bundled_run", False)]
+    larger = jnp.asarray(np.tile([-1.2, 1.0], 1 << 19), jnp.float32)  # 4 MiB
+    assert _programs.lean_steps(chain, larger, (bowl,)) < _programs.HORIZON
+    js.Solver(js.LBFGS(), max_steps=10**6, max_evals=10**6).run(chain, larger, bowl)
+    assert compiled_as == [("fresh_state", True), ("settled_run", False)]
     compiled_as.clear()
     jax.jit(lambda x: solver.run(chain, x, a).params)(small)
     assert [lean for _, lean in compiled_as] == [False, False]
