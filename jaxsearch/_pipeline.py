@@ -360,7 +360,7 @@ def rent_then_buy(
     lean_part = with_fields(solver, max_steps=rented, throw=throw)
     given = (value_dtype, bounds, report)
     lean = run(lean_part, fn, x0, args, *given, state, _programs.LEAN_ITEMS)
-    if int(lean.status) != Status.MAX_STEPS:
+    if int(_programs.local_value(lean.status)) != Status.MAX_STEPS:
         return lean
     rest = with_fields(solver, max_steps=solver.max_steps - rented)
     return run(rest, fn, lean.iterate, args, *given, lean.state, None)

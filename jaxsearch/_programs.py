@@ -188,11 +188,19 @@ def run_options(compiler_options, solver, fn, params, args: tuple, report, state
     steps = lean_steps(fn, params, args)
     if not splits(solver, report, call):
         return (LEAN_ITEMS if steps >= HORIZON else None), 0
-    start = 0 if state is None else int(state.num_steps)
+    start = 0 if state is None else int(local_value(state.num_steps))
     lean = min(max(steps - start, 0), solver.max_steps)
     if lean == solver.max_steps:
         return LEAN_ITEMS, 0
     return None, lean
+
+
+def local_value(array):
+    """A replicated array's value, read from this process's copy (a multi-process array is
+    not fully addressable, and reading it whole would need every process)."""
+    if isinstance(array, jax.Array) and not array.is_fully_addressable:
+        return array.addressable_data(0)
+    return array
 
 
 def splits(solver, report, tree) -> bool:
