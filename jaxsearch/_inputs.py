@@ -8,9 +8,10 @@ import jax.tree_util as jtu
 import numpy as np
 
 from ._adjoint import AbstractAdjoint, ImplicitAdjoint
-from ._direction import AbstractDirection, AbstractLeastSquares
-from ._linesearch import AbstractLineSearch
-from ._misc import check_setting, leaves
+from ._direction import LBFGS, AbstractDirection, AbstractLeastSquares
+from ._linesearch import AbstractInitialStep, AbstractLineSearch, InitialQuadratic
+from ._misc import as_int, check_count, check_setting, leaves
+from ._pairing import searches
 from ._state import SolverState
 
 
@@ -270,3 +271,62 @@ def check_own_gradient(direction, value_and_grad) -> bool:
             "with fn returning (value, grad), or return residuals with value_and_grad=False."
         )
     return bool(value_and_grad)
+
+
+def solver_settings(
+    direction,
+    linesearch,
+    initial_step,
+    *,
+    gtol,
+    ftol,
+    xtol,
+    max_steps,
+    max_evals,
+    stall_steps,
+    stop_when,
+    return_best,
+    has_aux,
+    value_and_grad,
+    throw,
+    adjoint,
+) -> dict:
+    """`Solver`'s fields from its arguments: defaults filled in (`js.LBFGS()`, the direction's
+    own line search and the bounded one, `js.InitialQuadratic()`, `js.ImplicitAdjoint()`),
+    every setting checked, counts as Python ints and flags as bools."""
+    direction = LBFGS() if direction is None else direction
+    initial_step = InitialQuadratic() if initial_step is None else initial_step
+    if not isinstance(initial_step, AbstractInitialStep):
+        raise TypeError(
+            "initial_step must be a js.AbstractInitialStep (e.g. js.InitialStatic(1.0)), "
+            f"got {type(initial_step).__name__}."
+        )
+    check_parts(direction, linesearch)
+    linesearch, bounded_linesearch = searches(direction, linesearch)
+    tolerances = {
+        name: tolerance(name, v) for name, v in (("gtol", gtol), ("ftol", ftol), ("xtol", xtol))
+    }
+    counts = {"max_steps": as_int(max_steps), "stall_steps": as_int(stall_steps)}
+    if max_evals is not None:
+        counts["max_evals"] = as_int(max_evals)
+    for name, count in counts.items():
+        check_count("Solver", name, count)
+    if stop_when is not None and not callable(stop_when):
+        raise TypeError(f"stop_when must be callable, got {type(stop_when).__name__}.")
+    return (
+        dict(
+            direction=direction,
+            linesearch=linesearch,
+            bounded_linesearch=bounded_linesearch,
+            initial_step=initial_step,
+            max_evals=None,
+            stop_when=stop_when,
+            return_best=bool(return_best),
+            has_aux=bool(has_aux),
+            value_and_grad=check_own_gradient(direction, value_and_grad),
+            throw=throw_setting(throw),
+            adjoint=check_adjoint(adjoint),
+        )
+        | tolerances
+        | counts
+    )

@@ -9,7 +9,7 @@ from jaxtyping import Array, Int
 
 from .._misc import scalar
 from ._base import AbstractLeastSquares, DirectionInfo
-from ._least_squares import _residuals_of
+from ._least_squares import residuals_of
 from ._newton_cg import CGExit, NewtonCG
 
 
@@ -87,7 +87,7 @@ class GaussNewtonCG(AbstractLeastSquares):
         )
 
     def compute(self, state: GaussNewtonCGState, info: DirectionInfo):
-        residuals = _residuals_of(info, "GaussNewtonCG")
+        residuals = residuals_of(info, "GaussNewtonCG")
         _, linear = jax.linearize(residuals, info.x)
         transpose = jax.linear_transpose(linear, info.x)
         mu = self.damping

@@ -15,7 +15,7 @@ from ._bfgs import HIGHEST
 from ._flat import flatten_tree, unflatten_tree
 
 
-def _residuals_of(info: DirectionInfo, owner: str):
+def residuals_of(info: DirectionInfo, owner: str):
     if info.residuals is None:
         raise ValueError(
             f"{owner} needs the residuals: pass DirectionInfo(..., residuals=r) with r(p) the "
@@ -36,7 +36,7 @@ def _jacobian(info: DirectionInfo, owner: str) -> tuple[Array, Array, int, int]:
     if info.jacobian is not None:
         r, jac = info.jacobian
         return r, jac, n, 0
-    residuals = _residuals_of(info, owner)
+    residuals = residuals_of(info, owner)
     dtype = jacobian_dtype(x, jax.eval_shape(residuals, x))
 
     def flat_residuals(v):
