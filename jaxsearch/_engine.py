@@ -241,13 +241,16 @@ class Engine:
 
     # ------------------------------------------------------------------ start and loop
 
-    def start(self, x, state: SolverState, history: History | None = None) -> Machine:
+    def start(
+        self, x, state: SolverState, history: History | None = None, last_step=None
+    ) -> Machine:
         """The machine before its first iteration. For `step` from a state that has f and its
         gradient at x, the search starts at once, or not at all from a point already
         converged (by gtol, or by a status of `KEPT`, which the step that reached it set) or
         from a state whose evaluations are at `max_evals`: under vmap, finished problems stay
         put until `reevaluate` (the budget: for good). `run` from such a state (a resumed
-        run) first checks f at x (`take_base`)."""
+        run) first checks f at x (`take_base`). A run stops at the step count `last_step`
+        (per problem under vmap), by default `max_steps` steps after the state's."""
         dtype = state.scalar_dtype
         zero, one = scalar(0, dtype), scalar(1, dtype)
         last_eval = None
@@ -272,7 +275,7 @@ class Engine:
             evals_at_start=state.num_fun_evals,
             open=jnp.array(True),
             pending=jnp.array(False),
-            last_step=state.num_steps + self.solver.max_steps,
+            last_step=state.num_steps + self.solver.max_steps if last_step is None else last_step,
             history=history,
             last_eval=last_eval,
         )

@@ -15,6 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jax import lax
 
 from . import _computation, _evaluate, _programs, _retrace
@@ -278,15 +279,26 @@ _kept_report = functools.lru_cache(maxsize=64)(Report)
 
 
 def run(
-    solver, fn, x0, args: tuple, value_dtype, bounds, report, state, compiler_options
+    solver,
+    fn,
+    x0,
+    args: tuple,
+    value_dtype,
+    bounds,
+    report,
+    state,
+    compiler_options,
+    last_step=None,
 ) -> Result:
     """`Solver.run` once its arguments are checked: the box and line search of the call, the
     state (`state` resumed, or a fresh one), then the compiled run (`_programs` chooses how
     it is compiled and dispatched; `compiler_options` as `_programs.setting` gives them).
-    Complex params run as their real view (`_complex`), turned back in the result."""
+    Complex params run as their real view (`_complex`), turned back in the result.
+    `last_step`: the step count at which the run stops (per problem under `jax.vmap`; None:
+    `max_steps` steps after the state's), for a run that `rent_then_buy` cuts in two."""
     view = check_complex(solver, x0, bounds)
     if view is not None:
-        arguments = (args, value_dtype, bounds, report, state, compiler_options)
+        arguments = (args, value_dtype, bounds, report, state, compiler_options, last_step)
         result = run(solver, OnRealView(fn, view), real_params(view, x0), *arguments)
         params, grad, iterate = complex_params(view, (result.params, result.grad, result.iterate))
         return Result(
@@ -317,7 +329,7 @@ def run(
         state_options = chosen
         if compiler_options == "auto" and _programs.lean_eligible((x0, args, state)):
             state_options = _programs.LEAN_ITEMS  # the fresh state's program evaluates no fn
-        if rented:
+        if rented and last_step is None:
             return rent_then_buy(
                 solver, given_fn, x0, args, value_dtype, bounds, report, state, rented
             )
@@ -336,34 +348,58 @@ def run(
         if plain:
             return _programs.call(
                 settled_run,
-                *(solver, search, fn, x0, args, box, report, small, large),
+                *(solver, search, fn, x0, args, box, report, last_step, small, large),
                 filtered=False,
                 donate=donate,
                 options=chosen,
                 static_argnums=(0, 1, 2, 6),
             )
-        settings = (solver, search, fn, x0, args, box, report, small)
+        settings = (solver, search, fn, x0, args, box, report, last_step, small)
         return _programs.call(
             bundled_run, settings, large, filtered=True, donate=donate, options=chosen
         )
 
 
 def rent_then_buy(
-    solver, fn, x0, args: tuple, value_dtype, bounds, report, state, rented: int
+    solver, fn, x0, args: tuple, value_dtype, bounds, report, state, split: int
 ) -> Result:
-    """A call of `run` that `_programs.run_options` cuts in two: its first `rented` steps
-    compiled with the lean options and, where the run goes on after them, the rest of its
-    `max_steps` resumed from that part's state and iterate under XLA's defaults (with
-    `throw=True`, the lean part raises on failures only: its end at `rented` steps is not
-    the run's)."""
-    throw = "failures" if solver.throw is True else solver.throw
-    lean_part = with_fields(solver, max_steps=rented, throw=throw)
+    """A call of `run` that `_programs.run_options` cuts in two at the step count `split`:
+    its steps before it compiled with the lean options and, where the run goes on after
+    them, the rest of its `max_steps` resumed from that part's state and iterate under XLA's
+    defaults (with `throw=True`, the lean part raises on failures only: its end at `split`
+    is not the run's). Each problem under `jax.vmap` is cut at its own step: one that ended
+    in the lean part keeps that part's result (one resumed from a failure would try again)."""
+    start = jnp.zeros((), jnp.int32) if state is None else state.num_steps
+    last, cut = _last_steps(start, solver.max_steps, split)
+    lean_part = with_fields(solver, throw="failures" if solver.throw is True else solver.throw)
     given = (value_dtype, bounds, report)
-    lean = run(lean_part, fn, x0, args, *given, state, _programs.LEAN_ITEMS)
-    if int(_programs.local_value(lean.status)) != Status.MAX_STEPS:
-        return lean
-    rest = with_fields(solver, max_steps=solver.max_steps - rented)
-    return run(rest, fn, lean.iterate, args, *given, lean.state, None)
+    lean = run(lean_part, fn, x0, args, *given, state, _programs.LEAN_ITEMS, cut)
+    going = _going_on(lean, last)
+    if not np.any(np.asarray(_programs.local_value(_programs.unbatched(going)))):
+        return lean  # (read on the host, for every problem: nothing compiled for it)
+    later = run(solver, fn, lean.iterate, args, *given, lean.state, None, last)
+    if not _programs.batched(going):
+        return later
+    return _where_going(going, later, lean)
+
+
+# The small computations around a run cut in two, each one program (under an eager
+# `jax.vmap` too, where each operation on its own would compile one).
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _last_steps(start, max_steps: int, split: int):
+    """The step counts at which a call from `start` ends, and its lean part ends."""
+    last = start + max_steps  # as the engine counts a call's steps
+    return last, jnp.minimum(last, split)
+
+
+@eqx.filter_jit
+def _going_on(result: Result, last):
+    return (result.status == Status.MAX_STEPS) & (result.num_steps < last)
+
+
+@eqx.filter_jit
+def _where_going(going, later: Result, ended: Result) -> Result:
+    return jtu.tree_map(lambda a, b: jnp.where(going, a, b) if eqx.is_array(a) else a, later, ended)
 
 
 def same_computation(solver, fn, params, args: tuple):
@@ -378,20 +414,23 @@ def same_computation(solver, fn, params, args: tuple):
     )
 
 
-def settled_run(solver, search, fn, x0, args, box, report: Report, small, large) -> Result:
+def settled_run(
+    solver, search, fn, x0, args, box, report: Report, last_step, small, large
+) -> Result:
     """The compiled run under `jax.jit` (solver, search, fn and report static), from the
     state's `small` and `large` leaves."""
     state = eqx.combine(small, large)
-    return traced_run(solver, search, fn, x0, args, box, report, state)
+    return traced_run(solver, search, fn, x0, args, box, report, state, last_step)
 
 
 def bundled_run(settings, large) -> Result:
     """The compiled run under `eqx.filter_jit` (non-array leaves static)."""
-    solver, search, fn, x0, args, box, report, small = settings
-    return traced_run(solver, search, fn, x0, args, box, report, eqx.combine(small, large))
+    solver, search, fn, x0, args, box, report, last_step, small = settings
+    state = eqx.combine(small, large)
+    return traced_run(solver, search, fn, x0, args, box, report, state, last_step)
 
 
-def traced_run(solver, search, fn, x0, args, box, report: Report, state) -> Result:
+def traced_run(solver, search, fn, x0, args, box, report: Report, state, last_step=None) -> Result:
     """The run inside its compiled program: the adjoint is handed the whole run (`minimise`)
     and the result's state is packed into a few buffers (`Result`)."""
     _retrace.note_trace("run", solver, fn, (x0, args))
@@ -402,15 +441,19 @@ def traced_run(solver, search, fn, x0, args, box, report: Report, state) -> Resu
     # Numeric settings given as arrays, for any dtype; as pytrees (the solver's array
     # settings are their leaves, not hidden constants).
     solver, search = weak_settings((solver, search))
-    minimise_from = jtu.Partial(minimise, solver, search, fn, box=box, report=report, state=state)
+    minimise_from = jtu.Partial(
+        minimise, solver, search, fn, box=box, report=report, state=state, last_step=last_step
+    )
     problem = Problem(fn, solver.has_aux, box, least_squares(solver), solver.value_and_grad)
     return solver.adjoint.apply(minimise_from, x0, args, problem)
 
 
-def minimise(solver, search, fn, x0, args, *, box, report: Report, state: SolverState) -> Result:
+def minimise(
+    solver, search, fn, x0, args, *, box, report: Report, state: SolverState, last_step=None
+) -> Result:
     """The whole run: the state checked, the engine's loop from x0 (and `state`) to a stopping
-    criterion, the point it returns and, with `throw`, its error (the adjoint is handed this
-    to run, see `AbstractAdjoint.apply`)."""
+    criterion (or the step count `last_step`), the point it returns and, with `throw`, its
+    error (the adjoint is handed this to run, see `AbstractAdjoint.apply`)."""
     given, static = partition(x0)
     check_state(solver, search, state, x0, given, fn, args, bounded=box is not None)
     diff = tree_cast_like(given, given)  # strongly typed inside; x0's avals on the way out
@@ -421,7 +464,7 @@ def minimise(solver, search, fn, x0, args, *, box, report: Report, state: Solver
         history = History.empty(solver.max_steps, state.value.dtype, state.scalar_dtype)
 
     engine = Engine(solver, search, fn, static, args, box, until_step=False, report=report)
-    machine = engine.loop(engine.start(diff, state, history))
+    machine = engine.loop(engine.start(diff, state, history, last_step))
     diff, state, history = machine.x, machine.state, machine.history
     last = diff
     iterate = eqx.combine(tree_cast_to_avals(diff, given), static)

@@ -27,12 +27,13 @@ the call top to bottom), and how it is compiled.
   at its start). Numbering from the fresh state makes a run cut into calls compile as the
   whole does, so that it ends where the whole ends, bit for bit. A run's total compile and
   run time is then at most about twice the better of the two choices made in hindsight, and a
-  short run compiles only the lean program. A call that cannot be cut in two (`splits`: with a
-  history or host calls, a budget of evaluations, or under `jax.vmap`) is lean where
-  `lean_steps` reaches `HORIZON`. `step` called at the top level and `js.jit`
-  price their program as a run of the solver's `max_steps` steps. Where this jaxlib lacks a
-  lean option, "auto" compiles every program with the defaults. Inside a caller's trace the
-  caller's compile decides.
+  short run compiles only the lean program. Under `jax.vmap` each problem is cut at its own
+  step number (the parts stop at a step count given per problem, `run`'s `last_step`). A call
+  that cannot be cut in two (`splits`: with a history or host calls, or a budget of
+  evaluations) is lean where `lean_steps` reaches `HORIZON`. `step` called at the top level
+  and `js.jit` price their program as a run of the solver's `max_steps` steps. Where this
+  jaxlib lacks a lean option, "auto" compiles every program with the defaults. Inside a
+  caller's trace the caller's compile decides.
 """
 
 import contextvars
@@ -44,6 +45,7 @@ from typing import Any, Literal
 import equinox as eqx
 import jax
 import jax.tree_util as jtu
+import numpy as np
 from jax.interpreters import partial_eval
 
 from . import _cost, _evaluate
@@ -173,26 +175,29 @@ def lean_steps(fn, params, args: tuple) -> int:
 
 
 def run_options(compiler_options, solver, fn, params, args: tuple, report, state):
-    """(options, rented) of a call of `run` (see the module docstring): `options` as
+    """(options, split) of a call of `run` (see the module docstring): `options` as
     `options` gives them for a setting other than "auto"; with "auto", the lean options for
     the steps of the whole run numbered below `lean_steps` (counted from a fresh state, so
     that a run cut into calls compiles as the whole does), XLA's defaults for the rest. A
-    call that runs steps of both kinds is `rented` > 0: its first `rented` steps lean, the
-    others resumed under the defaults. A call that cannot be cut so (`splits`) compiles lean
-    where `lean_steps` reaches `HORIZON`."""
+    call that runs steps of both kinds (any of its problems, under `jax.vmap`) has `split` =
+    `lean_steps` > 0: its steps numbered below it lean, the others resumed under the
+    defaults. A call that cannot be cut so (`splits`) compiles lean where `lean_steps`
+    reaches `HORIZON`."""
     if compiler_options != "auto":
         return options(compiler_options, solver, fn, params, args), 0
     call = (params, args, state)
     if not lean_eligible(call):
         return None, 0
     steps = lean_steps(fn, params, args)
-    if not splits(solver, report, call):
+    if not splits(solver, report):
         return (LEAN_ITEMS if steps >= HORIZON else None), 0
-    start = 0 if state is None else int(local_value(state.num_steps))
-    lean = min(max(steps - start, 0), solver.max_steps)
-    if lean == solver.max_steps:
+    start = 0 if state is None else np.asarray(local_value(unbatched(state.num_steps)))
+    lean = np.clip(steps - start, 0, solver.max_steps)  # per problem
+    if np.all(lean == solver.max_steps):
         return LEAN_ITEMS, 0
-    return None, lean
+    if np.all(lean == 0):
+        return None, 0
+    return None, steps
 
 
 def local_value(array):
@@ -203,12 +208,11 @@ def local_value(array):
     return array
 
 
-def splits(solver, report, tree) -> bool:
-    """Whether a call of `run` on `tree` may be cut into a lean part and a part under the
-    defaults: not one that records a history or calls the host per step (they would see two
-    runs), has a budget of evaluations (it would start again) or runs under `jax.vmap` (its
-    problems stand at different steps)."""
-    return not report.per_step and solver.max_evals is None and not batched(tree)
+def splits(solver, report) -> bool:
+    """Whether a call of `run` may be cut into a lean part and a part under the defaults: not
+    one that records a history or calls the host per step (they would see two runs) or has
+    a budget of evaluations (it would start again)."""
+    return not report.per_step and solver.max_evals is None
 
 
 # The estimate per evaluation, kept by fn and the avals (and other leaves) of params and args.

@@ -233,22 +233,56 @@ def test_a_long_run_rents_lean_steps_then_resumes_under_the_defaults(compiled_as
 
 
 @on_cpu
-def test_an_eagerly_vmapped_run_is_priced_per_batch(compiled_as, rent_for):
-    """Under an eager `jax.vmap` jax compiles the batched program at the top level, with
-    the options asked for: "auto" prices the batch (its problems times one's price) at
-    `HORIZON` steps, as a run it cannot cut in two (its problems stand at different steps)."""
-    starts = jnp.array([[-1.2, 1.0], [1.0, 1.0], [-0.5, 0.8], [0.3, -0.2]], jnp.float32)
-    solver = js.Solver(max_steps=100)
-    rent_for(4 * _programs.HORIZON, rosenbrock, starts[0])  # HORIZON steps for a batch of 4
-    jax.vmap(lambda x: solver.run(rosenbrock, x).params)(starts)
-    rent_for(4 * _programs.HORIZON - 4, rosenbrock, starts[0])  # HORIZON - 1 for the batch
-    jax.vmap(lambda x: solver.run(rosenbrock, x).params)(starts)
-    assert compiled_as == [
-        ("fresh_state", LEAN),
-        ("settled_run", LEAN),
-        ("fresh_state", LEAN),
-        ("settled_run", None),
-    ]
+def test_an_eagerly_vmapped_run_rents_each_problem_at_its_own_step(compiled_as, rent_for):
+    """Under an eager `jax.vmap` jax compiles the batched program at the top level, with the
+    options asked for: "auto" prices the batch as its problems times one's and cuts every
+    problem at the same step number. A problem that ended in the lean part keeps its result
+    (here x0 = (1, 1), converged at once); the others resume under the defaults. A vmapped
+    run cut into calls (the second's problems standing at steps 3 and 0) compiles as the
+    whole does and ends where it ends, bit for bit."""
+    with jax.enable_x64(True):
+        starts = jnp.array([[-1.2, 1.0], [1.0, 1.0], [-0.5, 0.8], [0.3, -0.2]], jnp.float64)
+        rent_for(4 * 5 + 1, rosenbrock, starts[0])  # 5 lean steps for the batch of 4
+        solver = js.Solver(gtol=1e-9, ftol=0.0, max_steps=100)
+        whole = jax.vmap(lambda x: solver.run(rosenbrock, x))(starts)
+        assert compiled_as == [
+            ("fresh_state", LEAN),
+            ("settled_run", LEAN),
+            ("settled_run", None),
+        ]
+        assert [js.Status(int(s)) for s in whole.status] == [js.Status.CONVERGED_GTOL] * 4
+        assert int(whole.num_steps[1]) == 0 and min(np.asarray(whole.num_steps)[[0, 2, 3]]) > 5
+        np.testing.assert_allclose(whole.params, np.ones((4, 2)), rtol=1e-8)
+        # by hand: 5 steps lean for every problem, then the others resumed under the defaults
+        first = js.Solver(gtol=1e-9, ftol=0.0, max_steps=5)
+        lean = jax.vmap(
+            lambda x: first.run(rosenbrock, x, compiler_options=_programs.LEAN_OPTIONS)
+        )(starts)
+        assert [int(s) for s in lean.num_steps] == [5, 0, 5, 5]
+        rest = js.Solver(gtol=1e-9, ftol=0.0, max_steps=95)
+        later = jax.vmap(
+            lambda x, state: rest.run(rosenbrock, x, state=state, compiler_options=None)
+        )(lean.iterate, lean.state)
+        for got, expected in zip(jax.tree.leaves(whole), jax.tree.leaves(later), strict=True):
+            np.testing.assert_array_equal(np.delete(got, 1, 0), np.delete(expected, 1, 0))
+        for got, expected in zip(jax.tree.leaves(whole), jax.tree.leaves(lean), strict=True):
+            np.testing.assert_array_equal(got[1], expected[1])
+        # cut into calls of 3 and 97 steps
+        del compiled_as[:]
+        three = js.Solver(gtol=1e-9, ftol=0.0, max_steps=3)
+        head = jax.vmap(lambda x: three.run(rosenbrock, x))(starts)
+        tail_solver = js.Solver(gtol=1e-9, ftol=0.0, max_steps=97)
+        tail = jax.vmap(lambda x, state: tail_solver.run(rosenbrock, x, state=state))(
+            head.iterate, head.state
+        )
+        assert compiled_as == [
+            ("fresh_state", LEAN),
+            ("settled_run", LEAN),
+            ("settled_run", LEAN),
+            ("settled_run", None),
+        ]
+        for got, expected in zip(jax.tree.leaves(tail), jax.tree.leaves(whole), strict=True):
+            np.testing.assert_array_equal(got, expected)
 
 
 @on_cpu
