@@ -369,17 +369,24 @@ def rent_then_buy(
     defaults (with `throw=True`, the lean part raises on failures only: its end at `split`
     is not the run's). Each problem under `jax.vmap` is cut at its own step: one that ended
     in the lean part keeps that part's result (one resumed from a failure would try again)."""
-    start = jnp.zeros((), jnp.int32) if state is None else state.num_steps
-    last, cut = _last_steps(start, solver.max_steps, split)
     lean_part = with_fields(solver, throw="failures" if solver.throw is True else solver.throw)
     given = (value_dtype, bounds, report)
+    if not _programs.batched((x0, args, state)):  # counted on the host: nothing to compile
+        start = 0 if state is None else int(_programs.local_value(state.num_steps))
+        # (NumPy scalars: dynamic arguments, replicated on every process of a multi-host run)
+        last = np.asarray(start + solver.max_steps, np.int32)  # as the engine counts them
+        cut = np.asarray(split, np.int32)
+        lean = run(lean_part, fn, x0, args, *given, state, _programs.LEAN_ITEMS, cut)
+        if int(_programs.local_value(lean.status)) != Status.MAX_STEPS:  # ended before split
+            return lean
+        return run(solver, fn, lean.iterate, args, *given, lean.state, None, last)
+    starts = jnp.zeros((), jnp.int32) if state is None else state.num_steps
+    last, cut = _last_steps(starts, solver.max_steps, split)
     lean = run(lean_part, fn, x0, args, *given, state, _programs.LEAN_ITEMS, cut)
-    going = _going_on(lean, last)
-    if not np.any(np.asarray(_programs.local_value(_programs.unbatched(going)))):
+    going = _going_on(lean, last)  # some problems may end at their own last step first
+    if not np.any(np.asarray(_programs.unbatched(going))):
         return lean  # (read on the host, for every problem: nothing compiled for it)
     later = run(solver, fn, lean.iterate, args, *given, lean.state, None, last)
-    if not _programs.batched(going):
-        return later
     return _where_going(going, later, lean)
 
 
