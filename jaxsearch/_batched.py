@@ -22,8 +22,11 @@ from ._misc import select, weak_settings
 from ._result import Result
 
 LANES = 1024  # the pool's default width
-SHRINK = 8  # the tail's widths: the pool's width divided by 8, 64, ...
-NARROWEST = 32  # ... down to no fewer lanes than this
+SHRINK = 4  # the tail's widths: the pool's width divided by 4, 16, ...
+# ... down to no fewer lanes than this: below about 200 problems, XLA's CPU code sums a small
+# reduction under `vmap` in another order than over wider batches (benchmarks/batched.py's
+# decay fits: 93 of 128 values of fn differ in the last bits from a batch of 10,000's).
+NARROWEST = 256
 REPORT = Report(batched=True)  # as `run` under `jax.vmap`: the search's state unpacked
 
 
@@ -40,8 +43,8 @@ def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) ->
     of `run`'s engine (one evaluation of fn) on every lane that runs, under `vmap`. At the
     iteration where some lanes' problems end, their final iterates and states are written
     to the batch's, and those lanes start the next problems of the batch, in order, as a
-    fresh `run` starts. Once no problem waits, the pool shrinks to W / 8, W / 64, ... lanes
-    (no fewer than 32) as soon as the problems still running fit, each width one more loop
+    fresh `run` starts. Once no problem waits, the pool shrinks to W / 4, W / 16, ... lanes
+    (no fewer than 256) as soon as the problems still running fit, each width one more loop
     in the program. Last, each problem's `Result` is built from its final iterate and state
     as `run`'s is (`_pipeline.finish`, under `vmap`).
 

@@ -25,8 +25,8 @@ import jaxsearch as js
 from jaxsearch import _batched
 
 SIZE = 300
-LANES = 256  # widths 256, then 32
-NARROW = 32
+LANES = 256  # widths 256, then 64 where the pool may shrink to 32 lanes (`narrow_pools`)
+NARROW = 64
 MAX_STEPS = 24
 FEW = 40  # lanes: each lane solves several problems in turn
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -106,8 +106,15 @@ def float32_budget_case():
     )
 
 
+def narrow_pools():
+    """Let the pool shrink below its 256 lanes (to 64 from 256), so that a test-sized batch
+    runs a narrower pool too."""
+    _batched.NARROWEST = 32
+
+
 def check_bit_for_bit():
     """Run in a child process without FMA (see `test_bit_for_bit_without_fma`)."""
+    narrow_pools()
     with jax.numpy_dtype_promotion("strict"):
         with jax.enable_x64(True):
             for name, a, b in leaf_pairs(*solve_both(float64_case(), 0)):
@@ -126,7 +133,7 @@ def check_bit_for_bit():
 def test_bit_for_bit_without_fma():
     """Without FMA (XLA's CPU code limited to AVX), every problem's params, value, grad, aux,
     status, iterate and state equal plain vmap's bit for bit: in float64 with a pytree x0 and
-    aux, in a pool of 256 lanes that takes new problems and shrinks to 32 and in a pool of
+    aux, in a pool of 256 lanes that takes new problems and shrinks to 64 and in a pool of
     40 lanes that takes about 7 problems per lane; in float32 in 255 lanes, and with a
     budget of evaluations in 40. (Lean compiles: jaxsearch's own options for small problems,
     to save time.)"""
@@ -146,22 +153,32 @@ def test_bit_for_bit_without_fma():
     assert completed.returncode == 0, completed.stderr[-3000:]
 
 
-def first_free(need, width: int) -> int:
-    """The iterations a pool of `width` lanes runs for problems of `need` iterations each,
-    where each lane takes the next problem (the lowest lane first) at the iteration its own
-    ends: the last iteration at which a lane is busy."""
-    free = np.zeros(width, int)  # the iteration after which each lane is free
-    for n in need:
-        free[np.argmin(free)] += n
-    return int(free.max())
+def pool_iterations(need, widths) -> list[int]:
+    """The iterations a pool runs at each of its `widths` for problems of `need` iterations
+    each: every lane takes the next problem (the lowest lane first) at the iteration its own
+    ends, and once none waits the pool goes to the next width where the problems still
+    running fit."""
+    free = np.zeros(widths[0], int)  # the iteration after which each lane is free
+    start = np.zeros(need.size, int)
+    for p, n in enumerate(need):
+        lane = np.argmin(free)
+        start[p], free[lane] = free[lane], free[lane] + n
+    end, out, t = start + need, [], 0
+    for width in widths[1:] + [0]:
+        running = lambda t: np.sum((start <= t) & (end > t))  # noqa: E731
+        stop = next(u for u in range(t, end.max() + 1) if u >= start.max() and running(u) <= width)
+        out.append(stop - t)
+        t = stop
+    return out
 
 
-def test_lanes_take_the_next_problem_at_the_iteration_theirs_ends():
-    """60 problems in 8 lanes (one width): fn, which notes each evaluation on the host, is
+def test_lanes_take_the_next_problem_at_the_iteration_theirs_ends(monkeypatch):
+    """60 problems in 16 lanes, then 4: fn, which notes each evaluation on the host, is
     evaluated on every lane once per iteration of the pool (no evaluation of its own per
     problem, no chunks), and the pool runs for as many iterations as lanes that each take the
-    next problem at the iteration theirs ends: a problem's iterations are its evaluations.
-    A budget of evaluations (`max_evals`) ends some problems."""
+    next problem at the iteration theirs ends, and then shrink: a problem's iterations are
+    its evaluations. A budget of evaluations (`max_evals`) ends some problems."""
+    monkeypatch.setattr(_batched, "NARROWEST", 4)
     calls = []
 
     def noted(x, ab):
@@ -173,18 +190,20 @@ def test_lanes_take_the_next_problem_at_the_iteration_theirs_ends():
         js.BFGS(), js.Backtracking(), gtol=1e-4, ftol=0.0, max_steps=MAX_STEPS, max_evals=budget
     )
     x0, ab = problems(0, np.float32, size=60)
-    result = jax.block_until_ready(js.batched_run(solver, noted, x0, ab, lanes=8))
+    result = jax.block_until_ready(js.batched_run(solver, noted, x0, ab, lanes=16))
     need, status = np.asarray(result.num_fun_evals), np.asarray(result.status)
     assert need.min() * 2 < need.max()
-    assert len(calls) == 8 * first_free(need, 8)
+    wide, narrow = pool_iterations(need, [16, 4])
+    assert narrow > 0 and len(calls) == 16 * wide + 4 * narrow
     # the budget of evaluations holds per problem, each started as a fresh run starts it
     assert need.max() == budget and (status == js.Status.MAX_EVALS).any()
     assert (need[status == js.Status.MAX_EVALS] == budget).all()
 
 
-def test_first_call_compiles_one_program_and_a_new_batch_none(compiles):
-    """One program for the whole batch (the starts, the pool at 256 and at 32 lanes, the
-    results); a new batch of the same size compiles nothing."""
+def test_first_call_compiles_one_program_and_a_new_batch_none(compiles, monkeypatch):
+    """One program for the whole batch (the starts, the pool at 256 lanes and, where it may
+    shrink to 32, at 64, the results); a new batch of the same size compiles nothing."""
+    monkeypatch.setattr(_batched, "NARROWEST", 32)  # `narrow_pools`
     solver = js.Solver(js.Gradient(), js.Backtracking(), gtol=0.1, ftol=0.0, max_steps=MAX_STEPS)
     fn, dtype = plain, np.float32
     for seed, most in ((3, 1), (4, 0)):
@@ -197,11 +216,14 @@ def test_first_call_compiles_one_program_and_a_new_batch_none(compiles):
         assert steps.min() < MAX_STEPS // 2 and steps.max() == MAX_STEPS, np.bincount(steps)
 
 
-def test_pool_widths():
-    assert _batched._widths(1024) == [1024, 128]
-    assert _batched._widths(LANES) == [LANES, NARROW]
-    assert _batched._widths(16_384) == [16_384, 2048, 256, 32]
+def test_pool_widths(monkeypatch):
+    assert _batched._widths(1024) == [1024, 256]
+    assert _batched._widths(LANES) == [LANES]
+    assert _batched._widths(16_384) == [16_384, 4096, 1024, 256]
+    assert _batched._widths(1023) == [1023]  # 1023 // 4 < 256
     assert _batched._widths(255) == [255]
+    monkeypatch.setattr(_batched, "NARROWEST", 32)  # `narrow_pools`
+    assert _batched._widths(LANES) == [LANES, NARROW]
 
 
 @pytest.mark.parametrize("value", [0, -1, True])
