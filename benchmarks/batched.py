@@ -9,10 +9,10 @@ step counts vary about tenfold, which is what a `lax.while_loop` under `jax.vmap
 problem runs until the slowest has finished). Rows:
 
   jaxsearch vmap     `jax.jit(jax.vmap(solver.run))` over the whole batch;
-  jaxsearch batched_run  `js.batched_run(solver, objective, x0s, ab, chunk_steps=c)` for each c
-                     of `--chunk`: `c` steps at a time, the problems that go on resumed from
-                     their states in the smallest of a few bucket sizes (nothing compiles per
-                     chunk); each problem's result is compared with plain vmap's, bit for bit;
+  jaxsearch batched_run  `js.batched_run(solver, objective, x0s, ab, lanes=w)` for each w of
+                     `--lanes`: a pool of w lanes in one compiled loop, each lane taking the
+                     next problem at the iteration its problem ends; each problem's result is
+                     compared with plain vmap's, bit for bit;
   optax vmap         optax.lbfgs in its documented while loop (benchmarks/peers.py), vmapped;
   optimistix vmap    optx.minimise with optx.LBFGS, vmapped;
   scipy loop         scipy L-BFGS-B on a jitted value_and_grad, a Python loop over `--scipy`
@@ -176,10 +176,10 @@ def same_bits(got, want, size: int) -> np.ndarray:
     return same
 
 
-def jaxsearch_batched(objective, x0, ab, chunk: int, lanes: int, keep: dict):
-    """`js.batched_run`: a pool of `lanes` lanes, `chunk` steps at a time."""
+def jaxsearch_batched(objective, x0, ab, lanes: int, keep: dict):
+    """`js.batched_run`: a pool of `lanes` lanes."""
     solver = js.Solver(gtol=GTOL, ftol=0.0, max_steps=MAX_STEPS)
-    name = f"jaxsearch batched_run (lanes={lanes}, chunk_steps={chunk})"
+    name = f"jaxsearch batched_run (lanes={lanes})"
 
     def finish(first, wall, result):
         same = same_bits(result, keep["reference"], len(x0))
@@ -187,7 +187,7 @@ def jaxsearch_batched(objective, x0, ab, chunk: int, lanes: int, keep: dict):
             objective, name, first, wall, result.params, ab, len(x0), bit_for_bit=int(same.sum())
         )
 
-    call = lambda: js.batched_run(solver, objective, x0, ab, chunk_steps=chunk, lanes=lanes)
+    call = lambda: js.batched_run(solver, objective, x0, ab, lanes=lanes)
     return name, call, finish
 
 
@@ -310,7 +310,6 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=10_000)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--problem", default="rosenbrock", choices=sorted(PROBLEMS))
-    p.add_argument("--chunk", default="10,20", help="comma list of batched_run's chunk_steps")
     p.add_argument("--lanes", default="1024", help="comma list of batched_run's lanes")
     p.add_argument("--scipy", type=int, default=200, help="problems in scipy's loop (0: none)")
     p.add_argument("--skip", default="", help="comma list of: batched,optax,optimistix")
@@ -326,9 +325,7 @@ def main(argv=None):
     measures = [jaxsearch_vmap(objective, x0, ab, keep)]
     if "batched" not in skip:
         measures += [
-            jaxsearch_batched(objective, x0, ab, int(c), int(w), keep)
-            for w in args.lanes.split(",")
-            for c in args.chunk.split(",")
+            jaxsearch_batched(objective, x0, ab, int(w), keep) for w in args.lanes.split(",")
         ]
     if "optax" not in skip:
         measures.append(optax_vmap(objective, x0, ab))

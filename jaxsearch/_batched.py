@@ -1,54 +1,52 @@
 """`batched_run`: many problems solved together, at a cost that follows the steps they take.
 
 Under `jax.vmap`, `Solver.run`'s `lax.while_loop` runs every problem of the batch until the
-slowest has finished. `batched_run` keeps a pool of `lanes` problems instead: one compiled
-program runs `chunk_steps` steps of a resumed run on every lane, and after each chunk the
-lanes whose problem ended hand its result out and take the next problems of the batch, so
-that lanes stay busy with problems that still run.
+slowest has finished. `batched_run` keeps a pool of `lanes` problems instead, inside one
+compiled loop of which each iteration runs one iteration of the engine (one evaluation of
+fn) on every lane: a lane whose problem ended hands its final machine out and takes the
+next problem of the batch at that iteration, so that lanes stay busy with problems that
+still run.
 """
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from ._inputs import check_fn
-from ._misc import with_fields
+from . import _evaluate, _pipeline
+from ._engine import Engine
+from ._history import Report
+from ._inputs import check_fn, partition
+from ._misc import select, weak_settings
 from ._result import Result
-from ._status import Status
 
 LANES = 1024  # the pool's default width
-SHRINK = 8  # the tail's widths: the pool's width divided by 8, 64, ...
-NARROWEST = 32  # ... down to no fewer lanes than this
+SHRINK = 4  # the tail's widths: the pool's width divided by 4, 16, ...
+# ... down to no fewer lanes than this: below about 200 problems, XLA's CPU code sums a small
+# reduction under `vmap` in another order than over wider batches (benchmarks/batched.py's
+# decay fits: 93 of 128 values of fn differ in the last bits from a batch of 10,000's).
+NARROWEST = 256
+REPORT = Report(batched=True)  # as `run` under `jax.vmap`: the search's state unpacked
 
 
-def batched_run(
-    solver,
-    fn,
-    x0s,
-    *args,
-    chunk_steps: int = 10,
-    lanes: int = LANES,
-    value_dtype=None,
-) -> Result:
-    """Minimise fn from each of a batch of starts, at a cost that follows the steps the
-    problems take rather than the slowest problem's: per problem, what
+def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) -> Result:
+    """Minimise fn from each of a batch of starts, at a cost that follows the evaluations
+    the problems take rather than the slowest problem's: per problem, what
     `jax.jit(jax.vmap(lambda x, *a: solver.run(fn, x, *a)))(x0s, *args)` returns (params,
     value, grad, aux, status, state, iterate, so `num_steps` and `num_fun_evals` too), bit
     for bit as said below.
 
-    Every leaf of `x0s` and `args` has the batch on its leading axis, of one size B. A
-    small program builds every problem's start (`init`'s state at x0). A pool of
-    W = min(B, `lanes`) lanes then holds problems: one compiled program runs `chunk_steps`
-    steps on every lane, a resumed `run(fn, iterate, *args, state=state)` under `vmap`.
-    After each chunk, the host reads which lanes' problems ended (status other than
-    `MAX_STEPS`, or `max_steps` steps in all); their results go out to the batch's result
-    and the lanes take the next problems of the batch, in order. Once no problem waits, the
-    pool shrinks to W / 8, W / 64, ... lanes (no fewer than 32) as soon as the problems
-    still running fit, each width one more compiled program. Ends for want of progress
-    (`stall_steps`) and the choice of the best point come from the state, which carries
-    them, as in the whole run. Each chunk evaluates fn once more per problem (a resumed
-    run's check of f at its iterate, not counted in `num_fun_evals`).
+    Every leaf of `x0s` and `args` has the batch on its leading axis, of one size B. One
+    compiled program builds every problem's start (`init`'s state at x0), then runs a pool
+    of W = min(B, `lanes`) lanes in a `lax.while_loop`: each iteration runs one iteration
+    of `run`'s engine (one evaluation of fn) on every lane that runs, under `vmap`. At the
+    iteration where some lanes' problems end, their final iterates and states are written
+    to the batch's, and those lanes start the next problems of the batch, in order, as a
+    fresh `run` starts. Once no problem waits, the pool shrinks to W / 4, W / 16, ... lanes
+    (no fewer than 256) as soon as the problems still running fit, each width one more loop
+    in the program. Last, each problem's `Result` is built from its final iterate and state
+    as `run`'s is (`_pipeline.finish`, under `vmap`).
 
     Bit for bit where XLA computes each problem's arithmetic the same in any program and at
     any place of a batch. On XLA's CPU backend that holds where it does not contract a
@@ -57,86 +55,34 @@ def batched_run(
     pytree x0 and aux). With FMA (x86 from AVX2 on, the default), XLA's CPU code rounds some
     of a problem's multiply-adds differently in the last few places of a loop and from one
     program to another, so that its last bits depend on its place in the batch and on the
-    program: even
-    `jax.jit(jax.vmap(run))` on the batch in another order, or resumed once with `state=`,
-    differs in the last bits for some problems, and so do some of `batched_run`'s
-    (`benchmarks/batched.py` counts the problems that match).
+    program: even `jax.jit(jax.vmap(run))` on the batch in another order differs in the last
+    bits for some problems, and so do some of `batched_run`'s (`benchmarks/batched.py`
+    counts the problems that match).
 
-    Compiles: the start program, a gather that fills the pool, and one program per pool
-    width used (plus a gather per shrink), each once per (solver, fn, B, W, avals of x0s and
-    args): new batches of the same size compile nothing.
+    Compiles one program per (solver, fn, B, W, value_dtype, avals of x0s and args): new
+    batches of the same size compile nothing.
 
     **Arguments:**
 
-    - `solver`: a `js.Solver` with `throw=False` (read `result.status`), no `max_evals` (a
-      chunk would start a new budget of evaluations) and `max_steps` a multiple of
-      `chunk_steps` (every lane then ends its last chunk at `max_steps`).
+    - `solver`: a `js.Solver` with `throw=False` (read `result.status`).
     - `fn`, `x0s`, `*args`: as `Solver.run`'s, with the batch in front.
-    - `chunk_steps`: steps per chunk, at least 1 (default 10). Shorter chunks hand finished
-      problems out sooner, at a dispatch, a read of B / W flags and an evaluation of fn
-      per lane per chunk.
     - `lanes`: the pool's width W when the batch is larger (default 1024). Wider pools
-      dispatch fewer chunks; narrower ones spend less on the last, slowest problems.
+      run fewer iterations; narrower ones spend less on lanes whose problems have ended
+      while the last, slowest problems run.
     - `value_dtype`: as `Solver.run`'s.
 
     Returns a `js.Result` with the batch in front of every leaf (as `jax.vmap`'s).
     """
     check_fn(fn)
-    chunk_steps, lanes = _count("chunk_steps", chunk_steps), _count("lanes", lanes)
+    lanes = _count("lanes", lanes)
     if solver.throw:
         raise ValueError(
-            "batched_run needs Solver(throw=False): a chunk that ends at its step budget is "
-            "not a failure of the run; read result.status instead."
-        )
-    if solver.max_evals is not None:
-        raise ValueError(
-            "batched_run does not take a Solver with max_evals: each chunk would start a "
-            "new budget of evaluations."
-        )
-    if solver.max_steps % chunk_steps:
-        raise ValueError(
-            f"batched_run needs the solver's max_steps ({solver.max_steps}) to be a multiple "
-            f"of chunk_steps ({chunk_steps}), so that every problem's last chunk ends at "
-            "max_steps."
+            "batched_run needs Solver(throw=False): one problem's failure would stop the "
+            "whole batch; read result.status instead."
         )
     size = _batch_size(x0s, args)
-    widths = _widths(min(size, lanes))
-    carry = _start((solver, fn, args, value_dtype), x0s)
-    chunk = _with_max_steps(solver, chunk_steps)
-    settings = (chunk, fn, args, solver.max_steps)
-    width = widths.pop(0)
-    pool = _take(carry, _device(np.arange(width)))
-    owner = np.arange(width)  # each lane's problem
-    live = np.ones(width, bool)  # lanes whose problem is still running
-    fresh = np.arange(width)  # each lane's problem that starts in it, or -1
-    waiting = width  # the next problem to start
-    while True:
-        plan = tuple(map(_device, (fresh, owner, live)))
-        carry, pool, running = _chunk((settings, plan), carry, pool)
-        live &= np.asarray(running)
-        fresh = np.full(width, -1)
-        if waiting < size:  # the lanes that are free take the next problems
-            free = np.flatnonzero(~live)[: size - waiting]
-            fresh[free] = owner[free] = np.arange(waiting, waiting + free.size)
-            live[free], waiting = True, waiting + free.size
-            continue
-        count = int(live.sum())
-        if not count:
-            return carry
-        if widths and count <= widths[0]:  # the tail: a narrower pool
-            while len(widths) > 1 and count <= widths[1]:
-                widths.pop(0)
-            width = widths.pop(0)
-            lane = np.flatnonzero(live)
-            lane = np.concatenate([lane, np.full(width - count, lane[0])])  # copies: dropped
-            pool = _take(pool, _device(lane))
-            owner, live = owner[lane], np.arange(width) < count
-            fresh = np.full(width, -1)
-
-
-def _device(array: np.ndarray) -> jax.Array:
-    """A copy on the device, int32 where integer (a transfer, no program)."""
-    return jax.device_put(array.astype(np.int32) if array.dtype.kind == "i" else array.copy())
+    widths = tuple(_widths(min(size, lanes)))
+    return _solve((solver, fn, value_dtype, widths), x0s, args)
 
 
 def _widths(width: int) -> list[int]:
@@ -176,54 +122,108 @@ def _batch_size(x0s, args: tuple) -> int:
     return int(found)
 
 
-def _with_max_steps(solver, max_steps: int):
-    """`solver` with another `max_steps` (a static field: the chunk's own program)."""
-    return solver if solver.max_steps == max_steps else with_fields(solver, max_steps=max_steps)
-
-
-def _gather(tree, index):
+def _take(tree, index):
+    """Rows `index` of every leaf (an index out of range takes the last row)."""
     return jax.tree.map(lambda leaf: jnp.take(leaf, index, axis=0, mode="clip"), tree)
 
 
-@eqx.filter_jit
-def _take(tree, index):
-    """The lanes (or problems) `index` of every leaf."""
-    return _gather(tree, index)
+def _where(mask, new, old):
+    """Per lane (the leading axis): `new` where `mask`, else `old`."""
+    return jax.vmap(select)(mask, new, old)
 
 
 @eqx.filter_jit
-def _start(settings, x0s) -> Result:
-    """The batch before its first step: a `Result` per problem at x0 with `init`'s state (the
-    state a fresh run starts from), so that every chunk, the first too, is a resumed run."""
-    solver, fn, args, value_dtype = settings
+def _solve(settings, x0s, args) -> Result:
+    """The whole batch in one program: the starts, the pool's loops (one per width), and
+    every problem's `Result`."""
+    solver, fn, value_dtype, widths = settings
+    search = _pipeline.line_search(solver, None)
+    size = jax.tree.leaves(x0s)[0].shape[0]
 
-    def one(x, a):
-        state = solver.init(x, value_dtype, fn=fn, args=a)
-        return Result(x, state.value, state.grad, state.aux, state.status, state, x)
+    with _evaluate.sharing_traces():  # fn is traced once, for every use below
 
-    return jax.vmap(one)(x0s, args)
+        def traced(x0, a):
+            return _evaluate.TracedOnce(fn, x0, *a)
 
+        def fresh(x0, a):  # the state a fresh run starts from (`_pipeline.fresh_state`)
+            f = traced(x0, a)
+            return _pipeline.initial_state(solver, search, x0, partition(x0)[0], value_dtype, f, a)
 
-@eqx.filter_jit(donate="all-except-first")
-def _chunk(settings, carry: Result, pool: Result):
-    """One chunk on every lane: the lanes with a `fresh` problem (not -1) take its start
-    from `carry`, every lane runs, and the lanes whose `live` problem ended write its result
-    to `carry`. Returns carry, the pool, and which lanes' problems go on."""
-    (solver, fn, args, max_steps), (fresh, owner, live) = settings
+        states = lax.stop_gradient(jax.vmap(fresh)(x0s, args))  # as `traced_run`'s
+        weak, weak_search = weak_settings((solver, search))
 
-    def pick(new, old):
-        return jnp.where(jnp.reshape(fresh >= 0, (-1,) + (1,) * (old.ndim - 1)), new, old)
+        def engine(x0, a):
+            static = partition(x0)[1]
+            f = traced(x0, a)
+            return Engine(weak, weak_search, f, static, a, None, until_step=False, report=REPORT)
 
-    leaves, structure = jax.tree.flatten(pool)  # (carry's state may cache other metadata)
-    starts = jax.tree.leaves(_gather(carry, fresh))
-    pool = jax.tree.unflatten(structure, list(map(pick, starts, leaves)))
+        def begin(x0, a, state):
+            f = traced(x0, a)
+            arguments = (weak, weak_search, f, x0, a)
+            return _pipeline.start(*arguments, box=None, report=REPORT, state=state)[1]
 
-    def one(x, state, a):
-        return solver.run(fn, x, *a, state=state)
+        def iterate(x0, a, m):
+            return engine(x0, a).iterate(m)
 
-    pool = jax.vmap(one)(pool.iterate, pool.state, _gather(args, owner))
-    running = (pool.status == Status.MAX_STEPS) & (pool.state.num_steps < max_steps)
-    size = jax.tree.leaves(carry.status)[0].shape[0]
-    where = jnp.where(live & ~running, owner, size)  # the others are dropped: out of bounds
-    carry = jax.tree.map(lambda whole, new: whole.at[where].set(new, mode="drop"), carry, pool)
-    return carry, pool, running
+        def end(x0, a, x, state, last_eval):
+            return _pipeline.finish(engine(x0, a), x0, x, state, None, last_eval)
+
+        # Each lane: its problem (`size` where it has none), that problem's x0 and args, and
+        # the engine's machine; the batch's final iterates, states and evaluation budgets.
+        width = widths[0]
+        first = jnp.arange(width, dtype=jnp.int32)
+        lane_x0, lane_args = _take((x0s, args), first)
+        machines = jax.vmap(begin)(lane_x0, lane_args, _take(states, first))
+        out = jax.tree.map(
+            lambda leaf: jnp.zeros((size, *leaf.shape[1:]), leaf.dtype),
+            (machines.x, machines.state, machines.last_eval),
+        )
+        pool = (first, lane_x0, lane_args, machines, jnp.int32(width), out)
+
+        def refill(pool, loads: bool):
+            """Write the problems that ended out, and (`loads`) start the next ones."""
+            owner, lane_x0, lane_args, machines, waiting, out = pool
+            ended = (owner < size) & ~machines.open
+            where = jnp.where(ended, owner, size)  # the others are dropped: out of range
+            final = (machines.x, machines.state, machines.last_eval)
+            out = jax.tree.map(lambda whole, new: whole.at[where].set(new, mode="drop"), out, final)
+            owner = jnp.where(ended, size, owner)
+            if loads:
+                rank = jnp.cumsum(ended.astype(jnp.int32)) - 1
+                loaded = ended & (waiting + rank < size)
+                owner = jnp.where(loaded, waiting + rank, owner).astype(jnp.int32)
+                new_x0, new_args = _take((x0s, args), owner)
+                started = jax.vmap(begin)(new_x0, new_args, _take(states, owner))
+                lane_x0 = _where(loaded, new_x0, lane_x0)
+                lane_args = _where(loaded, new_args, lane_args)
+                machines = _where(loaded, started, machines)
+                waiting = jnp.minimum(waiting + jnp.sum(ended, dtype=jnp.int32), size)
+            return owner, lane_x0, lane_args, machines, waiting, out
+
+        for stage, width in enumerate(widths):
+            narrower = widths[stage + 1] if stage + 1 < len(widths) else 0
+            if stage:  # the lanes still running, into a narrower pool (the rest: none)
+                owner = pool[0]
+                (lanes,) = jnp.nonzero(owner < size, size=width, fill_value=0)
+                held = jnp.arange(width) < jnp.sum(owner < size)
+                owner, lane_x0, lane_args, machines = _take(pool[:4], lanes)
+                owner = jnp.where(held, owner, size).astype(jnp.int32)
+                machines = eqx.tree_at(lambda m: m.open, machines, machines.open & held)
+                pool = (owner, lane_x0, lane_args, machines, *pool[4:])
+
+            def going(pool, narrower=narrower):
+                owner, waiting = pool[0], pool[4]
+                return (waiting < size) | (jnp.sum(owner < size) > narrower)
+
+            def body(pool, loads=stage == 0):
+                owner, lane_x0, lane_args, machines = pool[:4]
+                after = jax.vmap(iterate)(lane_x0, lane_args, machines)
+                machines = _where(machines.open, after, machines)  # as `vmap` of a while loop
+                pool = (owner, lane_x0, lane_args, machines, *pool[4:])
+                ended = jnp.any((owner < size) & ~machines.open)
+                return lax.cond(ended, lambda p: refill(p, loads), lambda p: p, pool)
+
+            pool = lax.while_loop(going, body, pool)
+
+        x, state, last_eval = pool[5]
+        return jax.vmap(end)(x0s, args, x, state, last_eval)

@@ -23,7 +23,7 @@ from ._adjoint import Problem
 from ._box import Box, check_order
 from ._complex import OnRealView, check_complex, complex_params, real_params
 from ._direction._base import least_squares
-from ._engine import Engine, gradient_norm
+from ._engine import Engine, Machine, gradient_norm
 from ._history import History, Report
 from ._inputs import check_fits, check_fn, check_is_state, floating_dtype, misfit, partition
 from ._linesearch import AbstractLineSearch
@@ -460,7 +460,21 @@ def minimise(
 ) -> Result:
     """The whole run: the state checked, the engine's loop from x0 (and `state`) to a stopping
     criterion (or the step count `last_step`), the point it returns and, with `throw`, its
-    error (the adjoint is handed this to run, see `AbstractAdjoint.apply`)."""
+    error (the adjoint is handed this to run, see `AbstractAdjoint.apply`): `start`, the
+    engine's loop, then `finish`."""
+    engine, machine = start(
+        solver, search, fn, x0, args, box=box, report=report, state=state, last_step=last_step
+    )
+    machine = engine.loop(machine)
+    return finish(engine, x0, machine.x, machine.state, machine.history, machine.last_eval)
+
+
+def start(
+    solver, search, fn, x0, args, *, box, report: Report, state: SolverState, last_step=None
+) -> tuple[Engine, Machine]:
+    """A run before its first iteration: the state checked against x0, x0's floating leaves
+    (projected into the box), the engine of the run and its machine (`Engine.start`; the run
+    stops at the step count `last_step`, by default `max_steps` after the state's)."""
     given, static = partition(x0)
     check_state(solver, search, state, x0, given, fn, args, bounded=box is not None)
     diff = tree_cast_like(given, given)  # strongly typed inside; x0's avals on the way out
@@ -469,13 +483,19 @@ def minimise(
     history = None
     if report.history:
         history = History.empty(solver.max_steps, state.value.dtype, state.scalar_dtype)
-
     engine = Engine(solver, search, fn, static, args, box, until_step=False, report=report)
-    machine = engine.loop(engine.start(diff, state, history, last_step))
-    diff, state, history = machine.x, machine.state, machine.history
-    last = diff
+    return engine, engine.start(diff, state, history, last_step)
+
+
+def finish(engine: Engine, x0, x, state: SolverState, history, last_eval) -> Result:
+    """The `Result` of a run from x0 whose machine ended at iterate `x` (x0's floating
+    leaves) with `state`, `history` and `last_eval` (the machine's): its status
+    (`run_status`), the point it returns (`returned_point`) and, with `throw`, its error."""
+    solver, search, box = engine.solver, engine.linesearch, engine.box
+    given, static = partition(x0)
+    diff = last = x
     iterate = eqx.combine(tree_cast_to_avals(diff, given), static)
-    spent = None if machine.last_eval is None else state.num_fun_evals >= machine.last_eval
+    spent = None if last_eval is None else state.num_fun_evals >= last_eval
     status, no_progress = run_status(
         state.status, state.steps_since_best, solver.stall_steps, spent
     )

@@ -1,12 +1,13 @@
-"""`js.batched_run` (issue 38): a pool of lanes that run a chunk of steps at a time and take
-the next problems as theirs end gives per problem what `jax.jit(jax.vmap(solver.run))` gives,
-bit for bit where XLA contracts no multiply-add into an FMA, and compiles nothing per chunk
-or per new batch of the same size.
+"""`js.batched_run` (issue 38): a pool of lanes inside one compiled loop, each lane taking the
+next problem at the iteration its problem ends, gives per problem what
+`jax.jit(jax.vmap(solver.run))` gives, bit for bit where XLA contracts no multiply-add into an
+FMA, and compiles one program, nothing for a new batch of the same size.
 
 The batches are 2-D Rosenbrock-like problems with a random scale b in [1, 1000] and random
 starts, so their step counts vary several-fold; `max_steps` is set below the slowest so that
 some problems end at it. 300 problems in a pool of 256 lanes: the lanes take new problems as
-theirs end, and the last problems run in a pool of 32.
+theirs end, and the last problems run in a pool of 32; and in a pool of 40 lanes, each of
+which solves about 7 problems in turn.
 """
 
 import os
@@ -24,10 +25,10 @@ import jaxsearch as js
 from jaxsearch import _batched
 
 SIZE = 300
-LANES = 256  # widths 256, then 32
-NARROW = 32
+LANES = 256  # widths 256, then 64 where the pool may shrink to 32 lanes (`narrow_pools`)
+NARROW = 64
 MAX_STEPS = 24
-CHUNK = 8
+FEW = 40  # lanes: each lane solves several problems in turn
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -86,28 +87,56 @@ def solve_both(case, seed, lanes=LANES):
     x0, ab = problems(seed, dtype)
     x0 = layout(x0)
     want = jax.jit(jax.vmap(lambda x, ab: solver.run(fn, x, ab)))(x0, ab)
-    got = js.batched_run(solver, fn, x0, ab, chunk_steps=CHUNK, lanes=lanes)
+    got = js.batched_run(solver, fn, x0, ab, lanes=lanes)
     steps = np.asarray(want.num_steps)
     assert steps.min() < MAX_STEPS // 2 and steps.max() == MAX_STEPS  # varied, some at the end
     return got, want
 
 
+def float32_budget_case():
+    """float32, and a budget of evaluations that ends some problems (`MAX_EVALS`)."""
+    solver, fn, layout, dtype = float32_case()
+    return (
+        js.Solver(
+            js.BFGS(), js.Backtracking(), gtol=1e-4, ftol=0.0, max_steps=MAX_STEPS, max_evals=30
+        ),
+        fn,
+        layout,
+        dtype,
+    )
+
+
+def narrow_pools():
+    """Let the pool shrink below its 256 lanes (to 64 from 256), so that a test-sized batch
+    runs a narrower pool too."""
+    _batched.NARROWEST = 32
+
+
 def check_bit_for_bit():
     """Run in a child process without FMA (see `test_bit_for_bit_without_fma`)."""
+    narrow_pools()
     with jax.numpy_dtype_promotion("strict"):
         with jax.enable_x64(True):
             for name, a, b in leaf_pairs(*solve_both(float64_case(), 0)):
                 np.testing.assert_array_equal(bits(a), bits(b), err_msg=f"float64 {name}")
+            for name, a, b in leaf_pairs(*solve_both(float64_case(), 1, lanes=FEW)):
+                np.testing.assert_array_equal(bits(a), bits(b), err_msg=f"float64 {name}, {FEW}")
         for name, a, b in leaf_pairs(*solve_both(float32_case(), 0, lanes=LANES - 1)):
             np.testing.assert_array_equal(bits(a), bits(b), err_msg=f"float32 {name}")
+        got, want = solve_both(float32_budget_case(), 2, lanes=FEW)
+        assert (np.asarray(want.status) == js.Status.MAX_EVALS).any()
+        for name, a, b in leaf_pairs(got, want):
+            np.testing.assert_array_equal(bits(a), bits(b), err_msg=f"max_evals {name}")
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86 ISA flag")
 def test_bit_for_bit_without_fma():
     """Without FMA (XLA's CPU code limited to AVX), every problem's params, value, grad, aux,
     status, iterate and state equal plain vmap's bit for bit: in float64 with a pytree x0 and
-    aux, in a pool of 256 lanes that takes new problems and shrinks to 32, and in float32 in
-    255 lanes. (Lean compiles: jaxsearch's own options for small problems, to save time.)"""
+    aux, in a pool of 256 lanes that takes new problems and shrinks to 64 and in a pool of
+    40 lanes that takes about 7 problems per lane; in float32 in 255 lanes, and with a
+    budget of evaluations in 40. (Lean compiles: jaxsearch's own options for small problems,
+    to save time.)"""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     lean = " --xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=1"
     env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_cpu_max_isa=AVX" + lean
@@ -124,87 +153,84 @@ def test_bit_for_bit_without_fma():
     assert completed.returncode == 0, completed.stderr[-3000:]
 
 
-class Pool:
-    """Stands in for the pool's compiled chunk: problem p runs `need[p]` chunks; records each
-    chunk's width and the problems that start in it."""
-
-    def __init__(self, need):
-        self.need, self.done, self.chunks = need, np.zeros_like(need), []
-
-    def __call__(self, settings, carry, pool):
-        _, (fresh, owner, live) = settings
-        fresh, owner, live = np.asarray(fresh), np.asarray(owner), np.asarray(live)
-        self.chunks.append((fresh.size, fresh[fresh >= 0], int(live.sum())))
-        np.add.at(self.done, owner[live], 1)
-        return carry, pool, jnp.asarray(live & (self.done[owner] < self.need[owner]))
-
-
-def fake_run(monkeypatch, need, **kwargs):
-    pool = Pool(need)
-    monkeypatch.setattr(_batched, "_chunk", pool)
-    x0, ab = problems(0, np.float32, size=need.size)
-    js.batched_run(js.Solver(throw=False), plain, x0, ab, **kwargs)
-    return pool
+def pool_iterations(need, widths) -> list[int]:
+    """The iterations a pool runs at each of its `widths` for problems of `need` iterations
+    each: every lane takes the next problem (the lowest lane first) at the iteration its own
+    ends, and once none waits the pool goes to the next width where the problems still
+    running fit."""
+    free = np.zeros(widths[0], int)  # the iteration after which each lane is free
+    start = np.zeros(need.size, int)
+    for p, n in enumerate(need):
+        lane = np.argmin(free)
+        start[p], free[lane] = free[lane], free[lane] + n
+    end, out, t = start + need, [], 0
+    for width in widths[1:] + [0]:
+        running = lambda t: np.sum((start <= t) & (end > t))  # noqa: E731
+        stop = next(u for u in range(t, end.max() + 1) if u >= start.max() and running(u) <= width)
+        out.append(stop - t)
+        t = stop
+    return out
 
 
-def test_lanes_take_the_next_problems_as_theirs_end(monkeypatch):
-    """300 problems of 1 to 12 chunks each in 256 lanes: each problem starts once, in order,
-    in a lane that freed up, and runs its chunks; once none waits and at most 32 run, the pool
-    is 32 lanes wide."""
-    need = np.random.default_rng(0).integers(1, 13, SIZE)
-    pool = fake_run(monkeypatch, need, lanes=LANES)
-    np.testing.assert_array_equal(pool.done, need)
-    started = np.concatenate([fresh for _, fresh, _ in pool.chunks])
-    np.testing.assert_array_equal(started, np.arange(SIZE))
-    widths = np.array([width for width, _, _ in pool.chunks])
-    running = np.array([count for _, _, count in pool.chunks])
-    last_start = max(i for i, (_, fresh, _) in enumerate(pool.chunks) if fresh.size)
-    assert set(widths[: last_start + 1]) == {LANES}  # full width while problems wait
-    np.testing.assert_array_equal(running[:last_start], LANES)  # every lane busy
-    narrow = (np.arange(widths.size) > last_start) & (running <= NARROW)
-    np.testing.assert_array_equal(widths[narrow], NARROW)
-    assert narrow.any() and set(widths) == {LANES, NARROW}
+def test_lanes_take_the_next_problem_at_the_iteration_theirs_ends(monkeypatch):
+    """60 problems in 16 lanes, then 4: fn, which notes each evaluation on the host, is
+    evaluated on every lane once per iteration of the pool (no evaluation of its own per
+    problem, no chunks), and the pool runs for as many iterations as lanes that each take the
+    next problem at the iteration theirs ends, and then shrink: a problem's iterations are
+    its evaluations. A budget of evaluations (`max_evals`) ends some problems."""
+    monkeypatch.setattr(_batched, "NARROWEST", 4)
+    calls = []
+
+    def noted(x, ab):
+        jax.debug.callback(lambda x: calls.append(np.shape(x)), x)
+        return plain(x, ab)
+
+    budget = 30
+    solver = js.Solver(
+        js.BFGS(), js.Backtracking(), gtol=1e-4, ftol=0.0, max_steps=MAX_STEPS, max_evals=budget
+    )
+    x0, ab = problems(0, np.float32, size=60)
+    result = jax.block_until_ready(js.batched_run(solver, noted, x0, ab, lanes=16))
+    need, status = np.asarray(result.num_fun_evals), np.asarray(result.status)
+    assert need.min() * 2 < need.max()
+    wide, narrow = pool_iterations(need, [16, 4])
+    assert narrow > 0 and len(calls) == 16 * wide + 4 * narrow
+    # the budget of evaluations holds per problem, each started as a fresh run starts it
+    assert need.max() == budget and (status == js.Status.MAX_EVALS).any()
+    assert (need[status == js.Status.MAX_EVALS] == budget).all()
 
 
-def test_a_batch_narrower_than_lanes_is_one_pool(monkeypatch):
-    pool = fake_run(monkeypatch, np.arange(1, 11))
-    assert {width for width, _, _ in pool.chunks} == {10}
-
-
-def test_first_call_compiles_a_few_programs_and_a_new_batch_none(compiles):
-    """The start, a gather into the pool, the pool's program at 256 and at 32 lanes, and a
-    gather into the narrower pool; a new batch of the same size compiles nothing."""
+def test_first_call_compiles_one_program_and_a_new_batch_none(compiles, monkeypatch):
+    """One program for the whole batch (the starts, the pool at 256 lanes and, where it may
+    shrink to 32, at 64, the results); a new batch of the same size compiles nothing."""
+    monkeypatch.setattr(_batched, "NARROWEST", 32)  # `narrow_pools`
     solver = js.Solver(js.Gradient(), js.Backtracking(), gtol=0.1, ftol=0.0, max_steps=MAX_STEPS)
     fn, dtype = plain, np.float32
-    for seed, most in ((3, 5), (4, 0)):
+    for seed, most in ((3, 1), (4, 0)):
         x0, ab = problems(seed, dtype)
         compiles.reset()
-        result = js.batched_run(solver, fn, x0, ab, chunk_steps=CHUNK, lanes=LANES)
+        result = js.batched_run(solver, fn, x0, ab, lanes=LANES)
         jax.block_until_ready(result)
-        assert compiles.count <= most
+        assert compiles.count == most
         steps = np.asarray(result.num_steps)
         assert steps.min() < MAX_STEPS // 2 and steps.max() == MAX_STEPS, np.bincount(steps)
 
 
-def test_pool_widths():
-    assert _batched._widths(1024) == [1024, 128]
-    assert _batched._widths(LANES) == [LANES, NARROW]
-    assert _batched._widths(16_384) == [16_384, 2048, 256, 32]
+def test_pool_widths(monkeypatch):
+    assert _batched._widths(1024) == [1024, 256]
+    assert _batched._widths(LANES) == [LANES]
+    assert _batched._widths(16_384) == [16_384, 4096, 1024, 256]
+    assert _batched._widths(1023) == [1023]  # 1023 // 4 < 256
     assert _batched._widths(255) == [255]
+    monkeypatch.setattr(_batched, "NARROWEST", 32)  # `narrow_pools`
+    assert _batched._widths(LANES) == [LANES, NARROW]
 
 
-@pytest.mark.parametrize("name", ["chunk_steps", "lanes"])
 @pytest.mark.parametrize("value", [0, -1, True])
-def test_counts_must_be_positive_integers(name, value):
+def test_lanes_must_be_a_positive_integer(value):
     x0, ab = problems(0, np.float32)
-    with pytest.raises(ValueError, match=name):
-        js.batched_run(js.Solver(throw=False), plain, x0, ab, **{name: value})
-
-
-def test_chunk_steps_must_divide_max_steps():
-    x0, ab = problems(0, np.float32)
-    with pytest.raises(ValueError, match="multiple of chunk_steps"):
-        js.batched_run(js.Solver(throw=False, max_steps=20), plain, x0, ab, chunk_steps=8)
+    with pytest.raises(ValueError, match="lanes"):
+        js.batched_run(js.Solver(throw=False), plain, x0, ab, lanes=value)
 
 
 def test_batch_axes_must_agree():
@@ -216,11 +242,7 @@ def test_batch_axes_must_agree():
         js.batched_run(solver, plain, x0, jnp.float32(1.0))
 
 
-@pytest.mark.parametrize(
-    "solver, match",
-    [(js.Solver(throw=True), "throw=False"), (js.Solver(max_evals=50), "max_evals")],
-)
-def test_settings_a_chunked_run_cannot_keep(solver, match):
+def test_throw_is_refused():
     x0, ab = problems(0, np.float32)
-    with pytest.raises(ValueError, match=match):
-        js.batched_run(solver, plain, x0, ab)
+    with pytest.raises(ValueError, match="throw=False"):
+        js.batched_run(js.Solver(throw=True), plain, x0, ab)
