@@ -8,7 +8,7 @@ import pytest
 
 import jaxsearch as js
 
-from .helpers import TIGHT
+from .helpers import LEAN, TIGHT
 from .problems import (
     REGRESSION_A as A,
     REGRESSION_B as B,
@@ -20,6 +20,13 @@ from .problems import (
 
 IMPLICIT = js.Solver(**TIGHT)
 UNROLLED = js.Solver(**TIGHT, adjoint=js.UnrolledAdjoint())
+
+
+def lean_jit(f):
+    """f compiled as one program with the lean XLA options (helpers.LEAN): the derivatives of
+    an unrolled run are long compiles, about a third shorter this way than eagerly (a forward
+    and a backward program under XLA's defaults); what they compute is the same."""
+    return jax.jit(f, compiler_options=LEAN)
 
 
 def logistic(w, a, labels, penalty):
@@ -36,7 +43,8 @@ def test_ridge_derivative_matches_closed_form(solver):
     with jax.enable_x64(True):
         data, penalty = (jnp.asarray(A), jnp.asarray(B)), jnp.asarray(0.7)
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
-        reverse = jax.jacrev(lambda p: regression_solution(solver, ridge, data, p))(penalty)
+        solved = lambda p: regression_solution(solver, ridge, data, p)  # noqa: E731
+        reverse = lean_jit(jax.jacrev(solved))(penalty)
         assert np.max(np.abs(reverse - expected)) <= 1e-10 * np.max(np.abs(expected))
         if solver is UNROLLED:  # (each checkpointed derivative costs a long compile)
             return
@@ -61,7 +69,7 @@ def test_logistic_derivative_matches_finite_differences(solver):
             return jnp.sum((data[0] @ w - 1.0) ** 2)
 
         penalty, h = 0.05, 1e-5
-        grad = jax.grad(validation_loss)(jnp.asarray(penalty))
+        grad = lean_jit(jax.grad(validation_loss))(jnp.asarray(penalty))
         central = (
             validation_loss(jnp.asarray(penalty + h)) - validation_loss(jnp.asarray(penalty - h))
         ) / (2 * h)
@@ -144,7 +152,7 @@ def test_newton_cg_inner_loop_is_unrolled_through_the_engines_loop():
             solver = js.Solver(js.NewtonCG(), **TIGHT, adjoint=adjoint)
             return lambda p: regression_solution(solver, ridge, data, p)
 
-        unrolled = jax.jacrev(solved(js.UnrolledAdjoint()))(penalty)
+        unrolled = lean_jit(jax.jacrev(solved(js.UnrolledAdjoint())))(penalty)
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
         np.testing.assert_allclose(unrolled, expected, rtol=1e-6, atol=1e-9)
 
@@ -217,7 +225,8 @@ def test_gradient_through_a_bounded_run(solver):
         def total(c):
             return jnp.sum(solver.run(shifted_bowl, jnp.zeros(3), c, bounds=(-1.0, 1.0)).params)
 
-        np.testing.assert_allclose(jax.grad(total)(jnp.asarray(C)), [1.0, 0.0, 1.0], atol=1e-8)
+        grad = lean_jit(jax.grad(total))(jnp.asarray(C))
+        np.testing.assert_allclose(grad, [1.0, 0.0, 1.0], atol=1e-8)
 
 
 def test_bounded_vjp_is_linear_in_the_cotangent():
