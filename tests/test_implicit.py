@@ -23,9 +23,11 @@ UNROLLED = js.Solver(**TIGHT, adjoint=js.UnrolledAdjoint())
 
 
 def lean_jit(f):
-    """f compiled as one program with the lean XLA options (helpers.LEAN): the derivatives of
-    an unrolled run are long compiles, about a third shorter this way than eagerly (a forward
-    and a backward program under XLA's defaults); what they compute is the same."""
+    """f compiled as one program with the lean XLA options (helpers.LEAN): a derivative of a
+    run (an unrolled one most of all) is a long compile, about a third shorter this way than
+    eagerly (a forward and a backward program under XLA's defaults); what it computes is the
+    same. Eager derivatives stay in test_bounded_vjp_is_linear_in_the_cotangent, the implicit
+    ridge's d/db and forward mode, and the rest of test_derivative_with_respect_to_x0_is_zero."""
     return jax.jit(f, compiler_options=LEAN)
 
 
@@ -104,7 +106,7 @@ def test_implicit_derivative_under_vmap():
         data = (jnp.asarray(A), jnp.asarray(B))
         penalties = jnp.asarray([0.1, 1.0, 10.0])
         solved = lambda p: regression_solution(IMPLICIT, ridge, data, p)
-        got = jax.vmap(jax.jacrev(solved))(penalties)
+        got = lean_jit(jax.vmap(jax.jacrev(solved)))(penalties)
         expected = jax.vmap(jax.jacfwd(ridge_closed_form, argnums=2), (None, None, 0))(
             *data, penalties
         )
@@ -133,12 +135,12 @@ def test_implicit_derivative_in_low_and_mixed_precision(low):
         return jnp.dot(jnp.concatenate([w["low"].astype(jnp.float32), w["high"]]), weights)
 
     penalty = jnp.asarray(0.7, jnp.float32)
-    w_dot = jax.jvp(solved, (penalty,), (jnp.ones((), jnp.float32),))[1]
+    w_dot = lean_jit(lambda p: jax.jvp(solved, (p,), (jnp.ones((), jnp.float32),))[1])(penalty)
     assert w_dot["low"].dtype == low and w_dot["high"].dtype == jnp.float32
     expected_w = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
     expected = jnp.dot(expected_w, weights)
     tol = 0.05 if low != jnp.float32 else 1e-3
-    assert abs(float(jax.grad(score)(penalty) - expected)) <= tol * abs(float(expected))
+    assert abs(float(lean_jit(jax.grad(score))(penalty) - expected)) <= tol * abs(float(expected))
 
 
 def test_newton_cg_inner_loop_is_unrolled_through_the_engines_loop():
@@ -202,7 +204,7 @@ def test_implicit_derivative_with_active_bounds():
         w = bounded(penalty)
         free = np.asarray(w) > 0
         assert 0 < free.sum() < 5  # some components at the bound, some free
-        jac = jax.jacrev(bounded)(penalty)
+        jac = lean_jit(jax.jacrev(bounded))(penalty)
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(data[0][:, free], data[1], penalty)
         assert np.all(np.asarray(jac)[~free] == 0)
         assert np.max(np.abs(np.asarray(jac)[free] - expected)) <= 1e-8 * np.max(np.abs(expected))
@@ -249,7 +251,7 @@ def test_derivative_with_respect_to_x0_is_zero():
     with jax.enable_x64(True):
         c = jnp.asarray(C)
         x0 = jnp.zeros(3)
-        grad = jax.grad(lambda x0: IMPLICIT.run(shifted_bowl, x0, c).value)(x0)
+        grad = lean_jit(jax.grad(lambda x0: IMPLICIT.run(shifted_bowl, x0, c).value))(x0)
         np.testing.assert_array_equal(grad, np.zeros(3))
         params, tangent = jax.jvp(
             lambda x0: IMPLICIT.run(shifted_bowl, x0, c).params, (x0,), (jnp.ones(3),)
