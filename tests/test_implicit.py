@@ -8,7 +8,7 @@ import pytest
 
 import jaxsearch as js
 
-from .helpers import TIGHT
+from .helpers import LEAN, TIGHT
 from .problems import (
     REGRESSION_A as A,
     REGRESSION_B as B,
@@ -20,6 +20,15 @@ from .problems import (
 
 IMPLICIT = js.Solver(**TIGHT)
 UNROLLED = js.Solver(**TIGHT, adjoint=js.UnrolledAdjoint())
+
+
+def lean_jit(f):
+    """f compiled as one program with the lean XLA options (helpers.LEAN): a derivative of a
+    run (an unrolled one most of all) is a long compile, about a third shorter this way than
+    eagerly (a forward and a backward program under XLA's defaults); what it computes is the
+    same. Eager derivatives stay in test_bounded_vjp_is_linear_in_the_cotangent, the implicit
+    ridge's d/db and forward mode, and the rest of test_derivative_with_respect_to_x0_is_zero."""
+    return jax.jit(f, compiler_options=LEAN)
 
 
 def logistic(w, a, labels, penalty):
@@ -36,7 +45,8 @@ def test_ridge_derivative_matches_closed_form(solver):
     with jax.enable_x64(True):
         data, penalty = (jnp.asarray(A), jnp.asarray(B)), jnp.asarray(0.7)
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
-        reverse = jax.jacrev(lambda p: regression_solution(solver, ridge, data, p))(penalty)
+        solved = lambda p: regression_solution(solver, ridge, data, p)  # noqa: E731
+        reverse = lean_jit(jax.jacrev(solved))(penalty)
         assert np.max(np.abs(reverse - expected)) <= 1e-10 * np.max(np.abs(expected))
         if solver is UNROLLED:  # (each checkpointed derivative costs a long compile)
             return
@@ -61,7 +71,7 @@ def test_logistic_derivative_matches_finite_differences(solver):
             return jnp.sum((data[0] @ w - 1.0) ** 2)
 
         penalty, h = 0.05, 1e-5
-        grad = jax.grad(validation_loss)(jnp.asarray(penalty))
+        grad = lean_jit(jax.grad(validation_loss))(jnp.asarray(penalty))
         central = (
             validation_loss(jnp.asarray(penalty + h)) - validation_loss(jnp.asarray(penalty - h))
         ) / (2 * h)
@@ -96,7 +106,7 @@ def test_implicit_derivative_under_vmap():
         data = (jnp.asarray(A), jnp.asarray(B))
         penalties = jnp.asarray([0.1, 1.0, 10.0])
         solved = lambda p: regression_solution(IMPLICIT, ridge, data, p)
-        got = jax.vmap(jax.jacrev(solved))(penalties)
+        got = lean_jit(jax.vmap(jax.jacrev(solved)))(penalties)
         expected = jax.vmap(jax.jacfwd(ridge_closed_form, argnums=2), (None, None, 0))(
             *data, penalties
         )
@@ -125,12 +135,12 @@ def test_implicit_derivative_in_low_and_mixed_precision(low):
         return jnp.dot(jnp.concatenate([w["low"].astype(jnp.float32), w["high"]]), weights)
 
     penalty = jnp.asarray(0.7, jnp.float32)
-    w_dot = jax.jvp(solved, (penalty,), (jnp.ones((), jnp.float32),))[1]
+    w_dot = lean_jit(lambda p: jax.jvp(solved, (p,), (jnp.ones((), jnp.float32),))[1])(penalty)
     assert w_dot["low"].dtype == low and w_dot["high"].dtype == jnp.float32
     expected_w = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
     expected = jnp.dot(expected_w, weights)
     tol = 0.05 if low != jnp.float32 else 1e-3
-    assert abs(float(jax.grad(score)(penalty) - expected)) <= tol * abs(float(expected))
+    assert abs(float(lean_jit(jax.grad(score))(penalty) - expected)) <= tol * abs(float(expected))
 
 
 def test_newton_cg_inner_loop_is_unrolled_through_the_engines_loop():
@@ -144,7 +154,7 @@ def test_newton_cg_inner_loop_is_unrolled_through_the_engines_loop():
             solver = js.Solver(js.NewtonCG(), **TIGHT, adjoint=adjoint)
             return lambda p: regression_solution(solver, ridge, data, p)
 
-        unrolled = jax.jacrev(solved(js.UnrolledAdjoint()))(penalty)
+        unrolled = lean_jit(jax.jacrev(solved(js.UnrolledAdjoint())))(penalty)
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(*data, penalty)
         np.testing.assert_allclose(unrolled, expected, rtol=1e-6, atol=1e-9)
 
@@ -194,7 +204,7 @@ def test_implicit_derivative_with_active_bounds():
         w = bounded(penalty)
         free = np.asarray(w) > 0
         assert 0 < free.sum() < 5  # some components at the bound, some free
-        jac = jax.jacrev(bounded)(penalty)
+        jac = lean_jit(jax.jacrev(bounded))(penalty)
         expected = jax.jacfwd(ridge_closed_form, argnums=2)(data[0][:, free], data[1], penalty)
         assert np.all(np.asarray(jac)[~free] == 0)
         assert np.max(np.abs(np.asarray(jac)[free] - expected)) <= 1e-8 * np.max(np.abs(expected))
@@ -217,7 +227,8 @@ def test_gradient_through_a_bounded_run(solver):
         def total(c):
             return jnp.sum(solver.run(shifted_bowl, jnp.zeros(3), c, bounds=(-1.0, 1.0)).params)
 
-        np.testing.assert_allclose(jax.grad(total)(jnp.asarray(C)), [1.0, 0.0, 1.0], atol=1e-8)
+        grad = lean_jit(jax.grad(total))(jnp.asarray(C))
+        np.testing.assert_allclose(grad, [1.0, 0.0, 1.0], atol=1e-8)
 
 
 def test_bounded_vjp_is_linear_in_the_cotangent():
@@ -240,7 +251,7 @@ def test_derivative_with_respect_to_x0_is_zero():
     with jax.enable_x64(True):
         c = jnp.asarray(C)
         x0 = jnp.zeros(3)
-        grad = jax.grad(lambda x0: IMPLICIT.run(shifted_bowl, x0, c).value)(x0)
+        grad = lean_jit(jax.grad(lambda x0: IMPLICIT.run(shifted_bowl, x0, c).value))(x0)
         np.testing.assert_array_equal(grad, np.zeros(3))
         params, tangent = jax.jvp(
             lambda x0: IMPLICIT.run(shifted_bowl, x0, c).params, (x0,), (jnp.ones(3),)

@@ -4,7 +4,10 @@ with a single-device run.
 
 Each test runs a script in a subprocess with 8 simulated CPU devices (XLA_FLAGS must be set
 before jax is imported), on both kinds of mesh: `Auto` (the partitioner chooses shardings)
-and `Explicit` (shardings in the types, `jax.make_mesh`'s default).
+and `Explicit` (shardings in the types, `jax.make_mesh`'s default). The scripts' jits compile
+with the lean XLA options (`tests/helpers.py`'s LEAN): they change how XLA's CPU backend emits
+the fusions, not the partitioner's collectives (the same ops on the same shapes in every
+program here as under XLA's defaults) or what is computed, at about half the compile time.
 """
 
 import pathlib
@@ -30,7 +33,9 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 import jaxsearch as js
+from jaxsearch._programs import LEAN_OPTIONS
 
+LEAN = dict(LEAN_OPTIONS) if jax.default_backend() == "cpu" else None  # as tests/helpers.py
 n, N = 8 * 32, 32  # parameters (sharded), examples (replicated)
 rng = np.random.default_rng(0)
 A_np = rng.standard_normal((N, n)) / np.sqrt(n)
@@ -106,10 +111,11 @@ for item in sys.argv[1:]:
     single = (jnp.zeros(n), jnp.asarray(A_np), jnp.asarray(b_np))
 
     # run: (a) result sharded like params, (c) no parameter-sized collective, (d) agreement
-    run = jax.jit(lambda x0, A, b: solver.run(loss, x0, A, b)).lower(w0, A, b).compile()
+    run_jit = jax.jit(lambda x0, A, b: solver.run(loss, x0, A, b), compiler_options=LEAN)
+    run = run_jit.lower(w0, A, b).compile()
     assert not big_collectives(run.as_text()), big_collectives(run.as_text())
     result = run(w0, A, b)
-    reference = jax.jit(lambda x0, A, b: solver.run(loss, x0, A, b))(*single)
+    reference = run_jit(*single)
     assert js.Status(int(result.status)).converged, js.Status(int(result.status))
     assert int(result.num_steps) == int(reference.num_steps)
     check_sharded("run", (result.params, result.grad), mesh)
@@ -118,7 +124,7 @@ for item in sys.argv[1:]:
     # step: (b) every parameter-sized state leaf sharded like params, from init on
     state = solver.init(w0, fn=loss, args=(A, b))
     leaves = check_sharded("init", state, mesh)
-    step = jax.jit(lambda p, s, A, b: solver.step(loss, p, s, A, b))
+    step = jax.jit(lambda p, s, A, b: solver.step(loss, p, s, A, b), compiler_options=LEAN)
     compiled = step.lower(w0, state, A, b).compile()
     assert not big_collectives(compiled.as_text()), big_collectives(compiled.as_text())
     p, s = w0, state
