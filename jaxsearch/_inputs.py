@@ -306,11 +306,11 @@ def solver_settings(
     tolerances = {
         name: tolerance(name, v) for name, v in (("gtol", gtol), ("ftol", ftol), ("xtol", xtol))
     }
-    counts = {"max_steps": as_int(max_steps), "stall_steps": as_int(stall_steps)}
-    if max_evals is not None:
-        counts["max_evals"] = as_int(max_evals)
+    counts = dict(max_steps=max_steps, stall_steps=stall_steps, max_evals=max_evals)
+    counts = {name: None if count is None else as_int(count) for name, count in counts.items()}
     for name, count in counts.items():
-        check_count("Solver", name, count)
+        if name != "max_evals" or count is not None:  # max_evals=None: no budget
+            check_count("Solver", name, count)
     if stop_when is not None and not callable(stop_when):
         raise TypeError(f"stop_when must be callable, got {type(stop_when).__name__}.")
     return (
@@ -319,7 +319,6 @@ def solver_settings(
             linesearch=linesearch,
             bounded_linesearch=bounded_linesearch,
             initial_step=initial_step,
-            max_evals=None,
             stop_when=stop_when,
             return_best=bool(return_best),
             has_aux=bool(has_aux),

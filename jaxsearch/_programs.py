@@ -159,15 +159,16 @@ def compiled_at_top_level(tree=None) -> bool:
 
 def lean_extra_seconds(solver, fn, params, args: tuple) -> float:
     """The run time the lean options may add to a run of `solver` (all its `max_steps`
-    steps, `EVALUATIONS_PER_STEP` evaluations each) on fn at params and args; infinite where
-    params are batched (by `jax.vmap`, say)."""
+    steps, `EVALUATIONS_PER_STEP` evaluations each) on fn at params and args: under eager
+    `jax.vmap`s, its problems times one problem's; infinite inside any other trace."""
     return solver.max_steps * EVALUATIONS_PER_STEP * _extra_per_evaluation(fn, params, args)
 
 
 def lean_steps(fn, params, args: tuple) -> int:
     """The steps of a run on fn at params and args whose price under the lean options
     (`EVALUATIONS_PER_STEP` evaluations each) stays below `LEAN_SAVES_SECONDS`: the lean
-    part of a run that rents before it buys (module docstring); 0 where params are batched."""
+    part of a run that rents before it buys (module docstring); under eager `jax.vmap`s,
+    priced as its problems times one problem's; 0 inside any other trace."""
     per_step = EVALUATIONS_PER_STEP * _extra_per_evaluation(fn, params, args)
     if per_step <= 0:
         return sys.maxsize
