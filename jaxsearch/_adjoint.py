@@ -5,7 +5,7 @@ import abc
 import contextlib
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import equinox.internal as eqxi
@@ -45,6 +45,9 @@ class Problem(NamedTuple):
 class AbstractAdjoint(eqx.Module):
     """How derivatives of `Solver.run` with respect to `args` are computed. An adjoint chooses
     the loops the solver runs (`while_loop`) and is handed the whole run to wrap (`apply`)."""
+
+    # Whether `run` may be differentiated in forward mode (`jax.jvp`, `jax.jacfwd`) with it.
+    forward_mode: ClassVar[bool] = True
 
     @abc.abstractmethod
     def while_loop(self, cond, body, init, max_steps: int | None):
@@ -177,6 +180,8 @@ class UnrolledAdjoint(AbstractAdjoint):
         return eqxi.while_loop(
             cond, body, init, max_steps=max_steps, kind="checkpointed", checkpoints=checkpoints
         )
+
+    forward_mode: ClassVar[bool] = False
 
     def apply(self, minimise, x0, args, problem):
         return minimise(x0, args)

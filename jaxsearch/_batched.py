@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _evaluate, _pipeline
+from . import _closure, _evaluate, _pipeline
 from ._engine import Engine
 from ._history import Report
 from ._inputs import check_fn, partition
@@ -82,7 +82,11 @@ def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) ->
         )
     size = _batch_size(x0s, args)
     widths = tuple(_widths(min(size, lanes)))
-    return _solve((solver, fn, value_dtype, widths), x0s, args)
+    # The tracers fn closes over (`_closure`), shared by every problem: one more argument.
+    one = jax.tree.map(lambda leaf: leaf[0], (x0s, args))
+    fn, one_args = _closure.converted(fn, one[0], one[1])
+    captured = one_args[-1] if isinstance(fn, _closure.ClosedOver) else None
+    return _solve((solver, fn, value_dtype, widths), x0s, args, captured)
 
 
 def _widths(width: int) -> list[int]:
@@ -133,10 +137,16 @@ def _where(mask, new, old):
 
 
 @eqx.filter_jit
-def _solve(settings, x0s, args) -> Result:
+def _solve(settings, x0s, args, captured) -> Result:
     """The whole batch in one program: the starts, the pool's loops (one per width), and
-    every problem's `Result`."""
+    every problem's `Result`; `captured`: what a `_closure.ClosedOver` fn takes last."""
     solver, fn, value_dtype, widths = settings
+    if captured is not None:
+        closed_over = fn
+
+        def fn(x, *a):
+            return closed_over(x, *a, captured)
+
     search = _pipeline.line_search(solver, None)
     size = jax.tree.leaves(x0s)[0].shape[0]
 

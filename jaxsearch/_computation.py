@@ -21,7 +21,9 @@ per object. A stand-in for the same fn object at the same argument types is kept
 calling `run` again with it traces nothing.
 """
 
+import contextlib
 import struct
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +76,9 @@ def _constant_hash(constant: np.ndarray) -> int:
     return hash((constant.dtype.str, constant.shape, constant.tobytes()))
 
 
+# The functions whose jaxpr had no value to compare (their own stand-ins), while they live.
+incomparable: "weakref.WeakSet" = weakref.WeakSet()
+
 # Stand-ins kept by fn and the call's argument types: the last `_KEPT`.
 _kept: dict = {}
 _KEPT = 64
@@ -110,6 +115,8 @@ def by_computation(
             stand_in = Computation(fn, *_derivatives_key(traced, has_aux, residual, params, args))
     except _NotComparable:
         stand_in = fn
+        with contextlib.suppress(TypeError):  # not weakly referable: not remembered
+            incomparable.add(fn)
     except Exception:  # noqa: BLE001 - the call raises it, with the solver's message
         return fn
     else:

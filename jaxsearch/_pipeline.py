@@ -18,7 +18,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax import lax
 
-from . import _computation, _evaluate, _programs, _retrace
+from . import _closure, _computation, _evaluate, _programs, _retrace
 from ._adjoint import Problem
 from ._box import Box, check_order
 from ._complex import OnRealView, check_complex, complex_params, real_params
@@ -313,51 +313,85 @@ def run(
         )
     box = None if bounds is None else make_box(solver, bounds, partition(x0)[0])
     search = line_search(solver, box)
+    with _evaluate.sharing_traces():  # fn is traced once for its price, the state and the run
+        fn, args = _closure.converted(fn, x0, args)  # the tracers fn closes over: args
+        with _retrace.watching(_programs.compiled_per_call((x0, args))):
+            return _run_converted(
+                solver,
+                search,
+                fn,
+                x0,
+                args,
+                value_dtype,
+                bounds,
+                box,
+                report,
+                state,
+                compiler_options,
+                last_step,
+            )
+
+
+def _run_converted(
+    solver,
+    search,
+    fn,
+    x0,
+    args,
+    value_dtype,
+    bounds,
+    box,
+    report,
+    state,
+    compiler_options,
+    last_step,
+):
+    """`run` once fn's closed-over tracers are among `args` (`_closure`), within the call's
+    shared traces: the state (`state` resumed, or a fresh one), then the compiled run."""
+    if not solver.adjoint.forward_mode and _programs.differentiated_forward((x0, args)):
+        raise TypeError(
+            f"jaxsearch: {type(solver.adjoint).__name__} differentiates Solver.run in reverse "
+            "mode only (jax.grad, jax.vjp); forward mode (jax.jvp, jax.jacfwd) needs "
+            "adjoint=js.ImplicitAdjoint() (the default)."
+        )
     if _programs.batched((x0, args, state)):
         report = dataclasses.replace(report, batched=True)
     given_fn = fn
-    with _evaluate.sharing_traces():  # fn is traced once for its price, the state and the run
-        fn = same_computation(solver, fn, x0, args)
-        # equinox turns a `throw=True` error into a clean exception under its own jit only
-        plain = (
-            not solver.throw and _programs.plain_call(fn, (x0, args)) and _programs.hashable(solver)
+    fn = same_computation(solver, fn, x0, args)
+    # equinox turns a `throw=True` error into a clean exception under its own jit only
+    plain = not solver.throw and _programs.plain_call(fn, (x0, args)) and _programs.hashable(solver)
+    _programs.price(solver, fn, x0, args)
+    chosen, rented = _programs.run_options(compiler_options, solver, fn, x0, args, report, state)
+    state_options = chosen
+    if compiler_options == "auto" and _programs.lean_eligible((x0, args, state)):
+        state_options = _programs.LEAN_ITEMS  # the fresh state's program evaluates no fn
+    if rented and last_step is None:
+        return rent_then_buy(solver, given_fn, x0, args, value_dtype, bounds, report, state, rented)
+    if state is None:
+        state, donate = fresh_run_state(
+            solver, search, fn, x0, args, value_dtype, plain, state_options
         )
-        _programs.price(solver, fn, x0, args)
-        chosen, rented = _programs.run_options(
-            compiler_options, solver, fn, x0, args, report, state
-        )
-        state_options = chosen
-        if compiler_options == "auto" and _programs.lean_eligible((x0, args, state)):
-            state_options = _programs.LEAN_ITEMS  # the fresh state's program evaluates no fn
-        if rented and last_step is None:
-            return rent_then_buy(
-                solver, given_fn, x0, args, value_dtype, bounds, report, state, rented
-            )
-        if state is None:
-            state, donate = fresh_run_state(
-                solver, search, fn, x0, args, value_dtype, plain, state_options
-            )
-        else:
-            state = resumed_state(state, value_dtype)
-            donate = _programs.donated(state)
-            if donate:
-                state = jax.device_put(state, may_alias=False)  # the run consumes a copy
-        # The state's small leaves come out packed (`Result`): only its larger ones, whose
-        # buffers the result's can be, are donated.
-        large, small = eqx.partition(state, lambda leaf: not packed(leaf))
-        if plain:
-            return _programs.call(
-                settled_run,
-                *(solver, search, fn, x0, args, box, report, last_step, small, large),
-                filtered=False,
-                donate=donate,
-                options=chosen,
-                static_argnums=(0, 1, 2, 6),
-            )
-        settings = (solver, search, fn, x0, args, box, report, last_step, small)
+    else:
+        state = resumed_state(state, value_dtype)
+        donate = _programs.donated(state)
+        if donate:
+            state = jax.device_put(state, may_alias=False)  # the run consumes a copy
+    # The state's small leaves come out packed (`Result`): only its larger ones, whose
+    # buffers the result's can be, are donated.
+    large, small = eqx.partition(state, lambda leaf: not packed(leaf))
+    if plain:
         return _programs.call(
-            bundled_run, settings, large, filtered=True, donate=donate, options=chosen
+            settled_run,
+            *(solver, search, fn, x0, args, box, report, last_step, small, large),
+            filtered=False,
+            donate=donate,
+            options=chosen,
+            static_argnums=(0, 1, 2, 6),
         )
+    settings = (solver, search, fn, x0, args, box, report, last_step, small)
+    return _programs.call(
+        bundled_run, settings, large, filtered=True, donate=donate, options=chosen
+    )
 
 
 def rent_then_buy(
@@ -410,11 +444,12 @@ def _where_going(going, later: Result, ended: Result) -> Result:
 
 
 def same_computation(solver, fn, params, args: tuple):
-    """At the top level or under an eager `jax.vmap` (`_programs.eager`), fn's stand-in that
-    is equal to any fn computing the same thing (`_computation`): a new closure over the
-    same computation takes the program compiled for an earlier one. Inside another trace, fn
-    (the caller's compile decides)."""
-    if not _programs.eager((params, args)):
+    """Where each call compiles its own programs (`_programs.compiled_per_call`: at the top
+    level, or under eager `jax.vmap`, `jax.jvp` or `jax.grad`), fn's stand-in that is equal
+    to any fn computing the same thing (`_computation`): a new closure over the same
+    computation takes the program compiled for an earlier one. Inside a `jax.jit`'s trace,
+    fn (the caller's compile decides)."""
+    if not _programs.compiled_per_call((params, args)):
         return fn
     return _computation.by_computation(
         fn, solver.has_aux, params, args, least_squares(solver), solver.value_and_grad
@@ -579,8 +614,10 @@ def step(solver, fn, params, state, args: tuple, bounds):
         return complex_params(view, (real,))[0], state
     if _programs.price(solver, fn, params, args):
         return params, state
-    with _evaluate.sharing_traces():  # fn is traced once for its stand-in and the step
-        if _programs.eager(state):
+    # fn is traced once for its stand-in and the step
+    with _evaluate.sharing_traces(), _retrace.watching(_programs.compiled_per_call(state)):
+        fn, args = _closure.converted(fn, params, args)  # the tracers fn closes over: args
+        if _programs.compiled_per_call(state):
             fn = same_computation(solver, fn, params, args)
         chosen = _programs.options("auto", solver, fn, params, args)
         arguments = (solver, fn, params, state, args, bounds, False)

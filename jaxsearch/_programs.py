@@ -84,6 +84,39 @@ def eager(tree) -> bool:
     return not any(isinstance(unbatched(leaf), jax.core.Tracer) for leaf in leaves(tree))
 
 
+def compiled_per_call(tree) -> bool:
+    """Whether a call on `tree` compiles its programs anew on each call unless their cache
+    hits: every leaf is concrete under any nesting of `jax.vmap`, `jax.jvp` and `jax.grad`
+    tracers (transformations applied eagerly, whose rules jax compiles at the top level),
+    none under a `jax.jit`'s trace (the caller's program holds the call's)."""
+    return not any(isinstance(_primal(leaf), jax.core.Tracer) for leaf in leaves(tree))
+
+
+def differentiated_forward(tree) -> bool:
+    """Whether a leaf of `tree` is a `jax.jvp` tracer (under any `jax.vmap`s): the call is
+    differentiated in forward mode (`jax.jacfwd` too)."""
+    jvp = tuple(kind for kind in _differentiation_tracers() if kind.__name__ == "JVPTracer")
+    return any(isinstance(unbatched(leaf), jvp) for leaf in leaves(tree))
+
+
+def _primal(leaf):
+    """The value under the `jax.vmap`, `jax.jvp` and `jax.grad` tracers around `leaf`."""
+    kinds = _batch_tracer() + _differentiation_tracers()
+    while isinstance(leaf, kinds):
+        leaf = leaf.val if isinstance(leaf, _batch_tracer()) else leaf.primal  # type: ignore
+    return leaf
+
+
+def _differentiation_tracers() -> tuple[type, ...]:
+    try:
+        from jax._src.interpreters import ad
+    except ImportError:  # a later jax: nothing is taken as differentiated
+        return ()
+    return tuple(
+        getattr(ad, name) for name in ("JVPTracer", "LinearizeTracer") if hasattr(ad, name)
+    )
+
+
 def _batch_tracer() -> tuple[type, ...]:
     try:
         from jax._src.interpreters import batching
