@@ -256,3 +256,14 @@ def test_the_index_lists_every_example():
     index = (ROOT / "docs" / "index.md").read_text()
     listed = set(re.findall(r"^- `(\w+\.py)`", index, re.M))
     assert listed == {path.name for path in (ROOT / "examples").glob("*.py")}
+
+
+def test_the_index_and_the_nav_list_every_page():
+    """docs/index.md links every other page of docs/, and mkdocs.yml's nav lists every page
+    once."""
+    pages = {path.name for path in (ROOT / "docs").glob("*.md")}
+    index = (ROOT / "docs" / "index.md").read_text()
+    linked = set(re.findall(r"\]\(([\w-]+\.md)(?:#[\w-]*)?\)", index))
+    assert linked == pages - {"index.md"}, f"not linked: {sorted(pages - {'index.md'} - linked)}"
+    nav = re.findall(r"^\s*- [^:\n]+: ([\w-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    assert sorted(nav) == sorted(pages)
