@@ -3,14 +3,15 @@
 Each solver runs once with `history=True`; the recorded per-step values and cumulative
 evaluation counts give a plot of f(x_k) - f* (f* = 0) against the number of evaluations of fn,
 which is what a line-search method actually pays for. One line per solver is printed: its
-name, status, steps, evaluations of fn and final f.
+name, status, steps, evaluations of fn and final f, then where the figure was written.
 
-    python examples/convergence_plot.py                      # writes docs/images/convergence.png
-    python examples/convergence_plot.py --out /tmp/conv.png
+    python examples/convergence_plot.py                  # convergence.png in a new temporary folder
+    python examples/convergence_plot.py --out docs/images        # the figure in the README
 """
 
 import argparse
 import pathlib
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -44,8 +45,11 @@ def solvers():
 def main():
     jax.config.update("jax_enable_x64", True)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="docs/images/convergence.png", help="PNG to write")
-    out = pathlib.Path(parser.parse_args().out)
+    parser.add_argument(
+        "--out", help="folder to write convergence.png to (default: a new temporary folder)"
+    )
+    folder = parser.parse_args().out or tempfile.mkdtemp(prefix="jaxsearch-convergence-")
+    out = pathlib.Path(folder) / "convergence.png"
 
     import matplotlib
 

@@ -5,7 +5,9 @@ simulated CPU devices, joined by `jax.distributed.initialize` into one mesh of f
 The weights and the data's feature axis are split over the four devices: each device holds a
 quarter of them, each process two quarters, and no process ever holds the whole weight vector.
 The run is cut in two: each process saves its own shards of the state, reads them back and
-resumes, and the resumed run ends where an uninterrupted one does, bit for bit.
+resumes, and the resumed run ends where an uninterrupted one does, bit for bit. The
+checkpoints go to a new temporary folder, or to the folder --out names; each process prints
+where it wrote its own.
 
 On a cluster, start one process per host (or per GPU) with the same script, e.g.
 
@@ -99,7 +101,8 @@ def solve(args):
 
     # The run cut in two: the first half's state, saved by each process on its own.
     first = js.Solver(gtol=1e-9, ftol=0.0, max_steps=5).run(loss, w0, X, y)
-    path = os.path.join(args.checkpoint_dir, f"process-{jax.process_index()}.eqx")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"process-{jax.process_index()}.eqx")
     save_shards(path, (first.iterate, first.state))
     template = (w0, solver.init(w0, fn=loss, args=(X, y)))
     iterate, state = load_shards(path, template)
@@ -119,9 +122,10 @@ def solve(args):
     shards = [s.data.shape for s in result.params.addressable_shards]
     print(f"{me}: params {result.params.shape} {result.params.sharding.spec}, holds {shards}")
     print(f"{me}: resumed == uninterrupted, bit for bit: {bool(same)}")
+    print(f"{me}: saved {path}")
 
 
-def launch_local(num_processes: int, cpu_devices: int, checkpoint_dir: str) -> None:
+def launch_local(num_processes: int, cpu_devices: int, out: str) -> None:
     """Starts `num_processes` copies of this script on this machine (loopback only) and
     prints their output, process 0 first."""
     with socket.socket() as s:
@@ -137,7 +141,7 @@ def launch_local(num_processes: int, cpu_devices: int, checkpoint_dir: str) -> N
                 f"--num-processes={num_processes}",
                 f"--coordinator=127.0.0.1:{port}",
                 f"--cpu-devices={cpu_devices}",
-                f"--checkpoint-dir={checkpoint_dir}",
+                f"--out={out}",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -168,12 +172,14 @@ def main():
     parser.add_argument(
         "--cpu-devices", type=int, default=0, help="simulated CPU devices per process (0: none)"
     )
-    parser.add_argument("--checkpoint-dir", default=None)
+    parser.add_argument(
+        "--out", help="folder for the checkpoints (default: a new temporary folder)"
+    )
     args = parser.parse_args()
-    if args.checkpoint_dir is None:
-        args.checkpoint_dir = tempfile.mkdtemp(prefix="jaxsearch-multihost-")
+    if args.out is None:
+        args.out = tempfile.mkdtemp(prefix="jaxsearch-multihost-")
     if args.process_id is None:  # no process given: start two on this machine
-        launch_local(args.num_processes, cpu_devices=2, checkpoint_dir=args.checkpoint_dir)
+        launch_local(args.num_processes, cpu_devices=2, out=args.out)
     else:
         solve(args)
 

@@ -26,9 +26,12 @@ in the steep front that forms at x = 0 (more than 90% of the squared error withi
 in the --quick run), which a network this small, on this few points and steps, smears; a
 larger network and more points and steps resolve it better, at a cost beyond a few minutes on a CPU.
 
+The plot is written to pinn_burgers.png in a new temporary folder, or in the folder --out
+names; the script prints where.
+
     python examples/pinn_burgers.py                          # a few minutes on a CPU
     python examples/pinn_burgers.py --quick                  # fewer points and steps
-    python examples/pinn_burgers.py --out /tmp/pinn.png
+    python examples/pinn_burgers.py --out plots              # plots/pinn_burgers.png
 """
 
 import argparse
@@ -264,10 +267,13 @@ def plot(out, adam_values, first, second, whole):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer points and steps")
-    parser.add_argument("--out", default="pinn_burgers.png", help="PNG to write")
+    parser.add_argument(
+        "--out", help="folder to write pinn_burgers.png to (default: a new temporary folder)"
+    )
     options = parser.parse_args()
     sizes = QUICK if options.quick else FULL
-    out = pathlib.Path(options.out)
+    folder = options.out or tempfile.mkdtemp(prefix="jaxsearch-pinn-burgers-")
+    out = pathlib.Path(folder) / "pinn_burgers.png"
 
     key_data, key_model = jax.random.split(jax.random.key(0))
     data = collocation_points(key_data, sizes["interior"], sizes["initial"], sizes["boundary"])

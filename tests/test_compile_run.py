@@ -10,11 +10,13 @@ program), and an equal `Solver` built anew reuses those programs. Every input is
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import jaxsearch as js
 
 from .compile_kit import (
+    GTOL,
     SETTINGS,
     block,
     leaf_dtypes,
@@ -176,8 +178,10 @@ def test_run_dispatch_paths(monkeypatch):
         lambda p: _quadratic(p["x"], 2.0) + 0 * p["f"](0.0), {"x": x0, "f": jnp.tanh}
     )
     assert calls == [1, 1]
-    for result in (fast, slow):
+    # Three programs (the scale an argument, or a constant XLA may fold), which need not agree
+    # bit for bit: each stopped by gtol at the same minimiser, 1. Near 1, grad f = 4 (x - 1)
+    # is exact in float32 (x - 1 by Sterbenz, times a power of two), so |x - 1| <= GTOL / 4.
+    for result in (fast, slow, mixed):
         assert result.status == js.Status.CONVERGED_GTOL
-        assert jnp.allclose(result.params, 1.0, atol=1e-5)
-    assert jnp.array_equal(fast.params, slow.params)
-    assert jnp.array_equal(mixed.params["x"], fast.params)
+    for params in (fast.params, slow.params, mixed.params["x"]):
+        np.testing.assert_allclose(params, 1.0, rtol=0, atol=GTOL / 4)

@@ -8,7 +8,8 @@ that call prints, e.g.
     print(bool(converged), batch.success)  # True [ True  True]
 
 - Words, booleans, statuses, dtypes and integers must be printed exactly as written, and a
-  NumPy integral float (`1.`) must print a number equal to it (`-0.` for `0.`). Runs of spaces
+  NumPy integral float (`1.`) must print a number equal to it, with its sign (a page that says
+  `0.` where the code prints `-0.` shows the reader another output). Runs of spaces
   and line breaks count as one space, and spaces just inside brackets (NumPy's padding,
   `[ True  True]`) are ignored.
 - `...` stands for any text, as in doctest.
@@ -113,7 +114,7 @@ def _tolerance(number: str, tol: str | None, percent: bool) -> float | None:
     if not exponent and "." not in mantissa:
         return None  # an integer: printed as written
     if not exponent and mantissa.endswith("."):
-        return 0.0  # NumPy's integral float: equal (`-0.` is 0.)
+        return 0.0  # NumPy's integral float: equal, and with its sign (`-0.` is not `0.`)
     decimals = len(mantissa.partition(".")[2])
     return 0.5 * 10.0 ** (int(exponent or 0) - decimals) * (1 + 1e-9)
 
@@ -142,6 +143,8 @@ def output_mismatch(stated: str, printed: str) -> str | None:
     for (number, tolerance), value in zip(checks, found.groups(), strict=True):
         if not math.isfinite(float(value)) or abs(float(value) - float(number)) > tolerance:
             return f"printed {value} where the page says {number} (within {tolerance:.3g})"
+        if tolerance == 0 and math.copysign(1, float(value)) != math.copysign(1, float(number)):
+            return f"printed {value} where the page says {number} (a zero's sign shows)"
     return None
 
 
@@ -193,7 +196,7 @@ def test_docs_page_runs_and_prints_what_it_says(page, tmp_path):
         ("4.2e-05±5%", "4.38e-05"),
         ("16±3", "18"),
         ("[1. 0. 1.]", "[1. 0. 1.]"),
-        ("[1. 0. 1.]", "[ 1. -0.  1.]"),
+        ("[1. -0. 1.]", "[ 1. -0.  1.]"),
         ("[1.000 1.000]", "[0.99999994 1.        ]"),
         ("0.93 [..., ...]", "0.9251 ['a b', 'c']"),
     ],
@@ -211,6 +214,8 @@ def test_a_true_stated_output_passes(stated, printed):
         ("16", "160"),
         ("float32", "float16"),
         ("[1. 0. 1.]", "[0.99999994 0. 1.]"),  # NumPy's `1.` is 1
+        ("[1. 0. 1.]", "[ 1. -0.  1.]"),  # and its `0.` is not `-0.`
+        ("[1. -0. 1.]", "[1. 0. 1.]"),
         ("4.1e-05", "4.21e-05"),  # to the digits shown
         ("4.21e-05", "4.2151e-05"),
         ("4.2e-05±1%", "4.3e-05"),
@@ -251,3 +256,14 @@ def test_the_index_lists_every_example():
     index = (ROOT / "docs" / "index.md").read_text()
     listed = set(re.findall(r"^- `(\w+\.py)`", index, re.M))
     assert listed == {path.name for path in (ROOT / "examples").glob("*.py")}
+
+
+def test_the_index_and_the_nav_list_every_page():
+    """docs/index.md links every other page of docs/, and mkdocs.yml's nav lists every page
+    once."""
+    pages = {path.name for path in (ROOT / "docs").glob("*.md")}
+    index = (ROOT / "docs" / "index.md").read_text()
+    linked = set(re.findall(r"\]\(([\w-]+\.md)(?:#[\w-]*)?\)", index))
+    assert linked == pages - {"index.md"}, f"not linked: {sorted(pages - {'index.md'} - linked)}"
+    nav = re.findall(r"^\s*- [^:\n]+: ([\w-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    assert sorted(nav) == sorted(pages)

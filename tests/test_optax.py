@@ -270,13 +270,22 @@ def test_run_opt_compiles_once(compiles):
     solve(x0, rosenbrock, opt, 100, 1e-3)
     assert compiles.count == 1
     compiles.reset()
-    second, _ = solve(x1, rosenbrock, opt, 100, 1e-3)
+    second, second_state = solve(x1, rosenbrock, opt, 100, 1e-3)
     assert compiles.count == 0
     run_opt(x0, rosenbrock, opt, max_iter=100, tol=1e-3)
     compiles.reset()
-    eager, _ = run_opt(x1, rosenbrock, opt, max_iter=100, tol=1e-3)
+    eager, eager_state = run_opt(x1, rosenbrock, opt, max_iter=100, tol=1e-3)
     assert compiles.count == 1
-    np.testing.assert_array_equal(np.asarray(eager), np.asarray(second))
+    # The eager and the jitted loop are two programs, which need not agree bit for bit; each
+    # stopped at |g| < tol, so to first order each is within tol / lambda_min(H(x*)) of the
+    # minimiser x* = 1; the factor 2 covers the second-order term and float32's rounding of
+    # g, both far below tol here.
+    with jax.enable_x64(True):
+        hessian = jax.hessian(rosenbrock)(jnp.ones(8, jnp.float64))
+    bound = 2 * 1e-3 / np.linalg.eigvalsh(np.asarray(hessian)).min()
+    for params, state in ((eager, eager_state), (second, second_state)):
+        assert int(optax.tree.get(state, "count")) < 100  # stopped by tol
+        assert np.linalg.norm(np.asarray(params, np.float64) - 1.0) <= bound
 
 
 def _mlp_regression():
