@@ -29,6 +29,7 @@ from ._inputs import check_fits, check_fn, check_is_state, floating_dtype, misfi
 from ._linesearch import AbstractLineSearch
 from ._misc import (
     at_least_float32,
+    count_after,
     leaves,
     scalar,
     select,
@@ -374,7 +375,7 @@ def rent_then_buy(
     if not _programs.batched((x0, args, state)):  # counted on the host: nothing to compile
         start = 0 if state is None else int(_programs.local_value(state.num_steps))
         # (NumPy scalars: dynamic arguments, replicated on every process of a multi-host run)
-        last = np.asarray(start + solver.max_steps, np.int32)  # as the engine counts them
+        last = np.asarray(count_after(start, solver.max_steps), np.int32)  # as the engine's
         cut = np.asarray(split, np.int32)
         lean = run(lean_part, fn, x0, args, *given, state, _programs.LEAN_ITEMS, cut)
         if int(_programs.local_value(lean.status)) != Status.MAX_STEPS:  # ended before split
@@ -395,7 +396,7 @@ def rent_then_buy(
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _last_steps(start, max_steps: int, split: int):
     """The step counts at which a call from `start` ends, and its lean part ends."""
-    last = start + max_steps  # as the engine counts a call's steps
+    last = count_after(start, max_steps)  # as the engine counts a call's steps
     return last, jnp.minimum(last, split)
 
 

@@ -386,7 +386,7 @@ HYPER = [
             f"NewtonCG-max_cg_steps={v!r}",
             lambda v=v: js.NewtonCG(max_cg_steps=v),
             ValueError,
-            [r"NewtonCG: max_cg_steps must be an integer >= 1 or None"],
+            [r"NewtonCG: max_cg_steps must be an integer >= 1"],
         )
         for v in [0, -3]
     ],
@@ -405,6 +405,26 @@ HYPER = [
         ValueError,
         [r"BFGS: curvature_eps must be non-negative"],
     ),
+    # Counts beyond int32 (the solver's counters): refused when built, not by an
+    # OverflowError when a run starts.
+    *[
+        (
+            f"{owner}-{name}=2**31",
+            lambda make=make: make(2**31),
+            ValueError,
+            [rf"{owner}: {name} must be at most 2\*\*31 - 1 = 2147483647", r"int32"],
+        )
+        for owner, name, make in [
+            ("Solver", "max_steps", lambda v: js.Solver(max_steps=v)),
+            ("Solver", "max_evals", lambda v: js.Solver(max_evals=v)),
+            ("Solver", "stall_steps", lambda v: js.Solver(stall_steps=v)),
+            ("LBFGS", "memory_size", lambda v: js.LBFGS(memory_size=v)),
+            ("Zoom", "max_trials", lambda v: js.Zoom(max_trials=v)),
+            ("NewtonCG", "max_cg_steps", lambda v: js.NewtonCG(max_cg_steps=v)),
+            ("ImplicitAdjoint", "max_cg_steps", lambda v: js.ImplicitAdjoint(max_cg_steps=v)),
+            ("UnrolledAdjoint", "checkpoints", lambda v: js.UnrolledAdjoint(checkpoints=v)),
+        ]
+    ],
 ]
 
 
