@@ -25,7 +25,15 @@ from ._complex import OnRealView, check_complex, complex_params, real_params
 from ._direction._base import least_squares
 from ._engine import Engine, Machine, gradient_norm
 from ._history import History, Report
-from ._inputs import check_fits, check_fn, check_is_state, floating_dtype, misfit, partition
+from ._inputs import (
+    check_fits,
+    check_fn,
+    check_is_state,
+    check_params,
+    floating_dtype,
+    misfit,
+    partition,
+)
 from ._linesearch import AbstractLineSearch
 from ._misc import (
     at_least_float32,
@@ -312,6 +320,7 @@ def run(
             iterate,
             result.history,
         )
+    check_params(x0)  # before fn is traced: fn would fail first on, say, a list of numbers
     box = None if bounds is None else make_box(solver, bounds, partition(x0)[0])
     search = line_search(solver, box)
     if _programs.batched((x0, args, state)):
@@ -578,6 +587,7 @@ def step(solver, fn, params, state, args: tuple, bounds):
         real = real_params(view, params)
         real, state = step(solver, OnRealView(fn, view), real, state, args, bounds)
         return complex_params(view, (real,))[0], state
+    check_params(params)  # before fn is traced, as in `run`
     if _programs.price(solver, fn, params, args):
         return params, state
     with _evaluate.sharing_traces():  # fn is traced once for its stand-in and the step

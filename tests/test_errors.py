@@ -183,6 +183,38 @@ def test_bad_params_init(params, fragments):
     assert_raises(lambda: js.Solver().init(params), TypeError, *fragments)
 
 
+LIST_OF_FLOATS = (
+    [1.0, 2.0],
+    [
+        r"params must be a pytree of floating arrays",
+        r"a list of Python numbers",
+        r"jnp\.asarray\(\[1\.0, 2\.0\]\)",
+    ],
+)
+BEFORE_FN = {**BAD_PARAMS, "list-of-floats": LIST_OF_FLOATS}
+
+
+@pytest.mark.parametrize("where", ["run", "init", "step"])
+@pytest.mark.parametrize("params,fragments", [pytest.param(*BEFORE_FN[k], id=k) for k in BEFORE_FN])
+def test_bad_params_before_fn_is_traced(where, params, fragments):
+    """params are checked before fn is traced: fn, written for an array, would fail first on
+    a list of numbers (`[1.0, 2.0] - 1`)."""
+    traced = []
+
+    def fn(x):
+        traced.append(1)
+        return jnp.sum((x - 1) ** 2)
+
+    solver = js.Solver()
+    calls = {
+        "run": lambda: solver.run(fn, params),
+        "init": lambda: solver.init(params, fn=fn),
+        "step": lambda: solver.step(fn, params, solver.init(X0)),
+    }
+    assert_raises(calls[where], TypeError, *fragments)
+    assert traced == []
+
+
 def test_bad_params_step():
     solver = js.Solver()
     state = solver.init(X0)
