@@ -624,4 +624,6 @@ def take_step(solver, fn, params, state, args: tuple, bounds, evaluated: bool):
     machine = engine.loop(engine.start(diff, state))
     diff, state = machine.x, machine.state
     diff = raise_on_failure(solver, diff, state.status, STEP_FAILURES, state, diff, "params")
-    return eqx.combine(tree_cast_to_avals(diff, given), static), state
+    return solver.adjoint.step_outputs(
+        (eqx.combine(tree_cast_to_avals(diff, given), static), state)
+    )
