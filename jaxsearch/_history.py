@@ -130,8 +130,9 @@ HISTORY_CAP = 2 * 2**30
 
 
 def history_limit() -> tuple[int, str]:
-    """The most bytes a run's history may take on the default device, and why, in words."""
-    stats = jax.devices()[0].memory_stats() or {}
+    """The most bytes a run's history may take on this process's first device, and why, in
+    words."""
+    stats = jax.local_devices()[0].memory_stats() or {}
     memory = stats.get("bytes_limit")
     if not memory:
         return HISTORY_CAP, "2 GiB, the cap where JAX reports no memory size for the device"

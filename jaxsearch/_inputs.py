@@ -46,9 +46,9 @@ def check_no_numbers(params) -> None:
 
 
 def check_params(params) -> None:
-    """What `partition` checks of params, for `run`, `step` and `init` to call before fn is
-    traced (fn would fail first on a Python number, or a list of them, where it expects an
-    array); at a glance where every leaf is a floating array."""
+    """What `partition` checks of params, for `run` and `step` to call before fn is traced, as
+    `init` partitions params first (fn would fail first on a Python number, or a list of
+    them, where it expects an array); at a glance where every leaf is a floating array."""
     found = leaves(params)
     if not found or not all(eqx.is_inexact_array(leaf) for leaf in found):
         partition(params)

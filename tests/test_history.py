@@ -183,7 +183,7 @@ def test_history_compiles_once(solver, compiles):
 
 def _history_limit() -> int:
     """The documented limit: a quarter of the device's memory, or 2 GiB where JAX reports none."""
-    stats = jax.devices()[0].memory_stats() or {}
+    stats = jax.local_devices()[0].memory_stats() or {}
     return stats["bytes_limit"] // 4 if stats.get("bytes_limit") else 2 * 2**30
 
 
@@ -211,7 +211,7 @@ def test_the_history_limit_is_a_quarter_of_the_device_s_memory(monkeypatch):
         def memory_stats(self):
             return {"bytes_limit": 16 * 2**30}
 
-    monkeypatch.setattr(_history.jax, "devices", lambda: [Device()])
+    monkeypatch.setattr(_history.jax, "local_devices", lambda: [Device()])
     _history.check_history_size(1, 4 * 2**30)  # a quarter: allowed
     with pytest.raises(ValueError, match=r"a quarter of the device's 16 GiB"):
         _history.check_history_size(1, 4 * 2**30 + 1)
