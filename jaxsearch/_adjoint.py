@@ -58,6 +58,22 @@ class AbstractAdjoint(eqx.Module):
         """`minimise(x0, args)` (the solver's whole run, a `Result`), with this adjoint's
         derivatives; `problem` states the optimality conditions of its solution."""
 
+    def step_outputs(self, outputs: PyTree) -> PyTree:
+        """What `Solver.step` returns, (params, state), as this adjoint lets it be
+        differentiated: as they are, by default."""
+        return outputs
+
+
+_STEP_IN_REVERSE = (
+    "Solver.step cannot be differentiated in reverse mode (jax.grad, jax.vjp) with "
+    "adjoint=js.ImplicitAdjoint(), the default: a step's loop is a lax.while_loop, which JAX "
+    "differentiates in forward mode only. To differentiate a solution with respect to args, "
+    "differentiate Solver.run (at the solution, by the implicit function theorem); to "
+    "differentiate through the iterations, build the solver with "
+    "adjoint=js.UnrolledAdjoint(), whose step and run are differentiable in reverse mode; "
+    "or differentiate the step in forward mode (jax.jvp, jax.jacfwd)."
+)
+
 
 def _cg_steps_of_max_steps(cls, steps):
     """`max_cg_steps` of the deprecated `max_steps` (the same count, checked as given)."""
@@ -107,6 +123,14 @@ class ImplicitAdjoint(AbstractAdjoint):
 
     def while_loop(self, cond, body, init, max_steps=None):
         return lax.while_loop(cond, body, init)
+
+    def step_outputs(self, outputs):
+        # A step is its `while_loop`, which JAX cannot transpose: a cotangent that reaches
+        # the step's outputs raises, naming the step and what to do, when the derivative is
+        # traced (forward mode, and the computation itself, are unchanged).
+        floats, rest = eqx.partition(outputs, eqx.is_inexact_array)
+        floats = eqxi.nondifferentiable_backward(floats, msg=_STEP_IN_REVERSE)
+        return eqx.combine(floats, rest)
 
     def apply(self, minimise, x0, args, problem):
         result = _implicit_minimise(x0, args, adjoint=self, minimise=minimise, problem=problem)

@@ -36,6 +36,7 @@ from ._history import FIELDS, History, Report, step_record
 from ._linesearch import AbstractLineSearch, InitialStepInfo, SearchState, initial_step
 from ._misc import (
     at_least_float32,
+    count_after,
     dtype_eps,
     scalar,
     select,
@@ -258,9 +259,8 @@ class Engine:
         if max_evals is not None:
             if self.until_step:  # `step`: a cap on the state's count, since `init`
                 last_eval = scalar(max_evals, jnp.int32)
-            else:  # `run`: max_evals more (the sum kept within int32)
-                room = jnp.iinfo(jnp.int32).max - state.num_fun_evals
-                last_eval = state.num_fun_evals + jnp.minimum(room, max_evals)
+            else:  # `run`: max_evals more
+                last_eval = count_after(state.num_fun_evals, max_evals)
         m = Machine(
             x=x,
             state=state,
@@ -275,7 +275,11 @@ class Engine:
             evals_at_start=state.num_fun_evals,
             open=jnp.array(True),
             pending=jnp.array(False),
-            last_step=state.num_steps + self.solver.max_steps if last_step is None else last_step,
+            last_step=(
+                count_after(state.num_steps, self.solver.max_steps)
+                if last_step is None
+                else last_step
+            ),
             history=history,
             last_eval=last_eval,
         )

@@ -2,11 +2,13 @@
 `verbose=`, `progress=`)."""
 
 import dataclasses
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int
@@ -61,6 +63,21 @@ class History(eqx.Module):
 
     @staticmethod
     def empty(max_steps: int, value_dtype, dtype) -> "History":
+        """The buffers of a run of `max_steps` steps, after checking that they fit
+        (`check_history_size`): called while the run is traced, before anything is
+        allocated."""
+        check_history_size(max_steps, History.nbytes(max_steps, value_dtype, dtype))
+        return History.filled(max_steps, value_dtype, dtype)
+
+    @staticmethod
+    def nbytes(max_steps: int, value_dtype, dtype) -> int:
+        """The bytes `empty` allocates, from its fields' shapes and dtypes (nothing
+        allocated)."""
+        shapes = jax.eval_shape(lambda: History.filled(max_steps, value_dtype, dtype))
+        return sum(math.prod(a.shape) * a.dtype.itemsize for a in jax.tree.leaves(shapes))
+
+    @staticmethod
+    def filled(max_steps: int, value_dtype, dtype) -> "History":
         def floats(d):
             return jnp.full((max_steps,), jnp.nan, d)
 
@@ -103,6 +120,44 @@ class History(eqx.Module):
             )
         n = int(self.length)
         return {name: np.asarray(getattr(self, name))[:n] for name in FIELDS}
+
+
+# `history=True` refuses buffers larger than this share of the device's memory (the run's
+# state, fn's work and XLA's buffers need the rest), or than HISTORY_CAP where JAX reports
+# no memory size for the device (a CPU).
+HISTORY_SHARE = 0.25
+HISTORY_CAP = 2 * 2**30
+
+
+def history_limit() -> tuple[int, str]:
+    """The most bytes a run's history may take on this process's first device, and why, in
+    words."""
+    stats = jax.local_devices()[0].memory_stats() or {}
+    memory = stats.get("bytes_limit")
+    if not memory:
+        return HISTORY_CAP, "2 GiB, the cap where JAX reports no memory size for the device"
+    limit = int(HISTORY_SHARE * memory)
+    return limit, f"a quarter of the device's {_gib(memory)} of memory"
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.3g} GiB"
+
+
+def check_history_size(max_steps: int, size: int) -> None:
+    """Raise a ValueError, before anything is allocated, where the history of `max_steps`
+    steps would take `size` bytes, more than `history_limit`."""
+    limit, why = history_limit()
+    if size <= limit:
+        return
+    raise ValueError(
+        f"Solver.run(..., history=True) would keep {size} bytes ({_gib(size)}) of history on the "
+        f"device, {max_steps} rows (max_steps) of {size // max_steps} bytes, more than the "
+        f"limit of {limit} bytes ({why}). Record fewer steps: a Solver with a smaller "
+        "max_steps (resume with state=result.state for the next ones, each with its own "
+        "history), or pass callback= instead, which streams each step's record to the host "
+        "and keeps nothing on the device."
+    )
 
 
 class Report(eqx.Module):

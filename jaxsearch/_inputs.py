@@ -1,6 +1,8 @@
 """Checks of what a user hands the solver: its parts, params, fn, dtypes, `throw`, and a
 state's fit."""
 
+import reprlib
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -15,19 +17,41 @@ from ._pairing import searches
 from ._state import SolverState
 
 
+def _is_number(leaf) -> bool:
+    return isinstance(leaf, int | float | complex) and not isinstance(leaf, bool)
+
+
 def check_no_numbers(params) -> None:
     """Raise for a Python number among params' leaves outside Equinox modules: it is not an
     array, so it would be held fixed, silently. An Equinox module's non-array fields are its
     static configuration and stay so. (A NumPy scalar is an array, and is optimised.)"""
+    if isinstance(params, list | tuple) and params and all(map(_is_number, params)):
+        given = reprlib.repr(params)
+        dtype = "" if any(isinstance(x, float | complex) for x in params) else ", jnp.float32"
+        raise TypeError(
+            f"params must be a pytree of floating arrays, got a {type(params).__name__} of "
+            f"Python numbers ({given}), which jaxsearch cannot optimise: only array leaves "
+            f"change. Pass one array: jnp.asarray({given}{dtype})."
+        )
     found = jtu.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, eqx.Module))[0]
     for path, leaf in found:
-        if isinstance(leaf, int | float | complex) and not isinstance(leaf, bool):
+        if _is_number(leaf):
             where = f"params{jtu.keystr(path)}"
             raise TypeError(
-                f"{where} is a Python {type(leaf).__name__} ({leaf!r}), which jaxsearch cannot "
-                f"optimise: only array leaves change. Pass jnp.asarray({leaf!r}) to optimise "
-                "it, or pass it through `args` to hold it fixed."
+                f"params must be a pytree of floating arrays: {where} is a Python "
+                f"{type(leaf).__name__} ({leaf!r}), which jaxsearch cannot optimise: only array "
+                f"leaves change. Pass jnp.asarray({leaf!r}) to optimise it, or pass it through "
+                "`args` to hold it fixed."
             )
+
+
+def check_params(params) -> None:
+    """What `partition` checks of params, for `run` and `step` to call before fn is traced, as
+    `init` partitions params first (fn would fail first on a Python number, or a list of
+    them, where it expects an array); at a glance where every leaf is a floating array."""
+    found = leaves(params)
+    if not found or not all(eqx.is_inexact_array(leaf) for leaf in found):
+        partition(params)
 
 
 def partition(params):

@@ -283,8 +283,13 @@ def weak_settings(module: PyTree) -> PyTree:
     return jtu.tree_map(weak, module)
 
 
+# The largest count a setting may hold: the loops' counters (steps, evaluations, trials) are
+# int32, and a count is compared with them, or sets a loop bound or a shape.
+MAX_COUNT = 2**31 - 1
+
+
 def check_count(owner: str, name: str, value) -> None:
-    """Raise unless `value` is an integer >= 1 (a bool is not one)."""
+    """Raise unless `value` is an integer from 1 to `MAX_COUNT` (a bool is not one)."""
     if isinstance(value, jax.Array | np.ndarray):
         raise TypeError(
             f"{owner}: {name} must be a Python int, got an array: it sets a loop bound or a "
@@ -292,6 +297,19 @@ def check_count(owner: str, name: str, value) -> None:
         )
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{owner}: {name} must be an integer >= 1, got {value!r}.")
+    if value > MAX_COUNT:
+        raise ValueError(
+            f"{owner}: {name} must be at most 2**31 - 1 = {MAX_COUNT}, got {value}: the "
+            "solver counts steps, evaluations and trials in int32."
+        )
+
+
+def count_after(count, more: int):
+    """count + more, kept within int32 (at most `MAX_COUNT`): the count at which a loop that
+    is at `count` (an int32 array, or a Python int) and may go `more` further stops."""
+    if isinstance(count, int):
+        return count + min(MAX_COUNT - count, more)
+    return count + jnp.minimum(MAX_COUNT - count, more)
 
 
 _NOT_GIVEN = object()

@@ -25,10 +25,19 @@ from ._complex import OnRealView, check_complex, complex_params, real_params
 from ._direction._base import least_squares
 from ._engine import Engine, Machine, gradient_norm
 from ._history import History, Report
-from ._inputs import check_fits, check_fn, check_is_state, floating_dtype, misfit, partition
+from ._inputs import (
+    check_fits,
+    check_fn,
+    check_is_state,
+    check_params,
+    floating_dtype,
+    misfit,
+    partition,
+)
 from ._linesearch import AbstractLineSearch
 from ._misc import (
     at_least_float32,
+    count_after,
     leaves,
     scalar,
     select,
@@ -311,6 +320,7 @@ def run(
             iterate,
             result.history,
         )
+    check_params(x0)  # before fn is traced: fn would fail first on, say, a list of numbers
     box = None if bounds is None else make_box(solver, bounds, partition(x0)[0])
     search = line_search(solver, box)
     with _evaluate.sharing_traces():  # fn is traced once for its price, the state and the run
@@ -408,7 +418,7 @@ def rent_then_buy(
     if not _programs.batched((x0, args, state)):  # counted on the host: nothing to compile
         start = 0 if state is None else int(_programs.local_value(state.num_steps))
         # (NumPy scalars: dynamic arguments, replicated on every process of a multi-host run)
-        last = np.asarray(start + solver.max_steps, np.int32)  # as the engine counts them
+        last = np.asarray(count_after(start, solver.max_steps), np.int32)  # as the engine's
         cut = np.asarray(split, np.int32)
         lean = run(lean_part, fn, x0, args, *given, state, _programs.LEAN_ITEMS, cut)
         if int(_programs.local_value(lean.status)) != Status.MAX_STEPS:  # ended before split
@@ -429,7 +439,7 @@ def rent_then_buy(
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _last_steps(start, max_steps: int, split: int):
     """The step counts at which a call from `start` ends, and its lean part ends."""
-    last = start + max_steps  # as the engine counts a call's steps
+    last = count_after(start, max_steps)  # as the engine counts a call's steps
     return last, jnp.minimum(last, split)
 
 
@@ -612,6 +622,7 @@ def step(solver, fn, params, state, args: tuple, bounds):
         real = real_params(view, params)
         real, state = step(solver, OnRealView(fn, view), real, state, args, bounds)
         return complex_params(view, (real,))[0], state
+    check_params(params)  # before fn is traced, as in `run`
     if _programs.price(solver, fn, params, args):
         return params, state
     # fn is traced once for its stand-in and the step
@@ -650,4 +661,6 @@ def take_step(solver, fn, params, state, args: tuple, bounds, evaluated: bool):
     machine = engine.loop(engine.start(diff, state))
     diff, state = machine.x, machine.state
     diff = raise_on_failure(solver, diff, state.status, STEP_FAILURES, state, diff, "params")
-    return eqx.combine(tree_cast_to_avals(diff, given), static), state
+    return solver.adjoint.step_outputs(
+        (eqx.combine(tree_cast_to_avals(diff, given), static), state)
+    )

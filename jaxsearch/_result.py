@@ -127,6 +127,35 @@ class Result(eqx.Module):
         messages = np.frompyfunc(lambda s, c: stop_message(s, c, "x0"), 2, 1)(codes, causes)
         return messages if codes.ndim == 0 else messages.tolist()
 
+    def __repr__(self) -> str:
+        """A few lines: the status, the message, `value`, the counts and whether a history is
+        kept. A batch (`jax.vmap`) shows how many problems ended with each status, and its
+        arrays; a result inside `jax.jit` or `vmap` (traced) shows dtypes and shapes, and
+        computes nothing. (`eqx.tree_pprint(result)` shows every field.)"""
+        if any(_unreadable(x) for x in (self.status, self.value)):
+            return (
+                f"Result(traced: status={_shown(self.status)}, value={_shown(self.value)}, "
+                f"history={'None' if self.history is None else 'kept'}; return it from the "
+                "jitted function to read it)"
+            )
+        codes = np.asarray(self.status)
+        if codes.ndim == 0:
+            head = f"status={Status(int(codes)).name}, success={bool(self.success)},\n"
+            head += f"       message={self.message!r},"
+        else:
+            found, times = np.unique(codes, return_counts=True)
+            each = (f"{n} {Status(int(c)).name}" for c, n in zip(found, times, strict=True))
+            head = f"batch of {codes.size}: {', '.join(each)},"
+        state = self.state
+        counts = ""
+        if isinstance(state, SolverState):
+            counts = f", num_steps={_shown(state.num_steps)}"
+            counts += f", num_fun_evals={_shown(state.num_fun_evals)}"
+        history = "None"
+        if self.history is not None:
+            history = f"kept, length={_shown(self.history.length)}"
+        return f"Result({head}\n       value={_shown(self.value)}{counts}, history={history})"
+
     def _causes(self, batch: tuple) -> np.ndarray:
         """The `Cause` of each problem's end, read from the state (`stop_cause`)."""
         state = self.state
@@ -148,3 +177,19 @@ class Result(eqx.Module):
             x_finite,
             np.isfinite(np.asarray(state.value)),
         )
+
+
+def _unreadable(x) -> bool:
+    """Whether `x` cannot be read on this host: traced, or an array some of whose shards live
+    on other processes' devices."""
+    return isinstance(x, jax.core.Tracer) or (
+        isinstance(x, jax.Array) and not x.is_fully_addressable
+    )
+
+
+def _shown(x) -> str:
+    """An array's values (a few at each end of a long one), or its dtype and shape where they
+    cannot be read (`_unreadable`)."""
+    if _unreadable(x):
+        return f"{x.dtype}{list(x.shape)}"
+    return np.array2string(np.asarray(x), threshold=6, edgeitems=2)

@@ -183,6 +183,38 @@ def test_bad_params_init(params, fragments):
     assert_raises(lambda: js.Solver().init(params), TypeError, *fragments)
 
 
+LIST_OF_FLOATS = (
+    [1.0, 2.0],
+    [
+        r"params must be a pytree of floating arrays",
+        r"a list of Python numbers",
+        r"jnp\.asarray\(\[1\.0, 2\.0\]\)",
+    ],
+)
+BEFORE_FN = {**BAD_PARAMS, "list-of-floats": LIST_OF_FLOATS}
+
+
+@pytest.mark.parametrize("where", ["run", "init", "step"])
+@pytest.mark.parametrize("params,fragments", [pytest.param(*BEFORE_FN[k], id=k) for k in BEFORE_FN])
+def test_bad_params_before_fn_is_traced(where, params, fragments):
+    """params are checked before fn is traced: fn, written for an array, would fail first on
+    a list of numbers (`[1.0, 2.0] - 1`)."""
+    traced = []
+
+    def fn(x):
+        traced.append(1)
+        return jnp.sum((x - 1) ** 2)
+
+    solver = js.Solver()
+    calls = {
+        "run": lambda: solver.run(fn, params),
+        "init": lambda: solver.init(params, fn=fn),
+        "step": lambda: solver.step(fn, params, solver.init(X0)),
+    }
+    assert_raises(calls[where], TypeError, *fragments)
+    assert traced == []
+
+
 def test_bad_params_step():
     solver = js.Solver()
     state = solver.init(X0)
@@ -386,7 +418,7 @@ HYPER = [
             f"NewtonCG-max_cg_steps={v!r}",
             lambda v=v: js.NewtonCG(max_cg_steps=v),
             ValueError,
-            [r"NewtonCG: max_cg_steps must be an integer >= 1 or None"],
+            [r"NewtonCG: max_cg_steps must be an integer >= 1"],
         )
         for v in [0, -3]
     ],
@@ -405,6 +437,26 @@ HYPER = [
         ValueError,
         [r"BFGS: curvature_eps must be non-negative"],
     ),
+    # Counts beyond int32 (the solver's counters): refused when built, not by an
+    # OverflowError when a run starts.
+    *[
+        (
+            f"{owner}-{name}=2**31",
+            lambda make=make: make(2**31),
+            ValueError,
+            [rf"{owner}: {name} must be at most 2\*\*31 - 1 = 2147483647", r"int32"],
+        )
+        for owner, name, make in [
+            ("Solver", "max_steps", lambda v: js.Solver(max_steps=v)),
+            ("Solver", "max_evals", lambda v: js.Solver(max_evals=v)),
+            ("Solver", "stall_steps", lambda v: js.Solver(stall_steps=v)),
+            ("LBFGS", "memory_size", lambda v: js.LBFGS(memory_size=v)),
+            ("Zoom", "max_trials", lambda v: js.Zoom(max_trials=v)),
+            ("NewtonCG", "max_cg_steps", lambda v: js.NewtonCG(max_cg_steps=v)),
+            ("ImplicitAdjoint", "max_cg_steps", lambda v: js.ImplicitAdjoint(max_cg_steps=v)),
+            ("UnrolledAdjoint", "checkpoints", lambda v: js.UnrolledAdjoint(checkpoints=v)),
+        ]
+    ],
 ]
 
 

@@ -179,3 +179,39 @@ def test_history_compiles_once(solver, compiles):
     for x0 in x0s:
         jax.block_until_ready(solver.run(rosenbrock, x0, scale, history=True))
     assert compiles.count == 1
+
+
+def _history_limit() -> int:
+    """The documented limit: a quarter of the device's memory, or 2 GiB where JAX reports none."""
+    stats = jax.local_devices()[0].memory_stats() or {}
+    return stats["bytes_limit"] // 4 if stats.get("bytes_limit") else 2 * 2**30
+
+
+def test_a_history_too_large_is_refused_before_it_is_allocated():
+    """max_steps = 2**31 - 1 keeps that many rows of 24 bytes (three int32 counts, three
+    float32 values) and the int32 length, far more than the limit: refused while the run is
+    traced (only lowered here: nothing is allocated, with the fix or without), with the size
+    in bytes and what to do instead."""
+    steps = 2**31 - 1
+    size = steps * (3 * 4 + 3 * 4) + 4
+    assert size > _history_limit()
+    solver = js.Solver(max_steps=steps)
+    run = jax.jit(lambda x: solver.run(rosenbrock, x, SCALE, history=True))
+    with pytest.raises(ValueError, match=r"history=True") as info:
+        run.lower(X0)
+    message = str(info.value)
+    for fragment in (f"{size} bytes", f"{_history_limit()} bytes", "max_steps", "callback="):
+        assert fragment in message, message
+
+
+def test_the_history_limit_is_a_quarter_of_the_device_s_memory(monkeypatch):
+    """Where JAX reports the device's memory, the limit is a quarter of it."""
+
+    class Device:
+        def memory_stats(self):
+            return {"bytes_limit": 16 * 2**30}
+
+    monkeypatch.setattr(_history.jax, "local_devices", lambda: [Device()])
+    _history.check_history_size(1, 4 * 2**30)  # a quarter: allowed
+    with pytest.raises(ValueError, match=r"a quarter of the device's 16 GiB"):
+        _history.check_history_size(1, 4 * 2**30 + 1)

@@ -2,6 +2,8 @@
 read on the host (a list of messages for a batch); the counts are read from the state, so a
 compiled run returns no array twice."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -135,3 +137,61 @@ def test_a_state_of_tracers_packed_into_no_buffer_is_not_kept_unpacked():
         return x
 
     jax.jit(traced)(jnp.ones(()))
+
+
+# ---------------------------------------------------------------------------------- repr
+
+
+def test_repr_of_a_run_reads_its_fields():
+    """A few lines, each value the field's own: the status by name, success, the message,
+    value, the counts and the history's length."""
+    result = js.Solver(max_steps=2, gtol=0.0, ftol=0.0).run(
+        bowl, jnp.zeros(3), jnp.array([1.0, 2.0, 30.0]), history=True
+    )
+    text = repr(result)
+    assert str(result) == text and len(text.splitlines()) <= 4
+    for part in (
+        f"status={js.Status(result.status).name}",
+        f"success={bool(result.success)}",
+        f"message={result.message!r}",
+        f"num_steps={int(result.num_steps)}",
+        f"num_fun_evals={int(result.num_fun_evals)}",
+        f"history=kept, length={int(result.history.length)}",
+    ):
+        assert part in text, (part, text)
+    shown = re.search(r"value=(\S+),", text).group(1)  # as NumPy prints it: exact
+    assert np.asarray(shown, result.value.dtype) == np.asarray(result.value)
+    assert "history=None" in repr(SOLVER.run(bowl, jnp.zeros(3), jnp.ones(3)))
+
+
+def test_repr_of_a_batch_counts_its_statuses():
+    solver = js.Solver(js.Gradient(), js.FixedStep(0.1), max_steps=3, gtol=1e-3)
+    starts = jnp.array([[1.0, 1.0], [30.0, -30.0], [1.0, 1.0]])
+    result = jax.vmap(lambda x: solver.run(bowl, x, jnp.ones(2)))(starts)
+    text = repr(result)
+    codes, counts = np.unique(np.asarray(result.status), return_counts=True)
+    each = ", ".join(f"{n} {js.Status(int(c)).name}" for c, n in zip(codes, counts, strict=True))
+    assert each == "2 CONVERGED_GTOL, 1 MAX_STEPS"
+    assert f"batch of 3: {each}" in text
+    steps = re.search(r"num_steps=\[([\d ]+)\]", text).group(1)
+    assert [int(n) for n in steps.split()] == result.num_steps.tolist()
+    assert len(text.splitlines()) <= 4
+
+
+def test_repr_inside_jit_and_vmap_shows_shapes_and_adds_nothing():
+    """Printed while traced, a result shows dtypes and shapes, and adds no operation to the
+    program (the state is not unpacked for it)."""
+    shown = []
+
+    def run(x, show):
+        result = SOLVER.run(bowl, x, jnp.ones(3))
+        if show:
+            shown.append(repr(result))
+        return result.value
+
+    plain = jax.make_jaxpr(lambda x: run(x, False))(jnp.zeros(3))
+    printed = jax.make_jaxpr(lambda x: run(x, True))(jnp.zeros(3))
+    assert len(printed.eqns) == len(plain.eqns)
+    jax.vmap(lambda x: run(x, True))(jnp.zeros((2, 3)))
+    for text in shown:
+        assert text.startswith("Result(traced: status=int32[], value=float32[]"), text

@@ -111,6 +111,27 @@ def test_under_vmap():
     assert same_bits(one.num_fun_evals, second.num_fun_evals)
 
 
+def bowl(x, c):
+    return jnp.sum((x - c) ** 2)
+
+
+def test_max_steps_at_the_int32_limit():
+    """max_steps = 2**31 - 1, the largest count, from a state that has taken steps: the run's
+    last step count is kept within int32 (no overflow), and it goes on to the minimiser c,
+    alone and under vmap."""
+    c = jnp.array([1.0, -2.0, 3.0])
+    first = js.Solver(max_steps=1, gtol=0.0, ftol=0.0).run(bowl, jnp.zeros(3), c)
+    assert first.status == js.Status.MAX_STEPS
+    longest = js.Solver(max_steps=2**31 - 1, gtol=1e-6)
+    second = longest.run(bowl, first.iterate, c, state=first.state)
+    assert bool(second.success), second.message
+    np.testing.assert_allclose(second.params, c, atol=1e-5)
+    twice = jax.tree.map(lambda a: jnp.stack([a, a]), (first.iterate, first.state))
+    batch = jax.vmap(lambda x, s: longest.run(bowl, x, c, state=s))(*twice)
+    assert bool(jnp.all(batch.success)), batch.message
+    np.testing.assert_allclose(batch.params, jnp.stack([c, c]), atol=1e-5)
+
+
 def test_inside_jit_and_with_throw():
     """A resumed run inside the caller's jit, and on the path `throw` takes (equinox's jit)."""
     a = jnp.asarray(100.0, jnp.float32)

@@ -7,7 +7,7 @@ import jax
 import jax.tree_util as jtu
 from jaxtyping import Array, Int
 
-from .._misc import scalar
+from .._misc import as_int, scalar
 from ._base import AbstractLeastSquares, DirectionInfo
 from ._least_squares import residuals_of
 from ._newton_cg import CGExit, NewtonCG
@@ -66,7 +66,7 @@ class GaussNewtonCG(AbstractLeastSquares):
     damping: float = eqx.field(static=True, default=0.0)
     forcing: str | float = eqx.field(static=True, default=1e-4)
     eta_max: float = eqx.field(static=True, default=0.5)
-    max_cg_steps: int | None = eqx.field(static=True, default=None)
+    max_cg_steps: int | None = eqx.field(static=True, default=None, converter=as_int)
 
     supports_bounds: ClassVar[bool] = False
 

@@ -8,7 +8,16 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Int, PyTree
 
-from .._misc import at_least_float32, leaves, scalar, select, tree_dot, widest_float
+from .._misc import (
+    as_int,
+    at_least_float32,
+    check_count,
+    leaves,
+    scalar,
+    select,
+    tree_dot,
+    widest_float,
+)
 from ._base import AbstractDirection, DirectionInfo, no_limit, run_loop
 
 FORCING_RULES = ("sqrt", "linear")
@@ -98,7 +107,7 @@ class NewtonCG(AbstractDirection):
 
     forcing: str | float = eqx.field(static=True, default="sqrt")
     eta_max: float = eqx.field(static=True, default=0.5)
-    max_cg_steps: int | None = eqx.field(static=True, default=None)
+    max_cg_steps: int | None = eqx.field(static=True, default=None, converter=as_int)
 
     def __check_init__(self):
         if isinstance(self.forcing, str):
@@ -118,15 +127,8 @@ class NewtonCG(AbstractDirection):
             )
         if not 0 < self.eta_max < 1:
             raise ValueError(f"NewtonCG: eta_max must lie in (0, 1), got {self.eta_max}.")
-        if self.max_cg_steps is not None and (
-            isinstance(self.max_cg_steps, bool)
-            or not isinstance(self.max_cg_steps, int)
-            or self.max_cg_steps < 1
-        ):
-            raise ValueError(
-                f"NewtonCG: max_cg_steps must be an integer >= 1 or None, got "
-                f"{self.max_cg_steps!r}."
-            )
+        if self.max_cg_steps is not None:
+            check_count("NewtonCG", "max_cg_steps", self.max_cg_steps)
 
     def _limit(self, grad) -> int:
         if self.max_cg_steps is not None:
