@@ -293,6 +293,12 @@ def vmap_child(spec: dict) -> dict:
         fn = make_loss(PoissonObservations(), Ridge(RIDGE))
         return jax.vmap(lambda y: fit_traced(spec["solver"], fn, one, X, y, tol))(models)
 
+    wrap = spec.get("wrap", "eager")  # the vmapped fit called eagerly, or under a jit
+    if wrap == "jax.jit":
+        fit_all = jax.jit(fit_all)
+    elif wrap == "js.jit":
+        fit_all = js.jit(fit_all)
+
     walls = []
     for _ in range(2):
         t0, before = time.perf_counter(), len(compiles)
@@ -458,10 +464,11 @@ def markdown(data: dict, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def vmapped_table(dtypes) -> str:
+def vmapped_table(dtypes, wraps=("eager",)) -> str:
     """The large GLM's neurons as single-neuron models fitted at once under `jax.vmap`, each
     solver in a fresh process: the first call (compiles included) and the second, each with
-    the loss built as a new closure."""
+    the loss built as a new closure; the vmapped fit called as `wraps` say ("eager",
+    "jax.jit", "js.jit": jaxsearch's own jit, for jaxsearch only)."""
     lines = [
         f"{VMAPPED} single-neuron Poisson GLMs (10000 x 40) fitted at once under jax.vmap, "
         "each call with the loss built as a new closure; first call (backend compiles: count, "
@@ -470,14 +477,16 @@ def vmapped_table(dtypes) -> str:
         "| dtype | solver | first call | compiles | compile s | second call | compiles |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
+    runs = [("jaxsearch", w) for w in wraps] + [("optx+optax", w) for w in wraps if w != "js.jit"]
     for dtype in dtypes:
-        for solver in ("jaxsearch", "optx+optax"):
-            r = run_child({"dtype": dtype, "solver": solver}, "--vmap-child")
+        for solver, wrap in runs:
+            r = run_child({"dtype": dtype, "solver": solver, "wrap": wrap}, "--vmap-child")
+            name = f"{solver} ({wrap})"
             if "error" in r:
-                lines.append(f"| {dtype} | {solver} | error: {r['error'][-1][:80]} | | | | |")
+                lines.append(f"| {dtype} | {name} | error: {r['error'][-1][:80]} | | | | |")
                 continue
             lines.append(
-                f"| {dtype} | {solver} | {r['first_s']:.3g} | {r['compiles']} | "
+                f"| {dtype} | {name} | {r['first_s']:.3g} | {r['compiles']} | "
                 f"{r['compile_s']:.3g} | {r['second_s']:.3g} | {r['second_compiles']} |"
             )
     return "\n".join(lines)
@@ -493,6 +502,9 @@ def main(argv=None):
     parser.add_argument(
         "--vmap", action="store_true", help="only the vmapped fit: its first call's compile"
     )
+    parser.add_argument(
+        "--wrap", default="eager", help="with --vmap: comma list of eager, jax.jit, js.jit"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--vmap-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -503,7 +515,8 @@ def main(argv=None):
         print(json.dumps(vmap_child(json.loads(args.vmap_child))))
         return
     if args.vmap:
-        print(vmapped_table((args.dtypes or "float32,float64").split(",")))
+        dtypes = (args.dtypes or "float32,float64").split(",")
+        print(vmapped_table(dtypes, tuple(args.wrap.split(","))))
         return
 
     import optax

@@ -1,6 +1,7 @@
 """`js.jit`: a training step compiled with the options jaxsearch chooses for its own programs."""
 
 import functools
+import math
 from typing import Any, Literal
 
 import equinox as eqx
@@ -81,6 +82,8 @@ class _Jitted:
             # a new function each time: a trace no cache answers, so that the solver calls run
             eqx.filter_eval_shape(lambda *a, **k: self._fun(*a, **k), *args, **kwargs)
             priced = _programs.pricing.get()
+        except _programs.PricedOut:  # priced above the saving: the rest need not be traced
+            priced = [math.inf]
         finally:
             _programs.pricing.reset(token)
         assert priced is not None

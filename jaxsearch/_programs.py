@@ -143,6 +143,11 @@ def eagerly_batched(tree) -> int:
     their batch sizes): 1 unbatched, 0 inside any other trace."""
     if not eager(tree):
         return 0
+    return _problems(tree)
+
+
+def _problems(tree) -> int:
+    """The product of the batch sizes of the `jax.vmap`s around the leaves of `tree`."""
     problems = 1
     for leaf in leaves(tree):
         if eqx.is_array(leaf) and isinstance(leaf, _batch_tracer()):
@@ -263,6 +268,8 @@ def _extra_per_evaluation(fn, params, args: tuple) -> float:
     )
     if traced:  # a transformation's: priced per problem only under eager vmaps
         problems = eagerly_batched((params, args))
+        if problems == 0 and pricing.get() is not None and _vmapped_in_pricing((params, args)):
+            problems = _problems((params, args))  # `js.jit` compiles them with its options
         if problems == 0:
             return math.inf
         per_problem = jax.tree.map(
@@ -320,14 +327,33 @@ def check_top_level(compiler_options, tree=None) -> None:
         )
 
 
+class PricedOut(BaseException):
+    """Raised within `js.jit`'s pricing trace once its solver calls are priced above the
+    saving: the choice is made, and the rest of the trace is not needed. (Not an
+    `Exception`: a user's `except Exception` around a solver call lets it through.)"""
+
+
 def price(solver, fn, params, args: tuple) -> bool:
     """Within `js.jit`'s pricing trace, record what the lean options may add to this call of
-    `solver` (`lean_extra_seconds`) and return True; elsewhere False."""
+    `solver` (`lean_extra_seconds`) and return True, or raise `PricedOut` once the calls
+    priced so far add up to `LEAN_SAVES_SECONDS` or more; elsewhere False."""
     priced = pricing.get()
     if priced is None:
         return False
     priced.append(lean_extra_seconds(solver, fn, params, args))
+    if sum(priced) >= LEAN_SAVES_SECONDS:
+        raise PricedOut
     return True
+
+
+def _vmapped_in_pricing(tree) -> bool:
+    """Whether every leaf of `tree`, under its `jax.vmap` tracers, is concrete or a tracer of
+    a jaxpr (`js.jit`'s pricing trace, or a `jax.jit` inside it: one program with it)."""
+    inner = [unbatched(leaf) for leaf in leaves(tree)]
+    return all(
+        not isinstance(x, jax.core.Tracer) or isinstance(x, partial_eval.DynamicJaxprTracer)
+        for x in inner
+    )
 
 
 @functools.cache

@@ -3,6 +3,8 @@
 the options `step` gets. Structure only (which options reach the compiler, how many compiles,
 what the cost counter counts): the timings are in benchmarks/compile_options.py."""
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -435,17 +437,28 @@ def test_js_jit_under_a_vmap_or_a_jit_leaves_the_options_to_them():
 
 
 @on_cpu
-def test_a_vmapped_solver_call_inside_js_jit_keeps_the_defaults(filter_jits):
-    """Under `jax.vmap` the cost of one problem is multiplied by an unknown batch: priced as
-    too expensive."""
-    solver = js.Solver(max_steps=5)
+def test_a_vmapped_solver_call_inside_js_jit_is_priced_per_problem(filter_jits):
+    """Under `jax.vmap` inside `js.jit` (which compiles the batch with its options), a solver
+    call is priced as its problems times one problem's: a small batch compiles lean, one
+    priced above the saving keeps XLA's defaults, and then the pricing trace stops at that
+    call (what follows it is traced once, by the compile)."""
+    solver = js.Solver(max_steps=10**6)
+    one = _programs.lean_extra_seconds(solver, bowl, jnp.zeros(3), ())
+    above = math.ceil(_programs.LEAN_SAVES_SECONDS / one) + 1
+    after = []
 
     @js.jit
     def fits(x0s):
-        return jax.vmap(lambda x0: solver.run(bowl, x0).params)(x0s)
+        params = jax.vmap(lambda x0: solver.run(bowl, x0).params)(x0s)
+        after.append(x0s.shape[0])
+        return params
 
-    np.testing.assert_allclose(fits(jnp.zeros((2, 3))), np.ones((2, 3)), rtol=1e-6)
-    assert filter_jits == [None]
+    for problems, expected in ((2, LEAN), (above, None)):
+        filter_jits.clear()
+        got = fits(jnp.zeros((problems, 3)))
+        np.testing.assert_allclose(got, np.ones((problems, 3)), rtol=1e-6)
+        assert filter_jits == [None if expected is None else dict(expected)]
+    assert after == [2, 2, above]  # priced and compiled; compiled only
 
 
 @on_cpu
