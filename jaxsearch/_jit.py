@@ -23,10 +23,11 @@ def jit(fun=None, *, compiler_options="auto", donate: Donate = "none"):
     emitters and LLVM at -O1, about half the compile time on a CPU) where every solver call
     in `fun` (`step`, `run`, `as_optax().update`) is cheap enough: on a CPU, with its params
     and args under 1 MiB, the run time the options may add to `max_steps` steps of that
-    solver below the compile time they save (docs/recompiles.md); otherwise, and where `fun`
-    calls no solver, XLA's defaults. To choose, "auto" traces `fun` once more for each new
-    signature of its arguments (the solver calls in it are only priced, not traced), then
-    compiles once, as `eqx.filter_jit` does. Called inside another trace (a `jax.jit` or
+    solver below the compile time they save (docs/recompiles.md; a call under `jax.vmap` in
+    `fun` priced as its problems times one); otherwise, and where `fun` calls no solver,
+    XLA's defaults. To choose, "auto" traces `fun` once more for each new signature of its
+    arguments (its `step` calls only priced, not traced), up to the solver call whose price
+    brings the total past the saving, then compiles once, as `eqx.filter_jit` does. Called inside another trace (a `jax.jit` or
     `jax.vmap` of it), that trace's compile decides, and options other than "auto" are
     refused, as jax refuses them. Usable as a decorator, with or without keywords.
     """
