@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _closure, _evaluate, _pipeline
+from . import _closure, _evaluate, _pipeline, _programs
 from ._engine import Engine
 from ._history import Report
 from ._inputs import check_fn, partition
@@ -83,9 +83,11 @@ def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) ->
     size = _batch_size(x0s, args)
     widths = tuple(_widths(min(size, lanes)))
     # The tracers fn closes over (`_closure`), shared by every problem: one more argument.
-    one = jax.tree.map(lambda leaf: leaf[0], (x0s, args))
-    fn, one_args = _closure.converted(fn, one[0], one[1])
-    captured = one_args[-1] if isinstance(fn, _closure.ClosedOver) else None
+    captured = None
+    if not _programs.top_level():  # (at the top level, fn can close over none)
+        one = jax.tree.map(lambda leaf: leaf[0], (x0s, args))
+        fn, one_args = _closure.converted(fn, one[0], one[1])
+        captured = one_args[-1] if isinstance(fn, _closure.ClosedOver) else None
     return _solve((solver, fn, value_dtype, widths), x0s, args, captured)
 
 
