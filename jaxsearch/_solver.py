@@ -80,9 +80,9 @@ class Solver(eqx.Module):
     last iterate always. Why, and what `step` keeps of it: docs/getting-started.md.
 
     After a step that did not move, the direction's memory is reset. A `step` from a
-    converged state changes nothing until `reevaluate`, so under `vmap` finished problems
-    stay put while others go on. Complex leaves are optimised as pairs of reals
-    (docs/complex.md).
+    converged state changes nothing until `reevaluate` (or params that are not the state's),
+    so under `vmap` finished problems stay put while others go on. Complex leaves are
+    optimised as pairs of reals (docs/complex.md).
 
     Structural settings (`max_steps`, `max_evals`, `stall_steps`, `stop_when`,
     `return_best`, `has_aux`, `value_and_grad`, `throw`) are static, so two solvers with equal

@@ -25,7 +25,7 @@ SOLVER = js.Solver(js.LBFGS(memory_size=5))
 
 
 def starts(dtype):
-    """The usual start, and another point (f there is 65 in any dtype)."""
+    """The usual start, and another point."""
     if dtype == "mixed":
         return (
             {"w": jnp.array([-1.2, 1.0, -1.2], jnp.bfloat16), "b": jnp.array([1.0, 0.5])},
