@@ -594,6 +594,8 @@ class Engine:
             best=best,
             steps_since_best=jnp.where(improved, 0, st.steps_since_best + 1).astype(jnp.int32),
             lowest_grad_norm=lowest_grad_norm,
+            fingerprint=st.fingerprint,
+            num_foreign_params=st.num_foreign_params,
         )
         spent = self.evals_spent(m)
         status = step_status(

@@ -14,7 +14,7 @@ from jaxtyping import Array, Int, PyTree, Scalar
 from . import _pipeline, _programs
 from ._inputs import partition
 from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm
-from ._state import BestPoint, SolverState
+from ._state import BestPoint, SolverState, fingerprint
 
 
 class OptaxState(NamedTuple):
@@ -100,8 +100,16 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
         kept = (value == st.value) & tree_equal(grad, st.grad)
         replaced = solver.direction.gradient_replaced(st.direction)
         direction = select(kept, st.direction, replaced)
+        # New ones are at params; the cached ones (`value_and_grad_from_state`) belong to
+        # the state's own point, which the step checks params against.
+        point = select(kept, st.fingerprint, fingerprint(partition(params)[0]))
         st = dataclasses.replace(
-            st, value=value, grad=grad, has_eval=jnp.array(True), direction=direction
+            st,
+            value=value,
+            grad=grad,
+            has_eval=jnp.array(True),
+            direction=direction,
+            fingerprint=point,
         )
     # Given f and its gradient, a search that evaluates each step uses them (they are on
     # this update's data) rather than evaluating them again.

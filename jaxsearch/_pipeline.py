@@ -52,7 +52,7 @@ from ._misc import (
 )
 from ._packing import packed
 from ._result import Result
-from ._state import BestPoint, SolverState
+from ._state import BestPoint, SolverState, fingerprint, fingerprint_dtype, same_point
 from ._status import CAUSES, Cause, Status, stop_message
 from ._stopping import returned_status, returns_last, run_status, stop_cause
 
@@ -172,6 +172,8 @@ def build_state(solver, search, diff, value_dtype, aux_shapes) -> SolverState:
         best=best,
         steps_since_best=scalar(0, jnp.int32),
         lowest_grad_norm=scalar(jnp.inf, dtype),
+        fingerprint=jnp.zeros(2, fingerprint_dtype(diff)),
+        num_foreign_params=scalar(0, jnp.int32),
     )
 
 
@@ -545,6 +547,7 @@ def finish(engine: Engine, x0, x, state: SolverState, history, last_eval) -> Res
         state.status, state.steps_since_best, solver.stall_steps, spent
     )
     value, grad, aux = state.value, state.grad, state.aux
+    state = _replace(state, fingerprint=fingerprint(x))  # the point of `result.iterate`
     if state.best is not None:
         diff, value, grad, aux, status = returned_point(
             solver, search, diff, state, box, status, no_progress
@@ -635,6 +638,20 @@ def step(solver, fn, params, state, args: tuple, bounds):
         return _programs.call(take_step, *arguments, filtered=True, options=chosen)
 
 
+def own_params(state: SolverState, diff) -> SolverState:
+    """`state` for a step from params with floating leaves `diff`: where its cached f and
+    gradient are of other params (their `fingerprint` differs from the state's), marked
+    stale as by `Solver.reevaluate`, and counted in `num_foreign_params`. A state without
+    them (`has_eval` False) fits any params. Changed args cannot be told this cheaply: that
+    is `reevaluate`'s."""
+    foreign = state.has_eval & ~same_point(fingerprint(diff), state.fingerprint)
+    return _replace(
+        state,
+        has_eval=state.has_eval & ~foreign,
+        num_foreign_params=state.num_foreign_params + foreign.astype(jnp.int32),
+    )
+
+
 def take_step(solver, fn, params, state, args: tuple, bounds, evaluated: bool):
     """One step while traced: the box and line search of the call, the state checked, and
     the engine until the next step boundary. `evaluated`: the state's f and gradient are at
@@ -651,6 +668,7 @@ def take_step(solver, fn, params, state, args: tuple, bounds, evaluated: bool):
     check_state(solver, search, state, params, given, fn, args, bounded=box is not None)
     if search.evaluates_each_step and not evaluated:
         state = solver.reevaluate(state)  # f and its gradient on this step's args
+    state = own_params(state, diff)
     if box is not None:
         inside = box.project(diff)
         moved = ~tree_equal(inside, diff)
@@ -659,7 +677,7 @@ def take_step(solver, fn, params, state, args: tuple, bounds, evaluated: bool):
     solver, search = weak_settings((solver, search))
     engine = Engine(solver, search, fn, static, args, box, until_step=True)
     machine = engine.loop(engine.start(diff, state))
-    diff, state = machine.x, machine.state
+    diff, state = machine.x, _replace(machine.state, fingerprint=fingerprint(machine.x))
     diff = raise_on_failure(solver, diff, state.status, STEP_FAILURES, state, diff, "params")
     return solver.adjoint.step_outputs(
         (eqx.combine(tree_cast_to_avals(diff, given), static), state)

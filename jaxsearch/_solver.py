@@ -80,9 +80,9 @@ class Solver(eqx.Module):
     last iterate always. Why, and what `step` keeps of it: docs/getting-started.md.
 
     After a step that did not move, the direction's memory is reset. A `step` from a
-    converged state changes nothing until `reevaluate`, so under `vmap` finished problems
-    stay put while others go on. Complex leaves are optimised as pairs of reals
-    (docs/complex.md).
+    converged state changes nothing until `reevaluate` (or params that are not the state's),
+    so under `vmap` finished problems stay put while others go on. Complex leaves are
+    optimised as pairs of reals (docs/complex.md).
 
     Structural settings (`max_steps`, `max_evals`, `stall_steps`, `stop_when`,
     `return_best`, `has_aux`, `value_and_grad`, `throw`) are static, so two solvers with equal
@@ -159,7 +159,10 @@ class Solver(eqx.Module):
 
         The state caches f and its gradient at the returned params, so the next step evaluates
         fn only at trial points; pass the params that `step` returned (with the same args, or
-        call `reevaluate` for new ones). A line search with `evaluates_each_step`
+        call `reevaluate` for new ones). Given other params (beyond rounding), the step finds
+        that the cache is not theirs by the state's fingerprint of its point: it evaluates fn
+        at them first, as after `reevaluate`, and counts it in `state.num_foreign_params`.
+        A line search with `evaluates_each_step`
         (`StochasticArmijo`) evaluates f and its gradient at params on the args of each step
         first. `state.status` tells how this step ended (`Status.RUNNING` if no criterion was
         met). `bounds` as in `run`; params outside them are first projected into the box. A
@@ -172,8 +175,10 @@ class Solver(eqx.Module):
     def reevaluate(self, state: SolverState) -> SolverState:
         """`state` with its cached f and gradient marked stale: the next `step` first evaluates
         fn at its params, then searches from there. Use it when the objective changed between
-        steps, e.g. a new mini-batch in args. The direction's memory and the line search's
-        state are kept. Works inside `jit`."""
+        steps, e.g. a new mini-batch in args (which `step` cannot tell), or after editing
+        params yourself (an edit below the fingerprint's tolerance goes unseen:
+        docs/training-loops.md). The direction's memory and the line search's state are
+        kept. Works inside `jit`."""
         return dataclasses.replace(state, has_eval=jnp.zeros_like(state.has_eval))
 
     def run(

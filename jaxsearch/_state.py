@@ -1,7 +1,13 @@
 """The solver's state: every leaf's dtype is fixed at `init`, so a jitted step never retraces."""
 
 import equinox as eqx
-from jaxtyping import Array, Bool, Int, PyTree, Scalar
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax import lax
+from jaxtyping import Array, Bool, Float, Int, PyTree, Scalar
+
+from ._misc import widest_float
 
 
 class BestPoint(eqx.Module):
@@ -27,7 +33,12 @@ class SolverState(eqx.Module):
     rise (then the params `step` returned are the best point). `steps_since_best` counts the
     steps since the last progress: f below its best value, or the gradient's norm below its
     least (`lowest_grad_norm`); `Solver(stall_steps=...)` ends a run that makes no progress
-    for that many steps as `STALLED`."""
+    for that many steps as `STALLED`.
+
+    `fingerprint` identifies the params that the last step (or run) returned (`fingerprint`),
+    so that a `step` given other params finds that the cached f and gradient are not theirs:
+    it evaluates fn at its params first, as after `Solver.reevaluate`, and counts it in
+    `num_foreign_params`."""
 
     value: Scalar
     grad: PyTree
@@ -46,9 +57,90 @@ class SolverState(eqx.Module):
     best: BestPoint | None
     steps_since_best: Int[Array, ""]  # steps since the last progress (see `Solver`)
     lowest_grad_norm: Scalar  # the least gradient norm accepted since fn was last evaluated
+    fingerprint: Float[Array, "2"]  # `fingerprint` of the params the state belongs to
+    num_foreign_params: Int[Array, ""]  # steps given params other than those (see above)
 
     @property
     def scalar_dtype(self):
         """The dtype of the line search's scalars (step sizes, slopes, norms): the value
         dtype widened to at least float32."""
         return self.prev_decrease.dtype
+
+
+# The tolerance of a fingerprint's sum (`fingerprint`), in units of what can move it where
+# the params are the same: the rounding of the sum, whose order is XLA's (any fusion, any
+# program), at most about one eps of the accumulator per term; and params rounded anew, e.g.
+# optax's `apply_updates(params, new - params)`, which gives `new` give or take an ulp of each
+# element, with signs that the weights make random.
+_SUM_ROUNDING = 16
+_PARAMS_ROUNDING = 8
+
+# MurmurHash3's 32-bit finaliser (Appleby, `fmix32`): a bijection of uint32 after which
+# consecutive inputs give unrelated outputs.
+_MIX = ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None))
+
+
+def _mix(v):
+    for shift, factor in _MIX:
+        v = v ^ (v >> np.uint32(shift))
+        if factor is not None:
+            v = v * np.uint32(factor)
+    return v
+
+
+def _weights(shape, offset: int, dtype) -> Array:
+    """A weight in +-[1, 2) for each element of a leaf of `shape`, drawn from its index in
+    the flattened params (the leaf's elements start at `offset`): a float32 made of the
+    hashed index's sign bit and 23 low bits under the exponent of 1. From `iota`: no copy,
+    no reshape of a sharded leaf."""
+    index = jnp.full(shape, offset % 2**32, jnp.uint32)
+    stride = 1
+    for axis in reversed(range(len(shape))):
+        index = index + lax.broadcasted_iota(jnp.uint32, shape, axis) * np.uint32(stride % 2**32)
+        stride *= shape[axis]
+    bits = _mix(index) & np.uint32(0x807FFFFF) | np.uint32(0x3F800000)
+    return lax.bitcast_convert_type(bits, jnp.float32).astype(dtype)
+
+
+def fingerprint_dtype(params: PyTree):
+    """The dtype of params' fingerprint: the widest of their dtypes, at least float32."""
+    return widest_float(jnp.float32, *(x.dtype for x in jtu.tree_leaves(params)))
+
+
+def fingerprint(params: PyTree) -> Float[Array, "2"]:
+    """[S, T] for a pytree of floating arrays (params' floating leaves, as the state holds
+    them): S = sum_i w_i x_i over all their elements, with weights w_i in +-[1, 2) drawn
+    from each element's place, so that other values, or the same ones in other places,
+    give another S; and T, the tolerance within which params give the same S:
+    16 eps A + 8 sqrt(Q), where A = sum_i |x_i|, Q = sum_i (eps_i x_i)^2, eps is the
+    machine epsilon of the sums' dtype (the widest of params' dtypes, at least float32) and
+    eps_i that of x_i's leaf. One pass over params (one reduction of three sums)."""
+    dtype = fingerprint_dtype(params)
+    total = (jnp.zeros((), dtype),) * 3
+    offset = 0
+    for leaf in jtu.tree_leaves(params):
+        x = leaf.astype(dtype)
+        terms = (
+            _weights(leaf.shape, offset, dtype) * x,
+            jnp.abs(x),
+            jnp.square(float(jnp.finfo(leaf.dtype).eps) * x),
+        )
+        axes = tuple(range(leaf.ndim))
+        sums = lax.reduce(terms, (jnp.zeros((), dtype),) * 3, _add3, axes)
+        total = tuple(a + b for a, b in zip(total, sums, strict=True))
+        offset += leaf.size
+    weighted, absolute, rounding = total
+    eps = float(jnp.finfo(dtype).eps)
+    tolerance = _SUM_ROUNDING * eps * absolute + _PARAMS_ROUNDING * jnp.sqrt(rounding)
+    return jnp.stack([weighted, tolerance])
+
+
+def _add3(a, b):
+    return tuple(x + y for x, y in zip(a, b, strict=True))
+
+
+def same_point(given: Float[Array, "2"], held: Float[Array, "2"]) -> Bool[Array, ""]:
+    """Whether params of fingerprint `given` are the point of fingerprint `held` (a state's):
+    their sums agree within the held tolerance, or neither is finite."""
+    within = jnp.abs(given[0] - held[0]) <= held[1]
+    return within | (~jnp.isfinite(given[0]) & ~jnp.isfinite(held[0]))

@@ -301,8 +301,8 @@ def test_a_caller_s_jit_that_returns_params_only_drops_the_state():
 def test_state_at_params_hands_over_the_best_point():
     """Where a run returns an earlier, better point, `state_at_params` goes on from it: the
     next step evaluates f at params first (as after `reevaluate`, bit for bit), and carries
-    the run's status; handing on `state` (the last iterate's) would step from params with
-    the iterate's gradient."""
+    the run's status; handing on `state` (the last iterate's) with params does the same, as a
+    step given params that are not its state's, and counts it (`num_foreign_params`)."""
     solver = js.Solver(js.Gradient(), js.FixedStep(1.5), max_steps=3, gtol=0.0, ftol=0.0)
     x0, a = jnp.asarray([1.0, -2.0]), jnp.asarray(1.0)
     first = solver.run(quadratic, x0, a)
@@ -315,8 +315,10 @@ def test_state_at_params_hands_over_the_best_point():
     assert same_bits(params, again)
     np.testing.assert_array_equal(params, x0 - 1.5 * 2 * x0)  # -grad f(x0), not the iterate's
     assert int(state.num_fun_evals) == int(first.num_fun_evals) + 2
-    mixed, _ = solver.step(quadratic, first.params, first.state, a)
-    assert not same_bits(mixed, params)
+    assert int(state.num_foreign_params) == 0
+    mixed, mixed_state = solver.step(quadratic, first.params, first.state, a)
+    assert same_bits(mixed, params)
+    assert int(mixed_state.num_foreign_params) == 1
 
 
 def test_state_at_params_of_the_last_iterate_is_its_state():
