@@ -95,8 +95,34 @@ def tree_dot(a: PyTree, b: PyTree, dtype) -> Scalar:
 
 
 def tree_norm(a: PyTree, dtype) -> Scalar:
-    """Euclidean norm over all leaves, accumulated in at least float32 (no float16 overflow)."""
-    return jnp.sqrt(tree_dot(a, a, dtype))
+    """Euclidean norm over all leaves, accumulated in at least float32 (no float16 overflow);
+    its derivative at a = 0 is 0 (`safe_sqrt`)."""
+    return safe_sqrt(tree_dot(a, a, dtype))
+
+
+# Safe quotients and roots. Reverse-mode differentiation of `jnp.where(ok, a / b, other)`
+# sends a zero cotangent to a / b where `ok` is False, and the quotient's derivative turns it
+# into 0 * inf = NaN where b = 0: the whole derivative is NaN, although that quotient was
+# never used. The same holds for sqrt(x) at x = 0, and for a quotient that is not finite and
+# multiplies another differentiated value before a select drops the product. So the divisor
+# (the root's argument) is made safe before the operation, and the result replaced where it
+# is not wanted (the double-where pattern): the values that are kept do not change.
+
+
+def divide_where(ok, num, den, otherwise=jnp.nan):
+    """`num / den` where `ok`, else `otherwise` (by default NaN: no quotient), dividing by 1
+    where not `ok` so that the derivative is finite there. A finite `otherwise` where the
+    result multiplies another differentiated value before a select drops the product (the
+    product's derivative with respect to that value is the result itself)."""
+    return jnp.where(ok, num / jnp.where(ok, den, 1), otherwise)
+
+
+def safe_sqrt(x):
+    """`jnp.sqrt(x)`, to the bit, with derivative 0 at x = 0 (not inf, which turns a zero
+    cotangent into NaN): for sums of squares and other arguments whose own derivative
+    vanishes where they are 0. NaN stays NaN."""
+    zero = x == 0
+    return jnp.where(zero, x * 0, jnp.sqrt(jnp.where(zero, 1, x)))
 
 
 def tree_inf_norm(a: PyTree, dtype) -> Scalar:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._evaluate import jacobian_dtype
-from .._misc import at_least_float32, leaves, widest_float
+from .._misc import at_least_float32, divide_where, leaves, safe_sqrt, widest_float
 from ._base import AbstractDenseLeastSquares, DirectionInfo, no_limit
 from ._bfgs import HIGHEST
 from ._flat import flatten_tree, unflatten_tree
@@ -111,12 +111,17 @@ def _damping_for(singular, projected, radius, cut):
 
     def norm_and_slope(damping):
         denominators = jnp.where(live, squares + damping, 1)
-        norm = jnp.sqrt(jnp.sum(numerators / denominators**2))
+        norm = safe_sqrt(jnp.sum(numerators / denominators**2))  # 0 where U'r = 0
         return norm, jnp.sum(numerators / denominators**3)
 
     def newton(_, damping):
         norm, slope = norm_and_slope(damping)
-        step = norm * norm / jnp.where(slope > 0, slope, 1) * (norm - radius) / radius
+        # A radius that is not positive and finite comes with a restart, where the caller
+        # does not use this damping: no quotient by it, whose derivative would be NaN.
+        usable = (radius > 0) & jnp.isfinite(radius)
+        step = divide_where(
+            usable, norm * norm / jnp.where(slope > 0, slope, 1) * (norm - radius), radius, 0
+        )
         return jnp.maximum(damping + step, 0)
 
     zero = jnp.zeros((), squares.dtype)
@@ -275,17 +280,17 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
         # tau, or from factor |D^(1/2) x|.
         restart = ~state.started | ~(radius > 0) | ~jnp.isfinite(radius)
         if self.factor is not None:
-            size = jnp.sqrt(jnp.sum(jnp.square(scale * flatten_tree(info.x, kind))))
+            size = safe_sqrt(jnp.sum(jnp.square(scale * flatten_tree(info.x, kind))))  # x = 0
             first = self.factor * jnp.where(size > 0, size, 1)
             radius = jnp.where(restart, first, radius)
         damping = _damping_for(singular, projected, radius, cut)
         if self.factor is None:
             tau = DEFAULT_TAU if self.tau is None else self.tau
             damping = jnp.where(restart, jnp.asarray(tau, kind), damping)
-        filtered = jnp.where(singular > cut, singular / (singular * singular + damping), 0)
+        filtered = divide_where(singular > cut, singular, singular * singular + damping, 0)
         step = -filtered * projected  # d = D^(-1/2) V step
         if self.factor is None:
-            radius = jnp.where(restart, jnp.sqrt(jnp.sum(step * step)), radius)
+            radius = jnp.where(restart, safe_sqrt(jnp.sum(step * step)), radius)
         d = jnp.matmul(basis.T, step, precision=HIGHEST) / scale
         new = LevenbergMarquardtState(
             damping=damping,
@@ -315,7 +320,7 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
         predicted = -jnp.dot(z, state.projected, precision=HIGHEST) - jnp.dot(z, z) / 2
         norm = jnp.dot(state.direction, state.direction, precision=HIGHEST)
         fraction = jnp.dot(step, state.direction, precision=HIGHEST) / jnp.where(norm > 0, norm, 1)
-        length = jnp.sqrt(jnp.dot(scaled, scaled))
+        length = safe_sqrt(jnp.dot(scaled, scaled))  # s = 0 at a step's first evaluation
         accept = jnp.asarray(accept)
         return eqx.tree_at(
             lambda t: (t.predicted, t.fraction, t.length, t.stepped),

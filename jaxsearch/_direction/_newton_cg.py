@@ -8,7 +8,16 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Int, PyTree
 
-from .._misc import at_least_float32, leaves, scalar, select, tree_dot, widest_float
+from .._misc import (
+    at_least_float32,
+    divide_where,
+    leaves,
+    safe_sqrt,
+    scalar,
+    select,
+    tree_dot,
+    widest_float,
+)
 from ._base import AbstractDirection, DirectionInfo, no_limit, run_loop
 
 FORCING_RULES = ("sqrt", "linear")
@@ -161,15 +170,21 @@ class NewtonCG(AbstractDirection):
         tol = self._eta(gnorm) * gnorm
 
         def hessian_times(p, pnorm):
-            v = jtu.tree_map(lambda pi, g: (pi / pnorm.astype(pi.dtype)).astype(g.dtype), p, grad)
+            # p = 0 only where the loop runs on for a problem that has stopped (under vmap)
+            def unit(pi, g):
+                return divide_where(pnorm > 0, pi, pnorm.astype(pi.dtype), 0).astype(g.dtype)
+
+            v = jtu.tree_map(unit, p, grad)
             hv = hvp(v)
             return jtu.tree_map(lambda h, pi: h.astype(pi.dtype) * pnorm.astype(pi.dtype), hv, p)
 
         def body(c: _Inner) -> _Inner:
-            pnorm = jnp.sqrt(tree_dot(c.p, c.p, sdtype))
+            pnorm = safe_sqrt(tree_dot(c.p, c.p, sdtype))
             hp = hessian_times(c.p, pnorm)
             curv = tree_dot(c.p, hp, sdtype)
-            alpha = c.rr / curv
+            # Used only where curv > 0; 0 elsewhere, where it still multiplies p and Hp (whose
+            # derivatives would be NaN with alpha = rr / 0).
+            alpha = divide_where(curv > 0, c.rr, curv, 0)
             z = _axpy(alpha, c.p, c.z)
             r = _axpy(alpha, hp, c.r)
             rr = tree_dot(r, r, sdtype)
@@ -194,7 +209,7 @@ class NewtonCG(AbstractDirection):
                 CGExit.RUNNING,
             ).astype(jnp.int32)
             accept = (code != CGExit.NONFINITE) & (code != CGExit.NEGATIVE_CURVATURE)
-            beta = rr / c.rr
+            beta = divide_where(c.rr > 0, rr, c.rr, 0)  # c.rr = 0: a stopped problem (vmap)
             p = jtu.tree_map(lambda ri, pi: beta.astype(pi.dtype) * pi - ri, r, c.p)
             return _Inner(
                 j=c.j + accept.astype(jnp.int32),

@@ -10,6 +10,7 @@ from jaxtyping import Array, Bool, PyTree, Scalar
 
 from .._misc import (
     at_least_float32,
+    divide_where,
     scalar,
     tree_cast_like,
     tree_dot,
@@ -131,20 +132,25 @@ class NonlinearCG(AbstractDirection):
                 return tree_dot(v, v, dtype)
             return precondition.quadratic_form(v, dtype)
 
+        # Each quotient is NaN where its divisor is 0 (at the first step, g_prev = d_prev = 0),
+        # and so is beta: no conjugate step. `divide_where`: no NaN in the derivative there.
         y = tree_sub(g, g_prev)
-        if self.method == "fletcher-reeves":
-            return g_p_g / form(g_prev)
-        if self.method == "polak-ribiere":
-            return jnp.maximum(tree_dot(z, y, dtype) / form(g_prev), 0)
-        if self.method == "hestenes-stiefel":
-            return tree_dot(z, y, dtype) / tree_dot(d_prev, y, dtype)
-        if self.method == "dai-yuan":
-            return g_p_g / tree_dot(d_prev, y, dtype)
-        # Hager-Zhang
+        if self.method in ("fletcher-reeves", "polak-ribiere"):
+            pp = form(g_prev)
+            if self.method == "fletcher-reeves":
+                return divide_where(pp != 0, g_p_g, pp)
+            return jnp.maximum(divide_where(pp != 0, tree_dot(z, y, dtype), pp), 0)
         dy = tree_dot(d_prev, y, dtype)
+        if self.method == "hestenes-stiefel":
+            return divide_where(dy != 0, tree_dot(z, y, dtype), dy)
+        if self.method == "dai-yuan":
+            return divide_where(dy != 0, g_p_g, dy)
+        # Hager-Zhang
         yy = form(y)
-        beta_n = (tree_dot(y, z, dtype) - 2 * yy * tree_dot(d_prev, g, dtype) / dy) / dy
-        eta_k = -1 / (tree_norm(d_prev, dtype) * jnp.minimum(self.eta, tree_norm(g_prev, dtype)))
+        correction = divide_where(dy != 0, 2 * yy * tree_dot(d_prev, g, dtype), dy)
+        beta_n = divide_where(dy != 0, tree_dot(y, z, dtype) - correction, dy)
+        scale = tree_norm(d_prev, dtype) * jnp.minimum(self.eta, tree_norm(g_prev, dtype))
+        eta_k = divide_where(scale != 0, -1, scale, -jnp.inf)  # -1 / 0: no lower bound
         return jnp.maximum(beta_n, eta_k)
 
     def compute(self, state, info: DirectionInfo):
@@ -161,6 +167,8 @@ class NonlinearCG(AbstractDirection):
         if self.restart_threshold is not None:
             overlap = jnp.abs(tree_dot(z, g_prev, dtype))
             conjugate = conjugate & (overlap < self.restart_threshold * g_p_g)
+        # beta multiplies d_{k-1}: a NaN there, even unused, would make its derivative NaN.
+        beta = jnp.where(conjugate, beta, 0)
 
         def combine(g, zi, dp):
             acc = at_least_float32(g.dtype)
