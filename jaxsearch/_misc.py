@@ -100,29 +100,45 @@ def tree_norm(a: PyTree, dtype) -> Scalar:
     return safe_sqrt(tree_dot(a, a, dtype))
 
 
-# Safe quotients and roots. Reverse-mode differentiation of `jnp.where(ok, a / b, other)`
-# sends a zero cotangent to a / b where `ok` is False, and the quotient's derivative turns it
-# into 0 * inf = NaN where b = 0: the whole derivative is NaN, although that quotient was
-# never used. The same holds for sqrt(x) at x = 0, and for a quotient that is not finite and
-# multiplies another differentiated value before a select drops the product. So the divisor
-# (the root's argument) is made safe before the operation, and the result replaced where it
-# is not wanted (the double-where pattern): the values that are kept do not change.
+# Quotients and roots whose derivative is finite where they are not. Reverse-mode
+# differentiation of `jnp.where(ok, a / b, other)` sends a zero cotangent to a / b where `ok`
+# is False, and the derivative of the quotient turns it into 0 * inf = NaN where b = 0: the
+# whole derivative is NaN, although that quotient was never used (likewise sqrt at 0). These
+# compute their value as `/` and `jnp.sqrt` do (the same operation in the program, which XLA
+# rewrites as it did, e.g. a / sqrt(b) as a * rsqrt(b)); only their derivative differs, and
+# only where the value is not finite, or not differentiable (sqrt at 0). A value that is not
+# finite and multiplies another differentiated value before a select drops the product still
+# makes that value's derivative NaN: select it away first (`jnp.where(ok, divide(a, b), 0)`).
 
 
-def divide_where(ok, num, den, otherwise=jnp.nan):
-    """`num / den` where `ok`, else `otherwise` (by default NaN: no quotient), dividing by 1
-    where not `ok` so that the derivative is finite there. A finite `otherwise` where the
-    result multiplies another differentiated value before a select drops the product (the
-    product's derivative with respect to that value is the result itself)."""
-    return jnp.where(ok, num / jnp.where(ok, den, 1), otherwise)
+@jax.custom_jvp
+def divide(num: Array, den: Array) -> Array:
+    """`num / den` (floating arrays), with derivative 0 where the quotient is not finite."""
+    return num / den
 
 
-def safe_sqrt(x):
-    """`jnp.sqrt(x)`, to the bit, with derivative 0 at x = 0 (not inf, which turns a zero
-    cotangent into NaN): for sums of squares and other arguments whose own derivative
-    vanishes where they are 0. NaN stays NaN."""
-    zero = x == 0
-    return jnp.where(zero, x * 0, jnp.sqrt(jnp.where(zero, 1, x)))
+@divide.defjvp
+def _divide_jvp(primals, tangents):
+    (num, den), (num_dot, den_dot) = primals, tangents
+    quotient = num / den
+    ok = jnp.isfinite(quotient)
+    safe_den, safe_quotient = jnp.where(ok, den, 1), jnp.where(ok, quotient, 0)
+    return quotient, jnp.where(ok, (num_dot - safe_quotient * den_dot) / safe_den, 0)
+
+
+@jax.custom_jvp
+def safe_sqrt(x: Array) -> Array:
+    """`jnp.sqrt(x)`, with derivative 0 where the root's is not finite (x = 0): for sums of
+    squares and other arguments whose own derivative vanishes where they are 0."""
+    return jnp.sqrt(x)
+
+
+@safe_sqrt.defjvp
+def _safe_sqrt_jvp(primals, tangents):
+    (x,), (x_dot,) = primals, tangents
+    root = jnp.sqrt(x)
+    ok = root > 0
+    return root, jnp.where(ok, x_dot * 0.5 / jnp.where(ok, root, 1), 0)
 
 
 def tree_inf_norm(a: PyTree, dtype) -> Scalar:

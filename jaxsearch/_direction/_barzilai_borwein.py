@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Scalar
 
-from .._misc import at_least_float32, check_setting, divide_where, scalar, tree_dot
+from .._misc import at_least_float32, check_setting, divide, scalar, tree_dot
 from ._base import AbstractDirection, DirectionInfo, no_limit
 
 
@@ -69,13 +69,12 @@ class BarzilaiBorwein(AbstractDirection):
 
     def update(self, state, s, y, dtype, accept=True) -> BarzilaiBorweinState:
         sy = tree_dot(s, y, dtype)
-        # update runs for pairs it does not take (s = 0 at a step's first evaluation): no
-        # quotient by 0, whose derivative would be NaN (`divide_where`).
+        # `divide`: update also runs for pairs it does not take (s = 0 at a step's first
+        # evaluation), where the quotient is 0 / 0 and its derivative by `/` NaN.
         if self.variant == "long":
-            alpha = divide_where(sy > 0, tree_dot(s, s, dtype), sy)
+            alpha = divide(tree_dot(s, s, dtype), sy)
         else:
-            yy = tree_dot(y, y, dtype)
-            alpha = divide_where(yy > 0, sy, yy)
+            alpha = divide(sy, tree_dot(y, y, dtype))
         usable = (sy > 0) & jnp.isfinite(alpha)
         alpha = jnp.clip(alpha, self.alpha_min, self.alpha_max).astype(dtype)
         return BarzilaiBorweinState(

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._evaluate import jacobian_dtype
-from .._misc import at_least_float32, divide_where, leaves, safe_sqrt, widest_float
+from .._misc import at_least_float32, divide, leaves, safe_sqrt, widest_float
 from ._base import AbstractDenseLeastSquares, DirectionInfo, no_limit
 from ._bfgs import HIGHEST
 from ._flat import flatten_tree, unflatten_tree
@@ -111,17 +111,16 @@ def _damping_for(singular, projected, radius, cut):
 
     def norm_and_slope(damping):
         denominators = jnp.where(live, squares + damping, 1)
-        norm = safe_sqrt(jnp.sum(numerators / denominators**2))  # 0 where U'r = 0
+        norm = jnp.sqrt(jnp.sum(numerators / denominators**2))
         return norm, jnp.sum(numerators / denominators**3)
 
     def newton(_, damping):
         norm, slope = norm_and_slope(damping)
         # A radius that is not positive and finite comes with a restart, where the caller
-        # does not use this damping: no quotient by it, whose derivative would be NaN.
+        # does not use this damping: 0 then, not a NaN, whose derivative would be NaN.
         usable = (radius > 0) & jnp.isfinite(radius)
-        step = divide_where(
-            usable, norm * norm / jnp.where(slope > 0, slope, 1) * (norm - radius), radius, 0
-        )
+        step = divide(norm * norm / jnp.where(slope > 0, slope, 1) * (norm - radius), radius)
+        step = jnp.where(usable, step, 0)
         return jnp.maximum(damping + step, 0)
 
     zero = jnp.zeros((), squares.dtype)
@@ -287,10 +286,10 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
         if self.factor is None:
             tau = DEFAULT_TAU if self.tau is None else self.tau
             damping = jnp.where(restart, jnp.asarray(tau, kind), damping)
-        filtered = divide_where(singular > cut, singular, singular * singular + damping, 0)
+        filtered = jnp.where(singular > cut, singular / (singular * singular + damping), 0)
         step = -filtered * projected  # d = D^(-1/2) V step
         if self.factor is None:
-            radius = jnp.where(restart, safe_sqrt(jnp.sum(step * step)), radius)
+            radius = jnp.where(restart, jnp.sqrt(jnp.sum(step * step)), radius)
         d = jnp.matmul(basis.T, step, precision=HIGHEST) / scale
         new = LevenbergMarquardtState(
             damping=damping,

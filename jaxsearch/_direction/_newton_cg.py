@@ -6,11 +6,12 @@ from typing import ClassVar
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax import lax
 from jaxtyping import Array, Int, PyTree
 
 from .._misc import (
     at_least_float32,
-    divide_where,
+    divide,
     leaves,
     safe_sqrt,
     scalar,
@@ -167,12 +168,16 @@ class NewtonCG(AbstractDirection):
         sdtype = widest_float(dtype, *(x.dtype for x in leaves(work)))
         rr0 = tree_dot(work, work, sdtype)
         gnorm = jnp.sqrt(rr0)
-        tol = self._eta(gnorm) * gnorm
+        # A stopping decision, held fixed under differentiation (the root's derivative at g = 0
+        # is inf: NaN in the derivative of an unrolled CG that stopped at once, under vmap).
+        tol = lax.stop_gradient(self._eta(gnorm) * gnorm)
 
         def hessian_times(p, pnorm):
-            # p = 0 only where the loop runs on for a problem that has stopped (under vmap)
+            # p = 0 (0 / 0) only where the loop runs on for a problem that has stopped (under
+            # vmap): v = 0 there, as a NaN v would make the derivative of H v NaN.
             def unit(pi, g):
-                return divide_where(pnorm > 0, pi, pnorm.astype(pi.dtype), 0).astype(g.dtype)
+                v = divide(pi, pnorm.astype(pi.dtype))
+                return jnp.where(pnorm > 0, v, 0).astype(g.dtype)
 
             v = jtu.tree_map(unit, p, grad)
             hv = hvp(v)
@@ -182,9 +187,9 @@ class NewtonCG(AbstractDirection):
             pnorm = safe_sqrt(tree_dot(c.p, c.p, sdtype))
             hp = hessian_times(c.p, pnorm)
             curv = tree_dot(c.p, hp, sdtype)
-            # Used only where curv > 0; 0 elsewhere, where it still multiplies p and Hp (whose
-            # derivatives would be NaN with alpha = rr / 0).
-            alpha = divide_where(curv > 0, c.rr, curv, 0)
+            # Used where curv > 0 only, but it multiplies p and Hp first: 0 elsewhere (rr / 0
+            # would make their derivatives NaN).
+            alpha = jnp.where(curv > 0, divide(c.rr, curv), 0)
             z = _axpy(alpha, c.p, c.z)
             r = _axpy(alpha, hp, c.r)
             rr = tree_dot(r, r, sdtype)
@@ -209,7 +214,7 @@ class NewtonCG(AbstractDirection):
                 CGExit.RUNNING,
             ).astype(jnp.int32)
             accept = (code != CGExit.NONFINITE) & (code != CGExit.NEGATIVE_CURVATURE)
-            beta = divide_where(c.rr > 0, rr, c.rr, 0)  # c.rr = 0: a stopped problem (vmap)
+            beta = jnp.where(c.rr > 0, divide(rr, c.rr), 0)  # c.rr = 0: stopped (vmap)
             p = jtu.tree_map(lambda ri, pi: beta.astype(pi.dtype) * pi - ri, r, c.p)
             return _Inner(
                 j=c.j + accept.astype(jnp.int32),

@@ -10,7 +10,7 @@ from jaxtyping import Array, Bool, PyTree, Scalar
 
 from .._misc import (
     at_least_float32,
-    divide_where,
+    divide,
     scalar,
     tree_cast_like,
     tree_dot,
@@ -132,25 +132,23 @@ class NonlinearCG(AbstractDirection):
                 return tree_dot(v, v, dtype)
             return precondition.quadratic_form(v, dtype)
 
-        # Each quotient is NaN where its divisor is 0 (at the first step, g_prev = d_prev = 0),
-        # and so is beta: no conjugate step. `divide_where`: no NaN in the derivative there.
+        # `divide`: the divisors are 0 at the first step (g_prev = d_prev = 0), where beta is
+        # not finite (and not used) and its derivative by `/` NaN.
         y = tree_sub(g, g_prev)
-        if self.method in ("fletcher-reeves", "polak-ribiere"):
-            pp = form(g_prev)
-            if self.method == "fletcher-reeves":
-                return divide_where(pp != 0, g_p_g, pp)
-            return jnp.maximum(divide_where(pp != 0, tree_dot(z, y, dtype), pp), 0)
-        dy = tree_dot(d_prev, y, dtype)
+        if self.method == "fletcher-reeves":
+            return divide(g_p_g, form(g_prev))
+        if self.method == "polak-ribiere":
+            return jnp.maximum(divide(tree_dot(z, y, dtype), form(g_prev)), 0)
         if self.method == "hestenes-stiefel":
-            return divide_where(dy != 0, tree_dot(z, y, dtype), dy)
+            return divide(tree_dot(z, y, dtype), tree_dot(d_prev, y, dtype))
         if self.method == "dai-yuan":
-            return divide_where(dy != 0, g_p_g, dy)
+            return divide(g_p_g, tree_dot(d_prev, y, dtype))
         # Hager-Zhang
+        dy = tree_dot(d_prev, y, dtype)
         yy = form(y)
-        correction = divide_where(dy != 0, 2 * yy * tree_dot(d_prev, g, dtype), dy)
-        beta_n = divide_where(dy != 0, tree_dot(y, z, dtype) - correction, dy)
+        beta_n = divide(tree_dot(y, z, dtype) - divide(2 * yy * tree_dot(d_prev, g, dtype), dy), dy)
         scale = tree_norm(d_prev, dtype) * jnp.minimum(self.eta, tree_norm(g_prev, dtype))
-        eta_k = divide_where(scale != 0, -1, scale, -jnp.inf)  # -1 / 0: no lower bound
+        eta_k = divide(jnp.full_like(scale, -1), scale)
         return jnp.maximum(beta_n, eta_k)
 
     def compute(self, state, info: DirectionInfo):
@@ -167,7 +165,8 @@ class NonlinearCG(AbstractDirection):
         if self.restart_threshold is not None:
             overlap = jnp.abs(tree_dot(z, g_prev, dtype))
             conjugate = conjugate & (overlap < self.restart_threshold * g_p_g)
-        # beta multiplies d_{k-1}: a NaN there, even unused, would make its derivative NaN.
+        # beta multiplies d_{k-1}: where it is not finite, the derivative of that product with
+        # respect to d_{k-1} would be NaN, although the product is not used.
         beta = jnp.where(conjugate, beta, 0)
 
         def combine(g, zi, dp):

@@ -9,7 +9,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, Scalar
 
-from .._misc import divide_where, safe_sqrt, scalar
+from .._misc import divide, safe_sqrt, scalar
 from ._base import AbstractDirection, DirectionInfo, no_limit
 from ._bfgs import HIGHEST, check_curvature_eps, identity_and_guard, usable_pair
 from ._flat import flatten_tree, unflatten_tree
@@ -77,10 +77,11 @@ class AbstractSelfScaled(AbstractDirection):
         hy = jnp.matmul(h, y, precision=HIGHEST)
         yhy = jnp.dot(y, hy, precision=HIGHEST)
         sg = jnp.dot(s, state.grad, precision=HIGHEST)
-        # The curvature g'H g is 0 before the first direction (and where g = 0): b = 0 there
-        # (the pair is not used), not NaN, which would make the derivative of sg NaN.
-        bs = state.curvature * sy
-        b = sg * divide_where(bs != 0, sg, bs, 0)
+        # The curvature g'H g is 0 before the first direction (and where g = 0): b is not
+        # finite there and the pair not used, so that b is taken as 0, which makes it unusable
+        # too, and a derivative by `divide` (as sg * inf, that of sg would be NaN).
+        quotient = divide(sg, state.curvature * sy)
+        b = sg * jnp.where(jnp.isfinite(quotient), quotient, 0)
         c = yhy / sy
         usable = usable & jnp.isfinite(b) & (b > 0) & jnp.isfinite(c) & (c > 0)
         # Divisors of 1 where the pair is not used, so that no quotient (or its derivative)
