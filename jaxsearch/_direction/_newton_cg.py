@@ -6,19 +6,9 @@ from typing import ClassVar
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jax import lax
 from jaxtyping import Array, Int, PyTree
 
-from .._misc import (
-    at_least_float32,
-    divide,
-    leaves,
-    safe_sqrt,
-    scalar,
-    select,
-    tree_dot,
-    widest_float,
-)
+from .._misc import at_least_float32, divide, leaves, scalar, select, tree_dot, widest_float
 from ._base import AbstractDirection, DirectionInfo, no_limit, run_loop
 
 FORCING_RULES = ("sqrt", "linear")
@@ -168,23 +158,15 @@ class NewtonCG(AbstractDirection):
         sdtype = widest_float(dtype, *(x.dtype for x in leaves(work)))
         rr0 = tree_dot(work, work, sdtype)
         gnorm = jnp.sqrt(rr0)
-        # A stopping decision, held fixed under differentiation (the root's derivative at g = 0
-        # is inf: NaN in the derivative of an unrolled CG that stopped at once, under vmap).
-        tol = lax.stop_gradient(self._eta(gnorm) * gnorm)
+        tol = self._eta(gnorm) * gnorm
 
         def hessian_times(p, pnorm):
-            # p = 0 (0 / 0) only where the loop runs on for a problem that has stopped (under
-            # vmap): v = 0 there, as a NaN v would make the derivative of H v NaN.
-            def unit(pi, g):
-                v = divide(pi, pnorm.astype(pi.dtype))
-                return jnp.where(pnorm > 0, v, 0).astype(g.dtype)
-
-            v = jtu.tree_map(unit, p, grad)
+            v = jtu.tree_map(lambda pi, g: (pi / pnorm.astype(pi.dtype)).astype(g.dtype), p, grad)
             hv = hvp(v)
             return jtu.tree_map(lambda h, pi: h.astype(pi.dtype) * pnorm.astype(pi.dtype), hv, p)
 
         def body(c: _Inner) -> _Inner:
-            pnorm = safe_sqrt(tree_dot(c.p, c.p, sdtype))
+            pnorm = jnp.sqrt(tree_dot(c.p, c.p, sdtype))
             hp = hessian_times(c.p, pnorm)
             curv = tree_dot(c.p, hp, sdtype)
             # Used where curv > 0 only, but it multiplies p and Hp first: 0 elsewhere (rr / 0
@@ -214,7 +196,7 @@ class NewtonCG(AbstractDirection):
                 CGExit.RUNNING,
             ).astype(jnp.int32)
             accept = (code != CGExit.NONFINITE) & (code != CGExit.NEGATIVE_CURVATURE)
-            beta = jnp.where(c.rr > 0, divide(rr, c.rr), 0)  # c.rr = 0: stopped (vmap)
+            beta = rr / c.rr
             p = jtu.tree_map(lambda ri, pi: beta.astype(pi.dtype) * pi - ri, r, c.p)
             return _Inner(
                 j=c.j + accept.astype(jnp.int32),
