@@ -77,9 +77,9 @@ class AbstractSelfScaled(AbstractDirection):
         hy = jnp.matmul(h, y, precision=HIGHEST)
         yhy = jnp.dot(y, hy, precision=HIGHEST)
         sg = jnp.dot(s, state.grad, precision=HIGHEST)
-        # The curvature g'H g is 0 before the first direction (and where g = 0): b is not
-        # finite there and the pair not used, so that b is taken as 0, which makes it unusable
-        # too, and a derivative by `divide` (as sg * inf, that of sg would be NaN).
+        # The curvature g'H g is 0 before the first direction (and where g = 0), where the
+        # quotient is not finite and the pair not used. b = 0 there keeps the pair unusable
+        # (b > 0 fails) and finite: sg * inf would make the derivative of sg NaN.
         quotient = divide(sg, state.curvature * sy)
         b = sg * jnp.where(jnp.isfinite(quotient), quotient, 0)
         c = yhy / sy
