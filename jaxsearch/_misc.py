@@ -95,8 +95,50 @@ def tree_dot(a: PyTree, b: PyTree, dtype) -> Scalar:
 
 
 def tree_norm(a: PyTree, dtype) -> Scalar:
-    """Euclidean norm over all leaves, accumulated in at least float32 (no float16 overflow)."""
-    return jnp.sqrt(tree_dot(a, a, dtype))
+    """Euclidean norm over all leaves, accumulated in at least float32 (no float16 overflow);
+    its derivative at a = 0 is 0 (`safe_sqrt`)."""
+    return safe_sqrt(tree_dot(a, a, dtype))
+
+
+# Quotients and roots whose derivative is finite where they are not. Reverse-mode
+# differentiation of `jnp.where(ok, a / b, other)` sends a zero cotangent to a / b where `ok`
+# is False, and the derivative of the quotient turns it into 0 * inf = NaN where b = 0: the
+# whole derivative is NaN, although that quotient was never used (likewise sqrt at 0). These
+# compute their value as `/` and `jnp.sqrt` do (the same operation in the program, which XLA
+# rewrites as it did, e.g. a / sqrt(b) as a * rsqrt(b)); only their derivative differs, and
+# only where the value is not finite, or not differentiable (sqrt at 0). A value that is not
+# finite and multiplies another differentiated value before a select drops the product still
+# makes that value's derivative NaN: select it away first (`jnp.where(ok, divide(a, b), 0)`).
+
+
+@jax.custom_jvp
+def divide(num: Array, den: Array) -> Array:
+    """`num / den` (floating arrays), with derivative 0 where the quotient is not finite."""
+    return num / den
+
+
+@divide.defjvp
+def _divide_jvp(primals, tangents):
+    (num, den), (num_dot, den_dot) = primals, tangents
+    quotient = num / den
+    ok = jnp.isfinite(quotient)
+    safe_den, safe_quotient = jnp.where(ok, den, 1), jnp.where(ok, quotient, 0)
+    return quotient, jnp.where(ok, (num_dot - safe_quotient * den_dot) / safe_den, 0)
+
+
+@jax.custom_jvp
+def safe_sqrt(x: Array) -> Array:
+    """`jnp.sqrt(x)`, with derivative 0 where the root's is not finite (x = 0): for sums of
+    squares and other arguments whose own derivative vanishes where they are 0."""
+    return jnp.sqrt(x)
+
+
+@safe_sqrt.defjvp
+def _safe_sqrt_jvp(primals, tangents):
+    (x,), (x_dot,) = primals, tangents
+    root = jnp.sqrt(x)
+    ok = root > 0
+    return root, jnp.where(ok, x_dot * 0.5 / jnp.where(ok, root, 1), 0)
 
 
 def tree_inf_norm(a: PyTree, dtype) -> Scalar:

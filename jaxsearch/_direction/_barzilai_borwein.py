@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Scalar
 
-from .._misc import at_least_float32, check_setting, scalar, tree_dot
+from .._misc import at_least_float32, check_setting, divide, scalar, tree_dot
 from ._base import AbstractDirection, DirectionInfo, no_limit
 
 
@@ -69,10 +69,12 @@ class BarzilaiBorwein(AbstractDirection):
 
     def update(self, state, s, y, dtype, accept=True) -> BarzilaiBorweinState:
         sy = tree_dot(s, y, dtype)
+        # `divide`: update also runs for pairs it does not take (s = 0 at a step's first
+        # evaluation), where the quotient is 0 / 0 and its derivative by `/` NaN.
         if self.variant == "long":
-            alpha = tree_dot(s, s, dtype) / sy
+            alpha = divide(tree_dot(s, s, dtype), sy)
         else:
-            alpha = sy / tree_dot(y, y, dtype)
+            alpha = divide(sy, tree_dot(y, y, dtype))
         usable = (sy > 0) & jnp.isfinite(alpha)
         alpha = jnp.clip(alpha, self.alpha_min, self.alpha_max).astype(dtype)
         return BarzilaiBorweinState(

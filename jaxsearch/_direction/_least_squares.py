@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._evaluate import jacobian_dtype
-from .._misc import at_least_float32, leaves, widest_float
+from .._misc import at_least_float32, divide, leaves, safe_sqrt, widest_float
 from ._base import AbstractDenseLeastSquares, DirectionInfo, no_limit
 from ._bfgs import HIGHEST
 from ._flat import flatten_tree, unflatten_tree
@@ -116,7 +116,11 @@ def _damping_for(singular, projected, radius, cut):
 
     def newton(_, damping):
         norm, slope = norm_and_slope(damping)
-        step = norm * norm / jnp.where(slope > 0, slope, 1) * (norm - radius) / radius
+        # A radius that is not positive and finite comes with a restart, where the caller
+        # does not use this damping: 0 then, not a NaN, whose derivative would be NaN.
+        usable = (radius > 0) & jnp.isfinite(radius)
+        step = divide(norm * norm / jnp.where(slope > 0, slope, 1) * (norm - radius), radius)
+        step = jnp.where(usable, step, 0)
         return jnp.maximum(damping + step, 0)
 
     zero = jnp.zeros((), squares.dtype)
@@ -275,7 +279,7 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
         # tau, or from factor |D^(1/2) x|.
         restart = ~state.started | ~(radius > 0) | ~jnp.isfinite(radius)
         if self.factor is not None:
-            size = jnp.sqrt(jnp.sum(jnp.square(scale * flatten_tree(info.x, kind))))
+            size = safe_sqrt(jnp.sum(jnp.square(scale * flatten_tree(info.x, kind))))  # x = 0
             first = self.factor * jnp.where(size > 0, size, 1)
             radius = jnp.where(restart, first, radius)
         damping = _damping_for(singular, projected, radius, cut)
@@ -315,7 +319,7 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
         predicted = -jnp.dot(z, state.projected, precision=HIGHEST) - jnp.dot(z, z) / 2
         norm = jnp.dot(state.direction, state.direction, precision=HIGHEST)
         fraction = jnp.dot(step, state.direction, precision=HIGHEST) / jnp.where(norm > 0, norm, 1)
-        length = jnp.sqrt(jnp.dot(scaled, scaled))
+        length = safe_sqrt(jnp.dot(scaled, scaled))  # s = 0 at a step's first evaluation
         accept = jnp.asarray(accept)
         return eqx.tree_at(
             lambda t: (t.predicted, t.fraction, t.length, t.stepped),

@@ -12,6 +12,7 @@ from .._misc import (
     as_int,
     at_least_float32,
     check_count,
+    divide,
     leaves,
     scalar,
     select,
@@ -171,7 +172,9 @@ class NewtonCG(AbstractDirection):
             pnorm = jnp.sqrt(tree_dot(c.p, c.p, sdtype))
             hp = hessian_times(c.p, pnorm)
             curv = tree_dot(c.p, hp, sdtype)
-            alpha = c.rr / curv
+            # Used where curv > 0 only, but it multiplies p and Hp first: 0 elsewhere (rr / 0
+            # would make their derivatives NaN).
+            alpha = jnp.where(curv > 0, divide(c.rr, curv), 0)
             z = _axpy(alpha, c.p, c.z)
             r = _axpy(alpha, hp, c.r)
             rr = tree_dot(r, r, sdtype)

@@ -10,6 +10,7 @@ from jaxtyping import Array, Bool, PyTree, Scalar
 
 from .._misc import (
     at_least_float32,
+    divide,
     scalar,
     tree_cast_like,
     tree_dot,
@@ -131,20 +132,23 @@ class NonlinearCG(AbstractDirection):
                 return tree_dot(v, v, dtype)
             return precondition.quadratic_form(v, dtype)
 
+        # `divide`: the divisors are 0 at the first step (g_prev = d_prev = 0), where beta is
+        # not finite (and not used) and its derivative by `/` NaN.
         y = tree_sub(g, g_prev)
         if self.method == "fletcher-reeves":
-            return g_p_g / form(g_prev)
+            return divide(g_p_g, form(g_prev))
         if self.method == "polak-ribiere":
-            return jnp.maximum(tree_dot(z, y, dtype) / form(g_prev), 0)
+            return jnp.maximum(divide(tree_dot(z, y, dtype), form(g_prev)), 0)
         if self.method == "hestenes-stiefel":
-            return tree_dot(z, y, dtype) / tree_dot(d_prev, y, dtype)
+            return divide(tree_dot(z, y, dtype), tree_dot(d_prev, y, dtype))
         if self.method == "dai-yuan":
-            return g_p_g / tree_dot(d_prev, y, dtype)
+            return divide(g_p_g, tree_dot(d_prev, y, dtype))
         # Hager-Zhang
         dy = tree_dot(d_prev, y, dtype)
         yy = form(y)
-        beta_n = (tree_dot(y, z, dtype) - 2 * yy * tree_dot(d_prev, g, dtype) / dy) / dy
-        eta_k = -1 / (tree_norm(d_prev, dtype) * jnp.minimum(self.eta, tree_norm(g_prev, dtype)))
+        beta_n = divide(tree_dot(y, z, dtype) - divide(2 * yy * tree_dot(d_prev, g, dtype), dy), dy)
+        scale = tree_norm(d_prev, dtype) * jnp.minimum(self.eta, tree_norm(g_prev, dtype))
+        eta_k = divide(jnp.full_like(scale, -1), scale)
         return jnp.maximum(beta_n, eta_k)
 
     def compute(self, state, info: DirectionInfo):
@@ -161,6 +165,9 @@ class NonlinearCG(AbstractDirection):
         if self.restart_threshold is not None:
             overlap = jnp.abs(tree_dot(z, g_prev, dtype))
             conjugate = conjugate & (overlap < self.restart_threshold * g_p_g)
+        # beta multiplies d_{k-1}: where it is not finite, the derivative of that product with
+        # respect to d_{k-1} would be NaN, although the product is not used.
+        beta = jnp.where(conjugate, beta, 0)
 
         def combine(g, zi, dp):
             acc = at_least_float32(g.dtype)

@@ -8,7 +8,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Int, PyTree
 
-from .._misc import Setting, at_least_float32, check_setting, zeros_sharded_like
+from .._misc import Setting, at_least_float32, check_setting, safe_sqrt, zeros_sharded_like
 from ._base import AbstractDirection, DirectionInfo, no_limit
 
 
@@ -139,7 +139,8 @@ class Preconditioned(AbstractDirection):
 
         def step(m, v, g):
             m_hat = m / correct_mu.astype(m.dtype)
-            return (-m_hat / (jnp.sqrt(v) + self.eps)).astype(g.dtype)
+            # v = 0 where a gradient entry has been 0 so far: no inf in the derivative there
+            return (-m_hat / (safe_sqrt(v) + self.eps)).astype(g.dtype)
 
         d = jtu.tree_map(step, mu, nu_hat, grad)
         new = PreconditionedState(mu, nu, nu_max, count_mu, count_nu)

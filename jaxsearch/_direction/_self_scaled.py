@@ -9,7 +9,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, Scalar
 
-from .._misc import scalar
+from .._misc import divide, safe_sqrt, scalar
 from ._base import AbstractDirection, DirectionInfo, no_limit
 from ._bfgs import HIGHEST, check_curvature_eps, identity_and_guard, usable_pair
 from ._flat import flatten_tree, unflatten_tree
@@ -77,7 +77,11 @@ class AbstractSelfScaled(AbstractDirection):
         hy = jnp.matmul(h, y, precision=HIGHEST)
         yhy = jnp.dot(y, hy, precision=HIGHEST)
         sg = jnp.dot(s, state.grad, precision=HIGHEST)
-        b = sg * (sg / (state.curvature * sy))
+        # The curvature g'H g is 0 before the first direction (and where g = 0), where the
+        # quotient is not finite and the pair not used. b = 0 there keeps the pair unusable
+        # (b > 0 fails) and finite: sg * inf would make the derivative of sg NaN.
+        quotient = divide(sg, state.curvature * sy)
+        b = sg * jnp.where(jnp.isfinite(quotient), quotient, 0)
         c = yhy / sy
         usable = usable & jnp.isfinite(b) & (b > 0) & jnp.isfinite(c) & (c > 0)
         # Divisors of 1 where the pair is not used, so that no quotient (or its derivative)
@@ -159,7 +163,7 @@ class SSBroyden(AbstractSelfScaled):
 
     def scaling(self, b, h, n):
         a = jnp.maximum(b * h - 1, 0)
-        c = jnp.sqrt(a / (1 + a))
+        c = safe_sqrt(a / (1 + a))  # a = 0 where y = B s: no inf in the derivative
         rho_minus = jnp.minimum(1, h * (1 - c))
         theta_minus = jnp.where(a > 0, (rho_minus - 1) / jnp.where(a > 0, a, 1), -jnp.inf)
         theta = jnp.maximum(theta_minus, jnp.minimum(1 / rho_minus, (1 - b) / b))
