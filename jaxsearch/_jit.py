@@ -29,7 +29,8 @@ def jit(fun=None, *, compiler_options="auto", donate: Donate = "none"):
     arguments (its `step` calls only priced, not traced), up to the solver call whose price
     brings the total past the saving, then compiles once, as `eqx.filter_jit` does. Called
     inside another trace (a `jax.jit` or `jax.vmap` of it), that trace's compile decides,
-    and options other than "auto" are refused, as jax refuses them. Usable as a decorator, with or without keywords.
+    and options other than "auto" are refused, as jax refuses them. Usable as a decorator,
+    with or without keywords.
     """
     if fun is None:
         return functools.partial(jit, compiler_options=compiler_options, donate=donate)
