@@ -103,3 +103,19 @@ def test_the_same_function_never_warns_when_its_stand_in_is_made_anew():
             jax.clear_caches()
             solver.run(_square_one, jnp.ones(3))
     assert not [w for w in caught if issubclass(w.category, js.RetraceWarning)]
+
+
+def test_a_run_inside_a_callers_jit_never_warns():
+    """Inside a caller's `jax.jit`, that jit's compile is the caller's: a new jit over a new
+    closure per call is no retrace of the solver's own to warn about."""
+    solver = js.Solver(max_steps=3, gtol=1e-2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            centre = jnp.full((3,), float(i))
+
+            def fit(x, centre=centre):
+                return solver.run(lambda p: jnp.sum((p - centre) ** 2), x).params
+
+            jax.jit(fit)(jnp.ones(3))
+    assert not [w for w in caught if issubclass(w.category, js.RetraceWarning)]
