@@ -68,13 +68,21 @@ def explicit_replicated_sharding(x):
 
 
 def _vdot(x, y, acc) -> Scalar:
-    """<x, y> over all axes, accumulated in `acc`."""
+    """<x, y> over all axes, accumulated in `acc`, at full precision (a TPU's default for
+    float32 products is one bfloat16 pass)."""
     out_sharding = explicit_replicated_sharding(x) or explicit_replicated_sharding(y)
     if out_sharding is None:
-        return jnp.vdot(x, y, preferred_element_type=acc)
+        return jnp.vdot(x, y, precision=lax.Precision.HIGHEST, preferred_element_type=acc)
     axes = tuple(range(x.ndim))  # no ravel: reshaping a sharded array would move it
     dims = ((axes, axes), ((), ()))
-    return lax.dot_general(x, y, dims, preferred_element_type=acc, out_sharding=out_sharding)
+    return lax.dot_general(
+        x,
+        y,
+        dims,
+        precision=lax.Precision.HIGHEST,
+        preferred_element_type=acc,
+        out_sharding=out_sharding,
+    )
 
 
 def diagonal(matrix: Array) -> Array:

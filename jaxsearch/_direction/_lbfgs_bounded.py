@@ -17,6 +17,7 @@ memory size, and the 2m columns of W are [Y, theta S] with the pairs oldest firs
 
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
@@ -26,6 +27,7 @@ from .._bounds import max_feasible_step, project
 from .._misc import at_least_float32, diagonal, widest_float
 from ._base import DirectionInfo
 from ._lbfgs_memory import AbstractLBFGSState
+from ._slots import in_order
 
 
 def bounded_direction(
@@ -50,12 +52,14 @@ def bounded_direction(
     )
     xf, gf, lower, upper = flat(x), flat(grad), flat(box.lower), flat(box.upper)
     theta = jnp.where(state.count > 0, 1 / state.gamma, 1).astype(work)
-    w, middle = compact_representation(
-        memory(state.s), memory(state.y), state.count, state.head, theta
-    )
     loop = {} if while_loop is None else {"while_loop": while_loop}
-    x_cauchy, c, free = cauchy_point(xf, gf, lower, upper, theta, w, middle, **loop)
-    x_bar, _ = subspace_minimisation(xf, gf, lower, upper, x_cauchy, c, free, theta, w, middle)
+    # Full-precision products: a TPU's default for float32 ones is one bfloat16 pass.
+    with jax.default_matmul_precision("highest"):
+        w, middle = compact_representation(
+            memory(state.s), memory(state.y), state.count, state.head, theta
+        )
+        x_cauchy, c, free = cauchy_point(xf, gf, lower, upper, theta, w, middle, **loop)
+        x_bar, _ = subspace_minimisation(xf, gf, lower, upper, x_cauchy, c, free, theta, w, middle)
     step = x_bar - xf
     parts, start = [], 0
     for g in jtu.tree_leaves(grad):
@@ -107,8 +111,8 @@ def compact_representation(
     slots = jnp.arange(m, dtype=jnp.int32)
     order = (head - count + slots) % m  # oldest valid pair first
     valid = slots < count
-    s_ord = jnp.where(valid[:, None], s[order], 0)
-    y_ord = jnp.where(valid[:, None], y[order], 0)
+    s_ord = jnp.where(valid[:, None], in_order(s, order), 0)
+    y_ord = jnp.where(valid[:, None], in_order(y, order), 0)
     sy = s_ord @ y_ord.T  # [i, j] = s_i'y_j
     ss = s_ord @ s_ord.T
     both = valid[:, None] & valid[None, :]

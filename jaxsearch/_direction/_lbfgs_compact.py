@@ -22,6 +22,7 @@ from .._misc import (
     widest_float,
 )
 from ._lbfgs_memory import AbstractLBFGSState
+from ._slots import in_order, slot
 
 
 class CompactLBFGSState(AbstractLBFGSState):
@@ -72,26 +73,27 @@ class CompactLBFGSState(AbstractLBFGSState):
         order = (state.head - state.count + positions) % m
         valid = positions < state.count
         both = valid[:, None] & valid[None, :]
-        chronological = lambda matrix: matrix[order][:, order]  # noqa: E731
+        chronological = lambda matrix: in_order(in_order(matrix, order).T, order).T  # noqa: E731
         s_dot_y = chronological(state.s_dot_y)
         upper = both & (positions[:, None] <= positions[None, :])
         identity = jnp.eye(m, dtype=dtype)
         r = jnp.where(upper, s_dot_y, identity)
         d_diagonal = jnp.where(valid, diagonal(s_dot_y), 0)
         y_dot_y = jnp.where(both, chronological(state.y_dot_y), 0)
-        a = jnp.where(valid, with_s[order, 0], 0)
-        b = jnp.where(valid, with_y[order, 0], 0)
+        a = jnp.where(valid, in_order(with_s[:, 0], order), 0)
+        b = jnp.where(valid, in_order(with_y[:, 0], order), 0)
         gamma = state.gamma
         solve = functools.partial(_solve_upper, r)
         r_inv_a = solve(a, False)
-        middle = d_diagonal * r_inv_a + gamma * (y_dot_y @ r_inv_a) - gamma * b
+        y_dot_y_r_inv_a = jnp.matmul(y_dot_y, r_inv_a, precision="highest")
+        middle = d_diagonal * r_inv_a + gamma * y_dot_y_r_inv_a - gamma * b
         p = solve(middle, True)
         q = -gamma * r_inv_a
         # Back from positions to slots: slot order[k] gets the coefficient of position k, so
-        # slot j that of position (j - head + count) % m (a gather, which fuses; a scatter
-        # would be a kernel of its own).
+        # slot j that of position (j - head + count) % m: a reordering (`in_order`), not a
+        # scatter, which would be a kernel of its own.
         position = (positions - state.head + state.count) % m
-        p, q = p[position], q[position]
+        p, q = in_order(p, position), in_order(q, position)
 
         def leaf(g, s, y):
             work = at_least_float32(s.dtype)
@@ -133,7 +135,7 @@ class CompactLBFGSState(AbstractLBFGSState):
 
     def _newest_y(self) -> PyTree:
         newest = (self.head - 1) % self.rho.shape[0]
-        return jtu.tree_map(lambda b: lax.dynamic_index_in_dim(b, newest, keepdims=False), self.y)
+        return jtu.tree_map(lambda b: slot(b, newest), self.y)
 
     def _brought_up_to_date(self, with_s, with_y, dtype) -> "CompactLBFGSState":
         """S'Y and Y'Y with the newest pair's column (Y'Y's row too: it is symmetric), from
@@ -177,7 +179,7 @@ class CompactLBFGSState(AbstractLBFGSState):
 
         def by_differences(st):  # also where no pair was stored: the matrices stay
             at_newest = lax.iota(jnp.int32, st.s_dot_grad.shape[0]) == newest
-            own_s, own_y = st.s_dot_y[newest, newest], st.y_dot_y[newest, newest]
+            own_s, own_y = (slot(slot(mat, newest), newest) for mat in (st.s_dot_y, st.y_dot_y))
             s_column = jnp.where(at_newest, own_s, with_s[:, 0] - st.s_dot_grad)
             y_column = jnp.where(at_newest, own_y, with_y[:, 0] - st.y_dot_grad)
             return select(st.pending == 1, fold(st, s_column, y_column), (st.s_dot_y, st.y_dot_y))

@@ -9,6 +9,7 @@ from jaxtyping import Array, Int, PyTree, Scalar
 
 from .._misc import at_least_float32, tree_dot
 from ._lbfgs_memory import AbstractLBFGSState
+from ._slots import slot, with_slot
 
 
 class TwoLoopLBFGSState(AbstractLBFGSState):
@@ -33,7 +34,7 @@ class TwoLoopLBFGSState(AbstractLBFGSState):
         m = self.rho.shape[0]
 
         def pair(j):
-            take = lambda b: lax.dynamic_index_in_dim(b, j, keepdims=False)  # noqa: E731
+            take = lambda b: slot(b, j)  # noqa: E731
             return jtu.tree_map(take, self.s), jtu.tree_map(take, self.y)
 
         # Both loops run over all m slots (a fixed trip count, which reverse-mode
@@ -42,15 +43,15 @@ class TwoLoopLBFGSState(AbstractLBFGSState):
             q, alpha = carry
             j = (self.head - 1 - i) % m
             s, y = pair(j)
-            a = jnp.where(i < self.count, self.rho[j] * tree_dot(s, q, dtype), 0)
+            a = jnp.where(i < self.count, slot(self.rho, j) * tree_dot(s, q, dtype), 0)
             q = jtu.tree_map(lambda qi, yi: qi - a.astype(qi.dtype) * yi.astype(qi.dtype), q, y)
-            return q, alpha.at[j].set(a)
+            return q, with_slot(alpha, j, a)
 
         def oldest_first(i, r):
             j = (self.head - self.count + i) % m
             s, y = pair(j)
-            b = self.rho[j] * tree_dot(y, r, dtype)
-            coef = jnp.where(i < self.count, alpha[j] - b, 0)
+            b = slot(self.rho, j) * tree_dot(y, r, dtype)
+            coef = jnp.where(i < self.count, slot(alpha, j) - b, 0)
             return jtu.tree_map(
                 lambda ri, si: ri + coef.astype(ri.dtype) * si.astype(ri.dtype), r, s
             )
