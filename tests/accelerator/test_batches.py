@@ -22,7 +22,7 @@ import jaxsearch as js
 
 from ..helpers import LEAN
 from ..problems import rosenbrock
-from .kit import BATCH, rosenbrock_starts, sample_indices
+from .kit import BATCH, ON_CPU, rosenbrock_starts, sample_indices
 
 pytestmark = pytest.mark.accelerator
 
@@ -33,6 +33,9 @@ SOLVERS = {
     "compact": lambda: js.Solver(js.LBFGS(form="compact"), **SETTINGS),  # "auto" off a CPU
     "two-loop": lambda: js.Solver(js.LBFGS(form="two_loop"), **SETTINGS),
 }
+# "auto" takes the two-loop form on a CPU (for params this small): there "two-loop" would
+# repeat "default" (on an accelerator "compact" does, kept for its name in reports).
+VMAPPED = [name for name in SOLVERS if not (ON_CPU and name == "two-loop")]
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +85,7 @@ def check_batch(what, statuses, params, alone):
     )
 
 
-@pytest.mark.parametrize("name", list(SOLVERS))
+@pytest.mark.parametrize("name", VMAPPED)
 def test_vmap_matches_single_runs(name, starts, alone):
     solver = SOLVERS[name]()
     solve = jax.jit(jax.vmap(lambda x: solver.run(rosenbrock, x)), compiler_options=LEAN)
