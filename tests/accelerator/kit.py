@@ -13,6 +13,7 @@ library's own products are left as they are: what the solver computes is what is
 import dataclasses
 import functools
 import math
+import os
 from collections.abc import Callable
 
 import jax
@@ -201,23 +202,22 @@ def problems() -> list[Problem]:
 
 def matrix_pairs() -> list[tuple[str, str]]:
     """Every direction of the registry (tests/helpers.py) with every search it pairs with
-    (`pairs`: a fixed step with steepest descent only), the least-squares directions too. On
-    the CPU, where the tier only checks itself, a covering subset: every direction with Zoom,
-    every search with L-BFGS (compiling the whole matrix takes minutes there)."""
+    (`pairs`: a fixed step with steepest descent only), the least-squares directions too.
+    With `JAXSEARCH_ACCELERATOR_PAIRS=cover`, and always on the CPU (where the tier only
+    checks itself), a covering subset: every direction with Zoom, every search with L-BFGS
+    (compiling the whole matrix takes minutes there, and on a TPU about 100 compiles)."""
     every = pairs() + pairs(list(LEAST_SQUARES))
-    if not ON_CPU:
+    if not (ON_CPU or os.environ.get("JAXSEARCH_ACCELERATOR_PAIRS") == "cover"):
         return every
     return [(d, s) for d, s in every if s == "Zoom" or d == "LBFGS" or s == "FixedStep"]
 
 
 def matrix_problems(direction: str, search: str) -> list[Problem]:
-    """The problems of a pair: the scalar ones, or the residual ones for a least-squares
-    direction. On the CPU (the tier checking itself) one of them, in turn along the pairs, so
-    that every problem runs and compiling stays within a minute."""
+    """The problems of a pair: one of the scalar ones, or of the residual ones for a
+    least-squares direction, in turn along the pairs, so that every problem runs and each
+    pair compiles once."""
     least_squares = direction in LEAST_SQUARES
     mine = [p for p in problems() if p.least_squares == least_squares]
-    if not ON_CPU:
-        return mine
     position = [pair for pair in matrix_pairs() if (pair[0] in LEAST_SQUARES) == least_squares]
     return [mine[position.index((direction, search)) % len(mine)]]
 
