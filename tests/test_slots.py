@@ -23,21 +23,23 @@ CONVERGED = {int(js.Status.CONVERGED_GTOL), int(js.Status.CONVERGED_FTOL)}
 DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.complex64)
 
 
+def _take_path(monkeypatch, tpu: bool):
+    """This backend takes the TPU's path (`tpu`) or the sliced one; programs traced under
+    the other must not be reused."""
+    monkeypatch.setattr(_slots, "_writes_selected", lambda: tpu)
+    jax.clear_caches()
+
+
 @pytest.fixture(params=MODES)
 def mode(request, monkeypatch):
-    if request.param == "selected":
-        monkeypatch.setattr(_slots, "_selected", lambda elements: elements <= _slots.SELECT_LIMIT)
-    else:
-        monkeypatch.setattr(_slots, "_selected", lambda elements: False)
-    jax.clear_caches()  # programs traced under the other mode must not be reused
+    _take_path(monkeypatch, request.param == "selected")
     yield request.param
     jax.clear_caches()
 
 
 @pytest.fixture
 def selected(monkeypatch):
-    monkeypatch.setattr(_slots, "_selected", lambda elements: elements <= _slots.SELECT_LIMIT)
-    jax.clear_caches()
+    _take_path(monkeypatch, True)
     yield
     jax.clear_caches()
 
@@ -49,8 +51,11 @@ def _buffers(batch, m, n, dtype, seed=0):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_slot_reads_and_writes_match_numpy_under_vmap(mode, dtype):
-    batch, m, n = 64, 7, 3
+@pytest.mark.parametrize("shape", [(64, 7, 3), (3, 7, 3000)], ids=["small", "large"])
+def test_slot_reads_and_writes_match_numpy_under_vmap(mode, dtype, shape):
+    """Reads, writes and reorders of one slot per problem, vmapped, are NumPy's exactly; a
+    large buffer (over `SELECT_LIMIT` elements) is read by a gather on the TPU's path too."""
+    batch, m, n = shape
     buffers = _buffers(batch, m, n, dtype)
     buffers[:, 2] = np.inf  # a slot that is never read must not leak into a read
     rng = np.random.default_rng(1)
@@ -152,3 +157,14 @@ def test_selected_vmapped_run_has_no_gather_or_scatter(selected, form):
     jaxpr = jax.make_jaxpr(jax.vmap(lambda x: solver.run(rosenbrock_f32, x).params))(_starts(8))
     names = [eqn.primitive.name for eqn in all_eqns(jaxpr.jaxpr)]
     assert not [name for name in names if "gather" in name or "scatter" in name]
+
+
+@pytest.mark.program_shape
+@pytest.mark.parametrize("n", [3, 3000], ids=["small", "large"])
+def test_tpu_path_writes_without_scatter(selected, n):
+    """On the TPU's path a vmapped write is no scatter at any size: a vmapped scatter in a
+    while loop wrote wrong rows there, in bounds too (benchmarks/tpu_vmap_failures.py)."""
+    buffers = jnp.zeros((4, 7, n), jnp.float32)
+    write = jax.vmap(_slots.with_slot)
+    jaxpr = jax.make_jaxpr(write)(buffers, jnp.arange(4), jnp.ones((4, n)), jnp.ones(4, bool))
+    assert not [e for e in all_eqns(jaxpr.jaxpr) if "scatter" in e.primitive.name]

@@ -2,18 +2,20 @@
 
 L-BFGS keeps its pairs in circular buffers, (m, ...) arrays whose newest slot `head` is an
 array. Indexing such a buffer is a dynamic slice; under `jax.vmap`, where each problem has
-its own `head`, it becomes a gather or a scatter over the whole batch. On a TPU these are
-slow (10^4 vmapped 2-D Rosenbrock problems: 1.7 s a run against 0.006 s with selects, TPU
-v5e, jax 0.10.2), and a scatter with `mode="drop"` inside a `lax.while_loop` writes wrong
-rows past about 29,000 slots in all (`benchmarks/tpu_vmap_failures.py`, issue 48).
+its own `head`, it becomes a gather or a scatter over the whole batch. On a TPU v5e (jax
+0.10.2) these were slow (10^4 vmapped 2-D Rosenbrock problems: 1.7 s a run, 0.005 s with
+selects), and a vmapped scatter inside a `lax.while_loop` wrote wrong rows: with
+`mode="drop"` from 30,920 buffer rows on, and in bounds too at 4000 problems of (10, 1000)
+buffers (`benchmarks/tpu_vmap_failures.py`; benchmarks/results/tpu_vmap_failures_tpu.md).
 
-So on a TPU a buffer of at most `SELECT_LIMIT` elements is read and written by selects over
-its slots (a masked sum, a masked replace): each touches all m slots, which costs little at
-that size and vectorises under vmap. A larger buffer, and any buffer on another backend,
-is sliced: a read or write touches one slot, as a large problem needs. On a CPU the gathers
-are fast and the selects are not (the same 10^4 problems: 0.45 s sliced, 2.7-3.1 s
-selected); a GPU keeps the slices it was measured with (H200, benchmarks/results/
-batched_gpu.md). Only the CPU writes with `mode="drop"`; elsewhere a write stays in bounds.
+So on a TPU every write is a select over the slots (a masked replace), whatever the size:
+it reads and writes the whole buffer, which costs little against the passes L-BFGS makes
+over it anyway, and is right under any vmap. A read is a masked sum over the slots for a
+buffer of at most `SELECT_LIMIT` elements, and a slice above (vmapped gathers read right).
+On other backends reads and writes are slices, as before: on a CPU the gathers are fast and
+the selects are not (the same 10^4 problems: 0.45 s sliced, 2.7-3.1 s selected), and a GPU
+keeps the slices it was measured with (H200, benchmarks/results/batched_gpu.md). Only a
+CPU writes with `mode="drop"`; elsewhere a write stays in bounds.
 """
 
 import jax
@@ -21,12 +23,17 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Int
 
-# Elements of one buffer (m slots in all) up to which a slot is selected, not sliced.
+# Elements of one buffer (m slots in all) up to which a read on a TPU is a select.
 SELECT_LIMIT = 1 << 14
 
 
 def _selected(elements: int) -> bool:
-    return jax.default_backend() == "tpu" and elements <= SELECT_LIMIT
+    """Whether a read of a buffer of `elements` elements is a select."""
+    return _writes_selected() and elements <= SELECT_LIMIT
+
+
+def _writes_selected() -> bool:
+    return jax.default_backend() == "tpu"
 
 
 def _at(index: Int[Array, ""], buffer: Array) -> Bool[Array, "..."]:
@@ -48,7 +55,7 @@ def with_slot(
 ) -> Array:
     """`buffer` with slot `index` set to `new` where `keep`, for 0 <= index < m."""
     new = new.astype(buffer.dtype)
-    if _selected(buffer.size):
+    if _writes_selected():
         return jnp.where(_at(index, buffer) & keep, new[None], buffer)
     if keep is True:
         return buffer.at[index].set(new)
