@@ -6,9 +6,10 @@ the pure-JAX program that showed why.
 
 Part 1 (`library`): L-BFGS, both forms, m = 10 and 20, vmapped over B problems: how many end
 other than converged, the first such index, and the wall of a second call. Before the fix
-(7a77565, cf80ed4) on a TPU v5e, jax 0.10.2: failures from index b with b * m >= 30920 (m = 10:
-from 3092, 2047 of 10^4 with the two-loop form, 1663 with the compact form), and 1.7 s (two
-loops) and 5.0 s (compact) per call for 10^4 problems, against 0.41 s on two CPU cores.
+(cf80ed4) on a TPU v5e, jax 0.10.2: failures from index b with b * m >= 30920 (m = 10: from
+3092, 2047 of 10^4 with the two-loop form, 1663 with the compact form), and 1.7 s (two loops)
+and 5.0 s (compact) per call for 10^4 problems, against 0.41 s on two CPU cores; after it,
+no failure, 0.005 s and 0.016 s.
 
 Part 2 (`xla`): no jaxsearch. A `lax.while_loop`, vmapped, that keeps an (m, n) ring buffer
 per problem and writes one row per trip where a per-problem flag holds. The writes: `drop`
@@ -18,10 +19,10 @@ as L-BFGS wrote its memory), `where` (`where(keep, buffer.at[head].set(new), buf
 select, no scatter: what `jaxsearch/_direction/_slots.py` does on a TPU). Each trip also
 reads the previous row, by a one-hot select or by indexing (a gather). Each result is
 compared, problem by problem, with the same program on the host CPU, where all agree.
-Measured on the TPU v5e, jax 0.10.2, 2026-12-06: `drop` wrong from index 2935 of B = 4000
-(m = 10, n = 2), 1467 (m = 20), 9785 (m = 3): from about 29,350 buffer rows in all, as in
-part 1; `where` right at those sizes. The tables this prints on a TPU are in
-docs/scaling-up.md.
+Measured on the TPU v5e, jax 0.10.2, 2026-12-06: `drop` wrong from index 3092 of B = 4000
+(m = 10, n = 2), 1546 (m = 20), 10307 (m = 3), as in part 1 before the fix; at B = 4000 of
+(10, 1000) buffers every scatter (`drop`, `where`, `in_bounds`) wrong, `select` right; all
+right at B = 100 of (10, 10^5). The whole output: benchmarks/results/tpu_vmap_failures_tpu.md.
 """
 
 import argparse
