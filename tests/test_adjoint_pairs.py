@@ -204,9 +204,13 @@ def vjp_is_finite(f, *primals):
         out = f(*eqx.combine(dynamic, static))
         return [x for x in jax.tree.leaves(out) if jnp.issubdtype(x.dtype, jnp.inexact)]
 
-    out, vjp = jax.vjp(floating_outputs, dynamic)
-    (cotangent,) = vjp([jnp.ones_like(x) for x in out])
-    return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(cotangent))
+    @jax.jit  # one program, as a run compiles it (eagerly: a compile per operation)
+    def all_finite(dynamic):
+        out, vjp = jax.vjp(floating_outputs, dynamic)
+        (cotangent,) = vjp([jnp.ones_like(x) for x in out])
+        return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(cotangent)]))
+
+    return bool(all_finite(dynamic))
 
 
 def info_at(x, g, hessian=HESSIAN):
