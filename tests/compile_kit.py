@@ -111,3 +111,17 @@ def weak_leaves(tree) -> list[str]:
 def block(tree):
     """tree, once every array in it is computed."""
     return jax.block_until_ready(tree)
+
+
+def steps_in_user_jit(train_step, solver, setting, seeds, compiles):
+    """(params, state, state at init): `setting`'s params and a fresh state stepped once per
+    seed by the user's jitted `train_step(solver, params, state, data)`, with new data of
+    that seed each time; `compiles` counts from the first step."""
+    params = setting.params(seeds[0])
+    batches = [setting.data(seed) for seed in seeds]
+    state0 = block(solver.init(params, value_dtype=setting.value_dtype))
+    state = state0
+    compiles.reset()
+    for batch in batches:
+        params, state = train_step(solver, params, state, batch)
+    return block((params, state)) + (state0,)

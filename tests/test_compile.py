@@ -35,6 +35,7 @@ from .compile_kit import (
     make_solver,
     rosenbrock_f64,
     shifted_rosenbrock,
+    steps_in_user_jit,
     weak_leaves,
 )
 from .helpers import DIRECTIONS, SEARCHES
@@ -108,15 +109,10 @@ def test_step_compiles_once(direction, search, setting, compiles):
         counts = {}
 
         # 1. User train step, five calls with a new data array each (like mini-batches).
-        params = setting.params(0)
-        batches = [setting.data(i) for i in range(NUM_STEPS)]
-        state0 = block(solver.init(params, value_dtype=setting.value_dtype))
-        state = state0
-        compiles.reset()
-        for batch in batches:
-            params, state = train_step(solver, params, state, batch)
-        block((params, state))
+        seeds = range(NUM_STEPS)
+        params, state, state0 = steps_in_user_jit(train_step, solver, setting, seeds, compiles)
         counts["train_step"] = compiles.count
+        batches = [setting.data(seed) for seed in seeds]
         jit_params, jit_state = params, state
 
         # 3. Eager steps: `Solver.step` is filter_jit-ed, so eager calls hit its cache.

@@ -14,7 +14,15 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from ..compile_kit import SETTINGS, USER_JIT, block, make_solver, shifted_rosenbrock, weak_leaves
+from ..compile_kit import (
+    SETTINGS,
+    USER_JIT,
+    block,
+    make_solver,
+    shifted_rosenbrock,
+    steps_in_user_jit,
+    weak_leaves,
+)
 from ..problems import avals
 
 pytestmark = pytest.mark.accelerator
@@ -58,14 +66,8 @@ def test_run_compiles_once(setting, compiles):
 def test_step_in_user_jit_compiles_once(setting, compiles):
     with jax.enable_x64(setting.x64):
         solver = make_solver("LBFGS", "Zoom")
-        params = setting.params(40)
-        batches = [setting.data(40 + i) for i in range(NUM_STEPS)]
-        state0 = block(solver.init(params, value_dtype=setting.value_dtype))
-        state = state0
-        compiles.reset()
-        for batch in batches:
-            params, state = train_step(solver, params, state, batch)
-        block((params, state))
+        seeds = range(40, 40 + NUM_STEPS)
+        params, state, state0 = steps_in_user_jit(train_step, solver, setting, seeds, compiles)
         assert compiles.count == 1
         assert avals(state) == avals(state0)  # structure, shapes, dtypes, weak types
         assert weak_leaves(state) == []
