@@ -24,6 +24,8 @@ Rows (issue 17's table), each a ratio measured in this process:
                  copies, fresh_fit.py's optimistix peers (`optx.minimise` with
                  OptaxMinimiser(optax.lbfgs()) and with BFGS, rtol 0, atol = gtol) included,
                  as fresh_fit calls them and inside a caller's `jax.jit`;
+  compile_pairs  the compile row's problem under a caller's `jax.jit`, per direction x line
+                 search (FixedStep and NonlinearCG give the engine's share): backend compile s;
   compile_glm    that table for fresh_fit.py's Poisson GLM (10,000 x 40 x 10 neurons, ridge
                  0.1, float32, Equinox-module params, tol 1e-4): jaxsearch as fresh_fit runs it
                  and in `jax.jit`, optax.lbfgs's loop on the module, the optimistix peers;
@@ -205,19 +207,58 @@ def anatomy(jitted, *arguments) -> dict:
     `arguments`, outside the fused computations: each is a thunk XLA runs where its
     computation runs (a loop's body at every trip), and XLA's CPU compile time goes with the
     kernels, each compiled through its own MLIR and LLVM pipelines (docs/benchmarks.md,
-    "What bounds the rows that miss")."""
+    "What bounds the rows that miss"). "by_source" counts the kernels by the source file
+    that made each (`kernel_source`)."""
     text = jitted.lower(*arguments).compile().as_text()
     fused = set(re.findall(r"(?:calls|to_apply)=(%[\w.\-]+)", text))
+    frames = _frame_files(text)
     counts = {"kernels": 0, "copies": 0}
+    by_source: dict[str, int] = {}
     inside = False
     for line in text.splitlines():
         header = re.match(r"^(?:ENTRY )?(%[\w.\-]+) ", line)
         if header and line.rstrip().endswith("{"):
             inside = header.group(1) in fused
         elif not inside:
-            counts["kernels"] += " fusion(" in line
             counts["copies"] += " copy(" in line
-    return counts
+            if " fusion(" in line:
+                counts["kernels"] += 1
+                source = kernel_source(line, frames)
+                by_source[source] = by_source.get(source, 0) + 1
+    return {**counts, "by_source": dict(sorted(by_source.items(), key=lambda kv: -kv[1]))}
+
+
+def _frame_files(text: str) -> dict[int, tuple[str, str]]:
+    """Stack frame id -> (file, function) of its location, from the tables XLA prints at the
+    end of an HLO module (FileNames, FunctionNames, FileLocations, StackFrames)."""
+
+    def table(name):
+        found = re.search(rf"^{name}\n((?:\d+ .*\n?)*)", text, re.M)
+        rows = found.group(1).splitlines() if found else []
+        return dict((int(k), v) for k, v in (row.split(" ", 1) for row in rows))
+
+    files, functions = table("FileNames"), table("FunctionNames")
+    locations = table("FileLocations")
+    frames = {}
+    for frame, row in table("StackFrames").items():
+        location = locations[int(re.search(r"file_location_id=(\d+)", row).group(1))]
+        file_id = int(re.search(r"file_name_id=(\d+)", location).group(1))
+        function_id = int(re.search(r"function_name_id=(\d+)", location).group(1))
+        frames[frame] = (files[file_id].strip('"'), functions[function_id].strip('"'))
+    return frames
+
+
+def kernel_source(line: str, frames: dict[int, tuple[str, str]]) -> str:
+    """Where a kernel's instruction was traced, as "file:function" of its innermost frame
+    (jax keeps the user's frames, not its own): a file under `jaxsearch/` by its module
+    path (e.g. "_linesearch/_zoom.py:Zoom.step"), another by its name; "none" for a kernel
+    with no frame (made by XLA, e.g. a loop's carry)."""
+    found = re.search(r"stack_frame_id=(\d+)", line)
+    path, function = frames.get(int(found.group(1)), ("", "")) if found else ("", "")
+    if not path:
+        return "none"
+    module = path.rsplit("/jaxsearch/", 1)[1] if "/jaxsearch/" in path else path.split("/")[-1]
+    return f"{module}:{function}"
 
 
 def xla_flops(jitted, *arguments) -> float | None:
@@ -420,6 +461,32 @@ def compile_small(direction=None, optimistix: bool = True) -> dict:
     }
 
 
+PAIR_DIRECTIONS = ("LBFGS", "BFGS", "NonlinearCG", "Gradient")
+PAIR_SEARCHES = ("Zoom", "HagerZhang", "Backtracking", "FixedStep")
+
+
+def compile_pairs() -> dict:
+    """What each part of the program costs to compile: the compile row's problem (sum(x^2),
+    n = 1000 float32) under a caller's `jax.jit`, per direction x line search, as XLA backend
+    compile seconds (`first_call`); `FixedStep` (no search) and `NonlinearCG` (no memory) give
+    the engine's own share. optax.lbfgs's loop first (its number includes the process's
+    first compile)."""
+    x0 = jnp.ones(1000, jnp.float32)
+    fn = speed.sum_of_squares
+    cfg = peers_mod.Config(gtol=1e-6, ftol=0.0, max_steps=100)
+    optax_call = peers_mod.optax_lbfgs(fn, x0, None, cfg)
+    out = {"optax.lbfgs loop": first_call(optax_call)["backend_compile_s"]}
+    for direction in PAIR_DIRECTIONS:
+        for search in PAIR_SEARCHES:
+            parts = getattr(js, direction)(), getattr(js, search)()
+            solver = js.Solver(*parts, gtol=cfg.gtol, ftol=0.0, max_steps=cfg.max_steps)
+            in_jit = jax.jit(lambda x, solver=solver: solver.run(fn, x, None).params)
+            out[f"{direction} + {search}"] = first_call(
+                lambda in_jit=in_jit: jax.block_until_ready(in_jit(x0))
+            )["backend_compile_s"]
+    return out
+
+
 def compile_glm() -> dict:
     """`compile_small`'s measurements on fresh_fit.py's Poisson GLM (10,000 samples x 40
     features x 10 neurons, ridge 0.1, float32, Equinox-module params, the data in args):
@@ -545,6 +612,7 @@ def measure(quick: bool, only=None, save=lambda data: None) -> dict:
         ("control_flow", lambda: structure(js.Solver(js.LBFGS(), js.Zoom()))),
         ("bytes", lambda: speed.step_bytes(n_bytes)),
         ("compile", compile_small),
+        ("compile_pairs", compile_pairs),
         ("compile_glm", compile_glm),
         ("small", lambda: small(reps * 10)),
         ("small_synchronous", lambda: small_synchronous(reps * 10)),
@@ -585,6 +653,28 @@ def _get(d, *keys):
 def _anatomy(data: dict, row: str, who: str) -> str:
     counts = _get(data, row, f"{who}_anatomy")
     return "—" if counts is None else f"{counts['kernels']} and {counts['copies']}"
+
+
+def _by_source_lines(data: dict) -> list[str]:
+    """The compile row's kernels by source file (`kernel_source`), jaxsearch's program in
+    a caller's jit against optax's, as markdown lines."""
+    ours = _get(data, "compile", "jaxsearch_in_jit_anatomy", "by_source")
+    theirs = _get(data, "compile", "optax_anatomy", "by_source")
+    if not ours:
+        return []
+
+    def listed(counts, most=12):
+        top = list(counts.items())[:most]
+        rest = sum(counts.values()) - sum(n for _, n in top)
+        listed = ", ".join(f"{source} {n}" for source, n in top)
+        return listed + (f", others {rest}" if rest else "")
+
+    return [
+        "",
+        "Kernels of the compile row's programs by the file and function that traced them "
+        "(`kernel_source`): "
+        f"jaxsearch in jax.jit: {listed(ours)}; optax: {listed(theirs or {})}.",
+    ]
 
 
 def compile_table(row) -> list[str]:
@@ -749,6 +839,7 @@ def markdown(data: dict, meta: dict) -> str:
         f"the compile row inside a caller's jit {_anatomy(data, 'compile', 'jaxsearch_in_jit')}"
         f" against {_anatomy(data, 'compile', 'optax')}; the 2-D row "
         f"{_anatomy(data, 'small', 'jaxsearch')} against {_anatomy(data, 'small', 'optax')}.",
+        *_by_source_lines(data),
         "",
         "| L-BFGS form | control flow | round trips / evaluation | bytes / floor | "
         "compile / optax | 2-D Rosenbrock / optax | ext. Rosenbrock wall (s) | steps |",
@@ -767,6 +858,21 @@ def markdown(data: dict, meta: dict) -> str:
     if "compile" in data:
         lines += ["", "## Compile, sum(x^2), n = 1000 float32, gtol 1e-6", "", COMPILE_NOTE, ""]
         lines += compile_table(data["compile"])
+    if isinstance(data.get("compile_pairs"), dict) and "optax.lbfgs loop" in data["compile_pairs"]:
+        pairs = data["compile_pairs"]
+        lines += [
+            "",
+            "## Compile by direction and line search (the compile row's problem in jax.jit)",
+            "",
+            "XLA backend compile seconds; optax.lbfgs's loop "
+            f"{fmt(pairs['optax.lbfgs loop'])} s (the process's first compile).",
+            "",
+            "| direction | " + " | ".join(PAIR_SEARCHES) + " |",
+            "| --- |" + " ---: |" * len(PAIR_SEARCHES),
+        ]
+        for direction in PAIR_DIRECTIONS:
+            cells = [fmt(pairs.get(f"{direction} + {search}")) for search in PAIR_SEARCHES]
+            lines.append(f"| {direction} | " + " | ".join(cells) + " |")
     if "compile_glm" in data:
         glm = data["compile_glm"]
         lines += [

@@ -3,6 +3,15 @@
     python benchmarks/lbfgs_forms.py                 # n = 1e5, 1e6, 1e7; m = 10; float32
     python benchmarks/lbfgs_forms.py --n 1000000 --m 5,10,20
     python benchmarks/lbfgs_forms.py --in-solver      # whole L-BFGS runs, n = 1e5, 1e6
+    python benchmarks/lbfgs_forms.py --auto --out benchmarks/results/lbfgs_forms_auto_tpu.md
+
+`--auto` measures what `LBFGS(form="auto")` decides by, on this backend: for extended
+Rosenbrock from n = 2 to 2^20 (`--n`, default 2,100,1000,10000,100000,1048576), the first
+call of `jax.jit(run)` (trace, compile and run) and the wall per step after it, each form in
+turn in one process; and `jax.jit(jax.vmap(run))` over batches of random starts (10^4 of
+n = 2, 10^3 of n = 100, 100 of n = 10^4), its wall and how many problems end
+CONVERGED_GTOL. `--select-limit K` sets `_slots.SELECT_LIMIT` (the buffer size up to which
+a TPU reads a slot by a select) for the run.
 
 `--in-solver` runs `Solver(direction, Zoom(), gtol=1e-3)` on extended Rosenbrock in float32
 with `js.LBFGS(form="two_loop")` and `js.LBFGS(form="compact")`, where S'Y and Y'Y are
@@ -28,7 +37,9 @@ compile, as the median of repeated calls; the script also checks that they agree
 """
 
 import argparse
+import pathlib
 import statistics
+import sys
 import time
 
 import jax
@@ -37,6 +48,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 
 import jaxsearch as js
+from jaxsearch._direction import _slots
 
 
 def full_memory(n: int, m: int, dtype):
@@ -127,15 +139,67 @@ def in_solver(n: int, direction, reps: int) -> dict:
     )
 
 
+def auto_rows(sizes, batches, reps: int, emit) -> None:
+    """`--auto`'s two tables, each markdown line handed to `emit` as it is measured."""
+    forms = ("two_loop", "compact")
+    emit("| n | form | first call s | ms per step | steps |")
+    emit("| ---: | --- | ---: | ---: | ---: |")
+    for n in sizes:
+        x0 = jnp.tile(jnp.asarray([-1.2, 1.0], jnp.float32), n // 2)
+        for form in forms:
+            solver = js.Solver(js.LBFGS(form=form), gtol=1e-3, ftol=0.0, max_steps=300)
+            run = jax.jit(lambda x, solver=solver: solver.run(rosenbrock, x))
+            t0 = time.perf_counter()
+            steps = int(jax.block_until_ready(run(x0)).num_steps)
+            first = time.perf_counter() - t0
+            wall = min(median_s(run, x0, reps=1) for _ in range(reps))
+            emit(f"| {n} | {form} | {first:.2f} | {1e3 * wall / steps:.3f} | {steps} |")
+    emit("")
+    emit("| problems x n | form | wall ms | CONVERGED_GTOL |")
+    emit("| --- | --- | ---: | ---: |")
+    for batch, n in batches:
+        start = jnp.tile(jnp.asarray([-1.2, 1.0], jnp.float32), n // 2)
+        x0s = start + 0.5 * jax.random.normal(jax.random.key(3), (batch, n), jnp.float32)
+        for form in forms:
+            solver = js.Solver(js.LBFGS(form=form), gtol=1e-4, max_steps=500)
+            run = jax.jit(jax.vmap(lambda x, solver=solver: solver.run(rosenbrock, x)))
+            converged = int(jnp.sum(run(x0s).status == js.Status.CONVERGED_GTOL))
+            wall = min(median_s(run, x0s, reps=1) for _ in range(max(2, reps // 2)))
+            emit(f"| {batch} x {n} | {form} | {1e3 * wall:.1f} | {converged} |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", default="100000,1000000,10000000")
     parser.add_argument("--m", default="10")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--in-solver", action="store_true")
+    parser.add_argument("--auto", action="store_true")
+    parser.add_argument("--select-limit", type=int)
+    parser.add_argument("--out", help="--auto: also write the tables to this markdown file")
     options = parser.parse_args(argv)
     device = jax.devices()[0]
-    print(f"{jax.default_backend()} ({device.device_kind}), jax {jax.__version__}, float32\n")
+    head = f"{jax.default_backend()} ({device.device_kind}), jax {jax.__version__}, float32"
+    print(head + "\n")
+    if options.auto:
+        if options.select_limit is not None:
+            _slots.SELECT_LIMIT = options.select_limit
+        sizes = options.n
+        if sizes == parser.get_default("n"):
+            sizes = "2,100,1000,10000,100000,1048576"
+        batches = ((10_000, 2), (1_000, 100), (100, 10_000))
+        command = "python benchmarks/lbfgs_forms.py " + " ".join(argv or sys.argv[1:])
+        limit = f"; SELECT_LIMIT {_slots.SELECT_LIMIT}" if jax.default_backend() == "tpu" else ""
+        lines = [f'# L-BFGS forms for "auto"\n\n{head}{limit}; `{command}`\n']
+
+        def emit(line):  # the file is rewritten at each row: a run cut short keeps its rows
+            print(line, flush=True)
+            lines.append(line)
+            if options.out:
+                pathlib.Path(options.out).write_text("\n".join(lines) + "\n")
+
+        auto_rows(list(map(int, sizes.split(","))), batches, max(3, options.reps // 4), emit)
+        return
     if options.in_solver:
         n_values = "100000,1000000" if options.n == parser.get_default("n") else options.n
         print("| n | form | compile s | steps | evals | ms per step | temp n-vectors |")

@@ -318,12 +318,16 @@ def test_compact_bookkeeping_writes_no_small_matrix_by_index(dtype):
     )  # the memory's own write: found by the walk
 
 
-def test_auto_form():
-    """The two-loop recursion for small params on a CPU, else the compact form."""
+@pytest.mark.parametrize(
+    "backend, small", [("cpu", "two_loop"), ("tpu", "two_loop"), ("gpu", "compact")]
+)
+def test_auto_form(monkeypatch, backend, small):
+    """The two-loop recursion for small params on a CPU or a TPU, else the compact form (the
+    backend "auto" reads is simulated)."""
     from jaxsearch._direction._lbfgs import COMPACT_FROM
 
-    cpu = jax.default_backend() == "cpu"
-    assert js.LBFGS().form_in_use(COMPACT_FROM - 1) == ("two_loop" if cpu else "compact")
+    _auto_reads(monkeypatch, backend)
+    assert js.LBFGS().form_in_use(COMPACT_FROM - 1) == small
     assert js.LBFGS().form_in_use(COMPACT_FROM) == "compact"
     assert js.LBFGS(form="compact").form_in_use(1) == "compact"
     assert js.LBFGS(form="two_loop").form_in_use(10**9) == "two_loop"
@@ -334,7 +338,7 @@ def test_auto_form():
     [
         (js.LBFGS(form="two_loop"), 10**4, False),
         (js.LBFGS(form="compact"), 3, True),
-        (js.LBFGS(), 3, jax.default_backend() != "cpu"),
+        (js.LBFGS(), 3, jax.default_backend() == "gpu"),
         (js.LBFGS(), 10**4, True),
     ],
 )

@@ -15,10 +15,13 @@ from ._lbfgs_two_loop import TwoLoopLBFGSState
 from ._preconditioner import Preconditioner, check_fits, check_preconditioner, prepared
 
 _FORMS = ("auto", "two_loop", "compact")
-# Where "auto" takes the compact form on a CPU (benchmarks/engine.py, extended Rosenbrock in
-# float32, whole runs): the two forms measured equal at n = 1e3, the compact one 0.8 times
-# the two-loop recursion's wall at 1e4 and 1e6, and 1.6 times it at n = 2.
+# Where "auto" takes the compact form on a CPU or a TPU: from params of COMPACT_FROM
+# elements on, the compact form's run is the faster (benchmarks/lbfgs_forms.py --auto, its
+# results in benchmarks/results/lbfgs_forms_auto_*.md). Below it the two-loop recursion
+# compiles faster and runs as fast or faster. A GPU takes the compact form at every size.
 COMPACT_FROM = 5000
+# The backends whose loop trips run on the device without a round trip to the host.
+TWO_LOOP_WHEN_SMALL = ("cpu", "tpu")
 
 
 def _is_floating(dtype) -> bool:
@@ -48,9 +51,10 @@ class LBFGS(AbstractDirection):
       and b less those of the previous `compute` (y = g - g_previous), except after
       `gradient_replaced` or for gradients of fewer than 32 bits (two passes more).
     - `"auto"` (the default): the compact form, which has no loop trips (each one on a GPU
-      waits for its predicate on the host), except on a CPU (jax's default backend) for
-      params of fewer than `COMPACT_FROM` = 5000 elements in all, where the two-loop
-      recursion measured faster (benchmarks/engine.py).
+      waits for its predicate on the host), except on a CPU or a TPU (jax's default
+      backend) for params of fewer than `COMPACT_FROM` = 5000 elements in all, where the
+      two-loop recursion compiles faster and runs as fast or faster
+      (benchmarks/lbfgs_forms.py --auto).
 
     The form is chosen once, by `init`, and the state's class records it: `compute`,
     `update` and `reset` continue a state in the form it was made with, and never look at
@@ -139,12 +143,13 @@ class LBFGS(AbstractDirection):
     def form_in_use(self, size: int) -> str:
         """ "two_loop" or "compact": the form `init` makes a state of for params of `size`
         elements in all: `form`, where "auto" is the compact form unless jax's default
-        backend is the CPU and `size` < `COMPACT_FROM`, or a preconditioner is given."""
+        backend is the CPU or a TPU and `size` < `COMPACT_FROM`, or a preconditioner is
+        given."""
         if self.form != "auto":
             return self.form
         if self.preconditioner is not None:
             return "two_loop"
-        small = jax.default_backend() == "cpu" and size < COMPACT_FROM
+        small = jax.default_backend() in TWO_LOOP_WHEN_SMALL and size < COMPACT_FROM
         return "two_loop" if small else "compact"
 
     def compute(self, state: AbstractLBFGSState, info: DirectionInfo):

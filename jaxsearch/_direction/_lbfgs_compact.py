@@ -27,7 +27,7 @@ from ._slots import in_order, slot
 
 class CompactLBFGSState(AbstractLBFGSState):
     """The state of `LBFGS`'s compact form: the memory (`AbstractLBFGSState`), S'Y and Y'Y.
-    `js.LBFGS(form="compact")` makes it, and `form="auto"` off a CPU or for large params.
+    `js.LBFGS(form="compact")` makes it, and `form="auto"` on a GPU, or for large params.
 
     `s_dot_y` (m, m): [i, j] = s_i'y_j, slots in buffer order, kept up to date where pair i
     was stored no later than pair j (R's entries: the compact form reads no others);

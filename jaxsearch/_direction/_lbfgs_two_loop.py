@@ -14,7 +14,7 @@ from ._slots import slot, with_slot
 
 class TwoLoopLBFGSState(AbstractLBFGSState):
     """The state of `LBFGS`'s two-loop form: the memory alone (`AbstractLBFGSState`).
-    `js.LBFGS(form="two_loop")` makes it, and `form="auto"` on a CPU for small params."""
+    `js.LBFGS(form="two_loop")` makes it, and `form="auto"` on a CPU or a TPU for small params."""
 
     made_by: ClassVar[str] = 'js.LBFGS(form="two_loop")'  # named where a state is refused
 
