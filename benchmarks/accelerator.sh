@@ -10,7 +10,8 @@
 # PYTHONPATH with the repository root, never into the machine's Python. Then: the device and
 # the versions (OUT_DIR/environment.txt), the tier (`pytest -m accelerator tests/accelerator`,
 # OUT_DIR/accelerator.xml and .log), and the benchmarks (benchmarks/tpu_vmap_failures.py,
-# `benchmarks/engine.py --quick`, into OUT_DIR). PYTEST_ARGS go to pytest (e.g. `-k vmap`).
+# `benchmarks/engine.py --quick`, benchmarks/networks.py, into OUT_DIR). PYTEST_ARGS go to
+# pytest (e.g. `-k vmap`).
 #
 # Exits with the tier's status: 0 when it passed, 3 when the default backend is the CPU (the
 # tier would only be skipped; JAXSEARCH_ACCELERATOR_ON_CPU=1 runs it there at small sizes). A
@@ -88,5 +89,8 @@ if [[ ${BENCH:-$([[ $backend == cpu ]] && echo 0 || echo 1)} == 1 ]]; then
     timeout "${BENCH_TIMEOUT:-600}" "$PY" benchmarks/engine.py --quick --out "$OUT_DIR/engine" \
         2>&1 | tee "$OUT_DIR/engine.log"
     echo "engine.py --quick: exit status ${PIPESTATUS[0]}" | tee -a "$OUT_DIR/summary.txt"
+    timeout "${BENCH_TIMEOUT:-600}" "$PY" benchmarks/networks.py --out "$OUT_DIR/networks" \
+        2>&1 | tee "$OUT_DIR/networks.log"
+    echo "networks.py: exit status ${PIPESTATUS[0]}" | tee -a "$OUT_DIR/summary.txt"
 fi
 exit "$tier"

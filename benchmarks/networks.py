@@ -1,0 +1,288 @@
+"""Issue 48's accelerator rows that engine.py does not hold: networks and large L-BFGS runs,
+each jaxsearch against optax.lbfgs in the same process, float32.
+
+    python benchmarks/networks.py --quick                  # small sizes (CPU, a minute)
+    python benchmarks/networks.py --out benchmarks/results # full sizes (a GPU or a TPU)
+    python benchmarks/networks.py --only step,mlp
+
+Rows (`--only`):
+
+  step      a jitted training step, MLP 64-256-1 (4096 rows; --quick 64-32-1, 512 rows):
+            `solver.step` (L-BFGS + Zoom) under `eqx.filter_jit` and under `js.jit`, optax's
+            documented update (`optax.lbfgs()` with `value_and_grad_from_state`) under
+            `jax.jit`: the first call (trace, compile and run) and the wall per step after it
+            (the minimum over repeats of the mean over a block of steps); value-and-grad
+            alone per call beside them;
+  mlp       200 L-BFGS steps of MLP 64-512-512-1 (4096 rows; --quick 64-32-32-1, 50 steps),
+            the whole run in `jax.jit` (gtol 0, so every run takes its budget): first call and
+            wall, over optax's loop (benchmarks/peers.py) with the same budget;
+  rosen     extended Rosenbrock, L-BFGS (m = 10) per step and compile at n = 2^20, 2^22 and
+            2^24 (--quick 2^14, 2^16): 30 steps in `jax.jit` (gtol 0), the wall per step over
+            the floor of (4m + 8) n 4-byte words at `--bandwidth` GB/s (819: a TPU v5e's HBM),
+            optax's loop alongside;
+  batched   `js.batched_run` of 10^4 2-D Rosenbrock problems (--quick 10^3): a call after
+            the first, against optax's loop under `jax.vmap`, and how many converge.
+
+Each row is written to networks_<backend>.json and .md in --out as it is measured, so a run
+cut off by a time limit keeps its rows.
+"""
+
+import argparse
+import functools
+import json
+import pathlib
+import sys
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import peers as peers_mod  # noqa: E402
+import problems as problems_mod  # noqa: E402
+
+import jaxsearch as js  # noqa: E402
+
+
+def timed(call) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(call())
+    return time.perf_counter() - t0
+
+
+def min_wall(call, reps: int) -> float:
+    return min(timed(call) for _ in range(reps))
+
+
+def network(widths, rows: int, seed: int = 0):
+    """An MLP `widths[0]`-...-`widths[-1]` (tanh), its data, and the mean squared loss."""
+    k_model, k_x = jax.random.split(jax.random.key(seed))
+    model = eqx.nn.MLP(
+        widths[0], widths[-1], widths[1], len(widths) - 2, activation=jnp.tanh, key=k_model
+    )
+    x = jax.random.normal(k_x, (rows, widths[0]), jnp.float32)
+    y = jnp.sin(x.sum(axis=1, keepdims=True))
+    params, static = eqx.partition(model, eqx.is_array)
+
+    def loss(p, args):  # args: (inputs, targets); peers.py passes it by name
+        inputs, targets = args
+        return jnp.mean((jax.vmap(eqx.combine(p, static))(inputs) - targets) ** 2)
+
+    return params, (x, y), loss
+
+
+def step_row(quick: bool, steps: int = 20, reps: int = 5) -> dict:
+    params, data, loss = network((64, 32, 1) if quick else (64, 256, 1), 512 if quick else 4096)
+    solver = js.Solver(js.LBFGS(), js.Zoom(), gtol=0.0, ftol=0.0, max_steps=10**9)
+
+    def ours(p, state):
+        return solver.step(loss, p, state, data)
+
+    opt = optax.lbfgs()
+    value_and_grad = optax.value_and_grad_from_state(lambda p: loss(p, data))
+
+    @jax.jit
+    def theirs(p, state):
+        value, grad = value_and_grad(p, state=state)
+        updates, state = opt.update(
+            grad, state, p, value=value, grad=grad, value_fn=lambda q: loss(q, data)
+        )
+        return optax.apply_updates(p, updates), state
+
+    def per_step(step, state):
+        def block():
+            p, s = params, state
+            for _ in range(steps):
+                p, s = step(p, s)
+            return p, s
+
+        block()
+        return min_wall(block, reps) / steps
+
+    row = {}
+    for name, step, state in (
+        ("jaxsearch eqx.filter_jit", eqx.filter_jit(ours), solver.init(params, jnp.float32)),
+        ("jaxsearch js.jit", js.jit(ours), solver.init(params, jnp.float32)),
+        ("optax jax.jit", theirs, opt.init(params)),
+    ):
+        jax.clear_caches()
+        row[name] = {
+            "first_call_s": timed(lambda step=step, state=state: step(params, state)),
+            "per_step_ms": 1e3 * per_step(step, state),
+        }
+    grad_only = jax.jit(jax.value_and_grad(loss))
+    grad_only(params, data)
+    row["value_and_grad_ms"] = 1e3 * min_wall(lambda: grad_only(params, data), 20)
+    row["parameters"] = sum(leaf.size for leaf in jax.tree.leaves(params))
+    return row
+
+
+def mlp_row(quick: bool, reps: int = 3) -> dict:
+    params, data, loss = network((64, 32, 32, 1) if quick else (64, 512, 512, 1), 4096)
+    steps = 50 if quick else 200
+    cfg = peers_mod.Config(gtol=0.0, ftol=0.0, max_steps=steps)
+    solver = js.Solver(js.LBFGS(), js.Zoom(), gtol=0.0, ftol=0.0, max_steps=steps)
+    ours = jax.jit(lambda p: solver.run(loss, p, data).params)
+    theirs = peers_mod.optax_lbfgs(loss, params, data, cfg)
+    row = {"parameters": sum(leaf.size for leaf in jax.tree.leaves(params)), "steps": steps}
+    jax.clear_caches()
+    row["jaxsearch_first_call_s"] = timed(lambda: ours(params))
+    row["jaxsearch_s"] = min_wall(lambda: ours(params), reps)
+    jax.clear_caches()
+    row["optax_first_call_s"] = timed(theirs)
+    row["optax_s"] = min_wall(theirs, reps)
+    row["ratio"] = row["jaxsearch_s"] / row["optax_s"]
+    row["first_call_ratio"] = row["jaxsearch_first_call_s"] / row["optax_first_call_s"]
+    return row
+
+
+def rosen_row(quick: bool, bandwidth_gbs: float, steps: int = 30, m: int = 10) -> dict:
+    fn = problems_mod._ext_rosenbrock
+    cfg = peers_mod.Config(gtol=0.0, ftol=0.0, max_steps=steps)
+    solver = js.Solver(js.LBFGS(memory_size=m), gtol=0.0, ftol=0.0, max_steps=steps)
+    rows = {}
+    for n in (1 << 14, 1 << 16) if quick else (1 << 20, 1 << 22, 1 << 24):
+        x0 = jnp.asarray(np.tile(np.float32([-1.2, 1.0]), n // 2))
+        floor_ms = 1e3 * (4 * m + 8) * n * 4 / (bandwidth_gbs * 1e9)
+        ours = jax.jit(lambda x: solver.run(fn, x, None))
+        call = functools.partial(ours, x0)
+        jax.clear_caches()
+        first = timed(call)
+        taken = int(call().num_steps)
+        wall = min_wall(call, 3)
+        theirs = peers_mod.optax_lbfgs(fn, x0, None, cfg)
+        jax.clear_caches()
+        optax_first = timed(theirs)
+        optax_wall = min_wall(theirs, 3)
+        rows[n] = {
+            "first_call_s": first,
+            "per_step_ms": 1e3 * wall / taken,
+            "floor_ms": floor_ms,
+            "over_floor": 1e3 * wall / taken / floor_ms,
+            "optax_first_call_s": optax_first,
+            "optax_per_step_ms": 1e3 * optax_wall / theirs().iterations,
+        }
+    return rows
+
+
+def batched_row(quick: bool, reps: int = 3) -> dict:
+    fn = problems_mod._ext_rosenbrock
+    count = 1000 if quick else 10_000
+    x0s = jnp.asarray([-1.2, 1.0], jnp.float32) + 0.5 * jax.random.normal(
+        jax.random.key(3), (count, 2), jnp.float32
+    )
+    solver = js.Solver(gtol=1e-4, max_steps=500)
+    cfg = peers_mod.Config(gtol=1e-4, ftol=0.0, max_steps=500)
+    result = js.batched_run(solver, fn, x0s, None)
+    theirs = jax.jit(
+        jax.vmap(lambda x: peers_mod.optax_lbfgs(fn, x, None, cfg).program[0](x, None))
+    )
+    theirs(x0s)
+    return {
+        "problems": count,
+        "jaxsearch_s": min_wall(lambda: js.batched_run(solver, fn, x0s, None).params, reps),
+        "converged": int(jnp.sum(jnp.asarray(result.success))),
+        "optax_vmap_s": min_wall(lambda: theirs(x0s), reps),
+    }
+
+
+ROWS = {"step": step_row, "mlp": mlp_row, "rosen": rosen_row, "batched": batched_row}
+
+
+def markdown(data: dict, meta: str) -> str:
+    lines = [f"# Networks and large runs ({jax.default_backend()})", "", meta, ""]
+    step = data.get("step")
+    if isinstance(step, dict) and "optax jax.jit" in step:
+        lines += [
+            f"## Training step ({step['parameters']} parameters); value-and-grad "
+            f"{step['value_and_grad_ms']:.3f} ms",
+            "",
+            "| step | first call s | ms per step |",
+            "| --- | ---: | ---: |",
+        ]
+        for name in ("jaxsearch eqx.filter_jit", "jaxsearch js.jit", "optax jax.jit"):
+            lines.append(
+                f"| {name} | {step[name]['first_call_s']:.2f} | {step[name]['per_step_ms']:.3f} |"
+            )
+        lines.append("")
+    mlp = data.get("mlp")
+    if isinstance(mlp, dict) and "ratio" in mlp:
+        lines += [
+            f"## MLP L-BFGS run ({mlp['parameters']} parameters, {mlp['steps']} steps, in jit)",
+            "",
+            "| | jaxsearch | optax | ratio |",
+            "| --- | ---: | ---: | ---: |",
+            f"| first call s | {mlp['jaxsearch_first_call_s']:.2f} "
+            f"| {mlp['optax_first_call_s']:.2f} | {mlp['first_call_ratio']:.2f} |",
+            f"| run s | {mlp['jaxsearch_s']:.3f} | {mlp['optax_s']:.3f} | {mlp['ratio']:.2f} |",
+            "",
+        ]
+    rosen = data.get("rosen")
+    if isinstance(rosen, dict) and "error" not in rosen:
+        lines += [
+            "## Extended Rosenbrock, L-BFGS m = 10",
+            "",
+            "| n | first call s | ms per step | floor ms | / floor | optax first call s "
+            "| optax ms per step |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for n, r in rosen.items():
+            lines.append(
+                f"| {n} | {r['first_call_s']:.2f} | {r['per_step_ms']:.3f} "
+                f"| {r['floor_ms']:.3f} | {r['over_floor']:.1f} | {r['optax_first_call_s']:.2f} "
+                f"| {r['optax_per_step_ms']:.3f} |"
+            )
+        lines.append("")
+    batched = data.get("batched")
+    if isinstance(batched, dict) and "jaxsearch_s" in batched:
+        lines += [
+            f"## js.batched_run, {batched['problems']} 2-D Rosenbrock problems",
+            "",
+            f"jaxsearch {batched['jaxsearch_s']:.3f} s ({batched['converged']} converge), optax's "
+            f"loop under jax.vmap {batched['optax_vmap_s']:.3f} s.",
+            "",
+        ]
+    errors = {k: v["error"] for k, v in data.items() if isinstance(v, dict) and "error" in v}
+    if errors:
+        lines += [f"Errors: {json.dumps(errors)}", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default="/tmp/jaxsearch-networks")
+    parser.add_argument("--only", default="", help="comma list of rows (default: all)")
+    parser.add_argument("--bandwidth", type=float, default=819.0, help="GB/s for the floor")
+    options = parser.parse_args(argv)
+    out = pathlib.Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    backend = jax.default_backend()
+    meta = (
+        f"jax {jax.__version__}, optax {optax.__version__}, {jax.devices()[0].device_kind}; "
+        f"`python benchmarks/networks.py {' '.join(argv if argv is not None else sys.argv[1:])}`"
+    )
+    data: dict = {}
+    for name, row in ROWS.items():
+        if options.only and name not in options.only.split(","):
+            continue
+        print(f"  {name} ...", flush=True)
+        try:
+            data[name] = (
+                row(options.quick, options.bandwidth) if name == "rosen" else row(options.quick)
+            )
+        except Exception as error:  # a row that fails is reported; the others still run
+            data[name] = {"error": f"{type(error).__name__}: {error}"}
+        (out / f"networks_{backend}.json").write_text(json.dumps(data, indent=1, default=str))
+        (out / f"networks_{backend}.md").write_text(markdown(data, meta))
+    print(markdown(data, meta))
+
+
+if __name__ == "__main__":
+    main()
