@@ -411,6 +411,30 @@ def test_js_jit_compiles_once_per_dtype_setting(compiles):
     assert traces == [jnp.float32] * 2 + [jnp.bfloat16] * 2
 
 
+def test_js_jit_without_lean_options_is_one_filter_jit(monkeypatch, compiles, filter_jits):
+    """Where the lean options do not apply (a GPU or a TPU, simulated here), `js.jit` is
+    `eqx.filter_jit` with XLA's defaults: the training step traced once (no pricing trace),
+    one program compiled, reused by the next calls (issue 48: never slower than
+    `eqx.filter_jit` on any backend)."""
+    monkeypatch.setattr(_programs, "lean_eligible", lambda tree=None: False)
+    solver = js.Solver(max_steps=50)
+    traces = []
+
+    def train_step(model, state, x, y):
+        traces.append(None)
+        return solver.step(network_loss, model, state, x, y)
+
+    model, x, y = network_problem(32)
+    state = solver.init(model, value_dtype=jnp.float32)
+    jax.block_until_ready((model, state))
+    jitted = js.jit(train_step)
+    compiles.reset()
+    for i in range(3):
+        model, state = jitted(model, state, x + i, y)
+    jax.block_until_ready(state)
+    assert (len(traces), compiles.count, filter_jits) == (1, 1, [None])
+
+
 @on_cpu
 def test_js_jit_with_options_given_and_without_a_solver(filter_jits):
     given = {"xla_backend_optimization_level": 1}
