@@ -11,8 +11,8 @@ Rows (`--only`):
             `solver.step` (L-BFGS + Zoom) under `eqx.filter_jit` and under `js.jit`, optax's
             documented update (`optax.lbfgs()` with `value_and_grad_from_state`) under
             `jax.jit`: the first call (trace, compile and run) and the wall per step after it
-            (the minimum over repeats of the mean over a block of steps); value-and-grad
-            alone per call beside them;
+            (the minimum over interleaved repeats of the mean over a block of steps);
+            value-and-grad alone per call beside them;
   mlp       200 L-BFGS steps of MLP 64-512-512-1 (4096 rows; --quick 64-32-32-1, 50 steps),
             the whole run in `jax.jit` (gtol 0, so every run takes its budget): first call and
             wall, over optax's loop (benchmarks/peers.py) with the same budget;
@@ -95,27 +95,31 @@ def step_row(quick: bool, steps: int = 20, reps: int = 5) -> dict:
         )
         return optax.apply_updates(p, updates), state
 
-    def per_step(step, state):
-        def block():
+    def block(step, state):
+        def run():
             p, s = params, state
             for _ in range(steps):
                 p, s = step(p, s)
             return p, s
 
-        block()
-        return min_wall(block, reps) / steps
+        return run
 
+    steps_of = {
+        "jaxsearch eqx.filter_jit": (eqx.filter_jit(ours), solver.init(params, jnp.float32)),
+        "jaxsearch js.jit": (js.jit(ours), solver.init(params, jnp.float32)),
+        "optax jax.jit": (theirs, opt.init(params)),
+    }
     row = {}
-    for name, step, state in (
-        ("jaxsearch eqx.filter_jit", eqx.filter_jit(ours), solver.init(params, jnp.float32)),
-        ("jaxsearch js.jit", js.jit(ours), solver.init(params, jnp.float32)),
-        ("optax jax.jit", theirs, opt.init(params)),
-    ):
+    for name, (step, state) in steps_of.items():  # first calls, each from cleared caches
         jax.clear_caches()
-        row[name] = {
-            "first_call_s": timed(lambda step=step, state=state: step(params, state)),
-            "per_step_ms": 1e3 * per_step(step, state),
-        }
+        row[name] = {"first_call_s": timed(lambda step=step, state=state: step(params, state))}
+        block(step, state)()
+    walls: dict = {name: [] for name in steps_of}
+    for _ in range(reps):  # the blocks interleaved: a machine's drift falls on all alike
+        for name, (step, state) in steps_of.items():
+            walls[name].append(timed(block(step, state)))
+    for name in steps_of:
+        row[name]["per_step_ms"] = 1e3 * min(walls[name]) / steps
     grad_only = jax.jit(jax.value_and_grad(loss))
     grad_only(params, data)
     row["value_and_grad_ms"] = 1e3 * min_wall(lambda: grad_only(params, data), 20)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch import _cost, _programs
+from jaxsearch import _cost, _jit, _programs
 
 on_cpu = pytest.mark.skipif(jax.default_backend() != "cpu", reason="lean options are CPU's")
 LEAN = _programs.LEAN_ITEMS
@@ -49,17 +49,17 @@ def compiled_as(monkeypatch):
 
 @pytest.fixture
 def filter_jits(monkeypatch):
-    """The `compiler_options` of every `eqx.filter_jit` that `js.jit` builds (of a function
-    defined in this module)."""
+    """The `compiler_options` of every jit (`jax.jit` or `eqx.filter_jit`) that `js.jit`
+    builds (of a function defined in this module)."""
     seen = []
-    original = eqx.filter_jit
+    original = _jit.jitted
 
-    def recorded(fun, **kwargs):
+    def recorded(fun, arrays, donate, compiler_options):
         if getattr(fun, "__module__", None) == __name__:
-            seen.append(kwargs.get("compiler_options"))
-        return original(fun, **kwargs)
+            seen.append(compiler_options)
+        return original(fun, arrays, donate, compiler_options)
 
-    monkeypatch.setattr(eqx, "filter_jit", recorded)
+    monkeypatch.setattr(_jit, "jitted", recorded)
     return seen
 
 
@@ -426,13 +426,72 @@ def test_js_jit_without_lean_options_is_one_filter_jit(monkeypatch, compiles, fi
 
     model, x, y = network_problem(32)
     state = solver.init(model, value_dtype=jnp.float32)
-    jax.block_until_ready((model, state))
+    batches = [x + i for i in range(3)]
+    jax.block_until_ready((model, state, batches))
     jitted = js.jit(train_step)
     compiles.reset()
-    for i in range(3):
-        model, state = jitted(model, state, x + i, y)
+    for batch in batches:
+        model, state = jitted(model, state, batch, y)
     jax.block_until_ready(state)
     assert (len(traces), compiles.count, filter_jits) == (1, 1, [None])
+
+
+@pytest.fixture
+def dispatches(monkeypatch):
+    """For every jit `js.jit` builds: True where by `jax.jit`, False by `eqx.filter_jit`."""
+    seen = []
+    original = _jit.jitted
+
+    def recorded(fun, arrays, donate, compiler_options):
+        seen.append(arrays)
+        return original(fun, arrays, donate, compiler_options)
+
+    monkeypatch.setattr(_jit, "jitted", recorded)
+    return seen
+
+
+def test_js_jit_on_arrays_is_jax_jit(dispatches, compiles):
+    """A training step on arrays alone (params a dict of arrays) is dispatched by `jax.jit`
+    (jax's C++ dispatch, no Equinox partition per call): one compile over three steps, and
+    the steps of `eqx.filter_jit` to float32 rounding."""
+    solver = js.Solver(max_steps=50)
+    params = {"w": jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32)}
+    targets = jnp.arange(6, dtype=jnp.float32)
+
+    def loss(p, t):
+        return jnp.sum((jnp.sin(p["w"]) - t / 6) ** 2)
+
+    def train_step(p, state, t):
+        return solver.step(loss, p, state, t)
+
+    stepped = {}
+    for name, jitted in (("js", js.jit(train_step)), ("eqx", eqx.filter_jit(train_step))):
+        p, state = params, solver.init(params, value_dtype=jnp.float32)
+        jax.block_until_ready(state)
+        compiles.reset()
+        for _ in range(3):
+            p, state = jitted(p, state, targets)
+        assert compiles.count == 1
+        stepped[name] = p["w"]
+    assert dispatches == [True]
+    np.testing.assert_allclose(stepped["js"], stepped["eqx"], rtol=1e-5, atol=1e-6)
+
+
+def test_js_jit_falls_back_to_filter_jit_where_jax_jit_cannot(dispatches):
+    """A Python number in the arguments, an output that is not an array, or a fun that holds
+    arrays itself (an Equinox module, whose arrays `eqx.filter_jit` passes in) go by
+    `eqx.filter_jit`, with its results."""
+    x = jnp.arange(3.0)
+    assert np.array_equal(js.jit(lambda v, n: v * n)(x, 2), 2 * x)
+    assert dispatches == [False]
+    dispatches.clear()
+    doubled, label = js.jit(lambda v: (2 * v, "doubled"))(x)
+    assert label == "doubled" and np.array_equal(doubled, 2 * x)
+    assert dispatches == [True, False]  # the first trace found the string
+    dispatches.clear()
+    scale = eqx.nn.Linear(3, 3, key=jax.random.key(0))
+    np.testing.assert_allclose(js.jit(scale)(x), scale(x), rtol=1e-6)
+    assert dispatches == [False]
 
 
 @on_cpu
