@@ -60,9 +60,7 @@ class _Jitted:
         self._fun, self._setting, self._donate = fun, setting, donate
         self._jitted: dict = {}  # (options, by jax.jit) -> the jitted fun
         self._chosen: dict = {}  # signature of the arguments -> options
-        # jax.jit would close over arrays held by `fun` itself (an Equinox module or bound
-        # method), where eqx.filter_jit passes them in: such a fun is always filter_jit's.
-        self._by_jax_jit = not any(eqx.is_array(leaf) for leaf in jax.tree.leaves(fun))
+        self._by_jax_jit = True  # until a trace by jax.jit finds an output not an array
         functools.update_wrapper(self, fun)
 
     def _jit(self, options, arrays: bool = False):
@@ -85,10 +83,12 @@ class _Jitted:
         return _programs.with_fallback(lambda chosen: self._call(chosen, args, kwargs), options)
 
     def _call(self, options, args, kwargs):
+        # `plain_call` is False for a fun that holds arrays itself (an Equinox module or
+        # bound method: unhashable), whose arrays eqx.filter_jit passes in.
         arrays = (
             self._donate == "none"
             and self._by_jax_jit
-            and all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves((args, kwargs)))
+            and _programs.plain_call(self._fun, (args, kwargs))
         )
         if arrays:
             try:
