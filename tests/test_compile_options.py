@@ -478,9 +478,10 @@ def test_js_jit_on_arrays_is_jax_jit(dispatches, compiles):
 
 
 def test_js_jit_falls_back_to_filter_jit_where_jax_jit_cannot(dispatches):
-    """A Python number in the arguments, an output that is not an array, or a fun that holds
-    arrays itself (an Equinox module, whose arrays `eqx.filter_jit` passes in) go by
-    `eqx.filter_jit`, with its results."""
+    """A Python number in the arguments, an output that is not an array, a fun that holds
+    arrays itself (an Equinox module, whose arrays `eqx.filter_jit` passes in), or an
+    `eqx.nn` model as an argument (docs/training-loops.md) go by `eqx.filter_jit`, with its
+    results."""
     x = jnp.arange(3.0)
     assert np.array_equal(js.jit(lambda v, n: v * n)(x, 2), 2 * x)
     assert dispatches == [False]
@@ -491,6 +492,10 @@ def test_js_jit_falls_back_to_filter_jit_where_jax_jit_cannot(dispatches):
     dispatches.clear()
     scale = eqx.nn.Linear(3, 3, key=jax.random.key(0))
     np.testing.assert_allclose(js.jit(scale)(x), scale(x), rtol=1e-6)
+    assert dispatches == [False]
+    dispatches.clear()  # an eqx.nn model as an argument holds its activation function
+    model = eqx.nn.MLP(3, 1, 4, 1, activation=jnp.tanh, key=jax.random.key(1))
+    np.testing.assert_allclose(js.jit(lambda m, v: m(v))(model, x), model(x), rtol=1e-6)
     assert dispatches == [False]
 
 
