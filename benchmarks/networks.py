@@ -4,6 +4,7 @@ each jaxsearch against optax.lbfgs in the same process, float32.
     python benchmarks/networks.py --quick                  # small sizes (CPU, a minute)
     python benchmarks/networks.py --out benchmarks/results # full sizes (a GPU or a TPU)
     python benchmarks/networks.py --only step,mlp
+    python benchmarks/networks.py --only rosen --sizes 20 --out benchmarks/results/n20
 
 Rows (`--only`):
 
@@ -19,7 +20,8 @@ Rows (`--only`):
   rosen     extended Rosenbrock, L-BFGS (m = 10) per step and compile at n = 2^20, 2^22 and
             2^24 (--quick 2^14, 2^16): 30 steps in `jax.jit` (gtol 0), the wall per step over
             the floor of (4m + 8) n 4-byte words at `--bandwidth` GB/s (819: a TPU v5e's HBM),
-            optax's loop alongside;
+            optax's loop alongside; compile alone (lower and compile) beside the compile of
+            fn's value and gradient by itself; `--sizes 20,22` picks the exponents;
   batched   `js.batched_run` of 10^4 2-D Rosenbrock problems (--quick 10^3): a call after
             the first, against optax's loop under `jax.vmap`, and how many converge.
 
@@ -37,7 +39,6 @@ import time
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -146,32 +147,73 @@ def mlp_row(quick: bool, reps: int = 3) -> dict:
     return row
 
 
-def rosen_row(quick: bool, bandwidth_gbs: float, steps: int = 30, m: int = 10) -> dict:
-    fn = problems_mod._ext_rosenbrock
+def compile_seconds(jitted, *arguments) -> float:
+    """Seconds to lower and compile `jitted` for `arguments` (from cleared caches)."""
+    jax.clear_caches()
+    t0 = time.perf_counter()
+    jitted.lower(*arguments).compile()
+    return time.perf_counter() - t0
+
+
+def rosen_blocks(x, args):
+    """Extended Rosenbrock with its variables in two blocks, x = (odd..., even...): the same
+    problem as problems.py's interleaved form up to the order of the variables (L-BFGS's
+    iterates are the same up to that order), written with two contiguous slices. On a TPU the
+    interleaved form's strided slices and the pads of their gradient cost about 0.5 ms an
+    evaluation at n = 10^6 and their compile grows with n (benchmarks/results/trace_tpu.md,
+    compile_trace_tpu_20.md): fn itself, in every solver alike."""
+    del args
+    half = x.shape[0] // 2
+    odd, even = x[:half], x[half:]
+    return jnp.sum(100.0 * (even - odd**2) ** 2 + (1.0 - odd) ** 2)
+
+
+def rosen_row(quick: bool, bandwidth_gbs: float, sizes=(), steps: int = 30, m: int = 10) -> dict:
     cfg = peers_mod.Config(gtol=0.0, ftol=0.0, max_steps=steps)
     solver = js.Solver(js.LBFGS(memory_size=m), gtol=0.0, ftol=0.0, max_steps=steps)
     rows = {}
-    for n in (1 << 14, 1 << 16) if quick else (1 << 20, 1 << 22, 1 << 24):
-        x0 = jnp.asarray(np.tile(np.float32([-1.2, 1.0]), n // 2))
-        floor_ms = 1e3 * (4 * m + 8) * n * 4 / (bandwidth_gbs * 1e9)
-        ours = jax.jit(lambda x: solver.run(fn, x, None))
-        call = functools.partial(ours, x0)
+    for n in [1 << e for e in sizes or ((14, 16) if quick else (20, 22, 24))]:
+        x0 = jnp.concatenate([jnp.full(n // 2, -1.2, jnp.float32), jnp.ones(n // 2, jnp.float32)])
+        row = rows[n] = {"floor_ms": 1e3 * (4 * m + 8) * n * 4 / (bandwidth_gbs * 1e9)}
+        # fn's value and gradient by itself: its compile, and its wall per evaluation (in a
+        # loop of 20 in one program, so without a call's dispatch), which each evaluation of
+        # a solver costs.
         jax.clear_caches()
-        first = timed(call)
-        taken = int(call().num_steps)
-        wall = min_wall(call, 3)
-        theirs = peers_mod.optax_lbfgs(fn, x0, None, cfg)
-        jax.clear_caches()
-        optax_first = timed(theirs)
-        optax_wall = min_wall(theirs, 3)
-        rows[n] = {
-            "first_call_s": first,
-            "per_step_ms": 1e3 * wall / taken,
-            "floor_ms": floor_ms,
-            "over_floor": 1e3 * wall / taken / floor_ms,
-            "optax_first_call_s": optax_first,
-            "optax_per_step_ms": 1e3 * optax_wall / theirs().iterations,
-        }
+        fn_started = time.perf_counter()
+        jax.jit(jax.value_and_grad(rosen_blocks)).lower(x0, None).compile()
+        row["fn_compile_s"] = time.perf_counter() - fn_started
+        fn_loop = jax.jit(
+            lambda x: jax.lax.fori_loop(
+                0, 20, lambda _, x: x - 1e-9 * jax.grad(rosen_blocks)(x, None), x
+            )
+        )
+        fn_loop(x0)
+        row["fn_ms"] = 1e3 * min_wall(functools.partial(fn_loop, x0), 5) / 20
+        theirs = peers_mod.optax_lbfgs(rosen_blocks, x0, None, cfg)
+        solve, arguments = theirs.program
+        for name, jitted, args in (
+            ("jaxsearch", jax.jit(lambda x: solver.run(rosen_blocks, x, None)), (x0,)),
+            ("optax", solve, arguments),
+        ):
+            jax.clear_caches()
+            started = time.perf_counter()
+            compiled = jitted.lower(*args).compile()
+            row[f"{name}_compile_s"] = time.perf_counter() - started
+            out = jax.block_until_ready(compiled(*args))
+            taken, evals = (
+                (int(out.num_steps), int(out.num_fun_evals))
+                if name == "jaxsearch"
+                else (int(out[1]),) * 2
+            )
+            wall = min_wall(lambda compiled=compiled, args=args: compiled(*args), 3)
+            row[f"{name}_ms_per_step"] = 1e3 * wall / taken
+            row[f"{name}_evals_per_step"] = evals / taken
+        # What the solver adds per step beyond its evaluations (optax's count of evaluations
+        # is not reported: its loop's steps are the lower bound), over the floor.
+        own = row["jaxsearch_ms_per_step"] - row["jaxsearch_evals_per_step"] * row["fn_ms"]
+        row["jaxsearch_own_ms_per_step"] = own
+        row["own_over_floor"] = own / row["floor_ms"]
+        row["over_floor"] = row["jaxsearch_ms_per_step"] / row["floor_ms"]
     return rows
 
 
@@ -230,17 +272,20 @@ def markdown(data: dict, meta: str) -> str:
     rosen = data.get("rosen")
     if isinstance(rosen, dict) and "error" not in rosen:
         lines += [
-            "## Extended Rosenbrock, L-BFGS m = 10",
+            "## Extended Rosenbrock (two blocks), L-BFGS m = 10, 30 steps",
             "",
-            "| n | first call s | ms per step | floor ms | / floor | optax first call s "
+            "| n | fn compile s | fn ms | compile s | ms per step | evals per step "
+            "| own ms per step | floor ms | / floor | own / floor | optax compile s "
             "| optax ms per step |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for n, r in rosen.items():
             lines.append(
-                f"| {n} | {r['first_call_s']:.2f} | {r['per_step_ms']:.3f} "
-                f"| {r['floor_ms']:.3f} | {r['over_floor']:.1f} | {r['optax_first_call_s']:.2f} "
-                f"| {r['optax_per_step_ms']:.3f} |"
+                f"| {n} | {r['fn_compile_s']:.2f} | {r['fn_ms']:.3f} "
+                f"| {r['jaxsearch_compile_s']:.2f} | {r['jaxsearch_ms_per_step']:.3f} "
+                f"| {r['jaxsearch_evals_per_step']:.2f} | {r['jaxsearch_own_ms_per_step']:.3f} "
+                f"| {r['floor_ms']:.3f} | {r['over_floor']:.1f} | {r['own_over_floor']:.1f} "
+                f"| {r['optax_compile_s']:.2f} | {r['optax_ms_per_step']:.3f} |"
             )
         lines.append("")
     batched = data.get("batched")
@@ -264,6 +309,9 @@ def main(argv=None):
     parser.add_argument("--out", default="/tmp/jaxsearch-networks")
     parser.add_argument("--only", default="", help="comma list of rows (default: all)")
     parser.add_argument("--bandwidth", type=float, default=819.0, help="GB/s for the floor")
+    parser.add_argument(
+        "--sizes", default="", help="rosen row: comma list of exponents e, n = 2^e (20,22,24)"
+    )
     options = parser.parse_args(argv)
     out = pathlib.Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -278,9 +326,11 @@ def main(argv=None):
             continue
         print(f"  {name} ...", flush=True)
         try:
-            data[name] = (
-                row(options.quick, options.bandwidth) if name == "rosen" else row(options.quick)
-            )
+            if name == "rosen":
+                sizes = tuple(int(e) for e in options.sizes.split(",") if e)
+                data[name] = row(options.quick, options.bandwidth, sizes)
+            else:
+                data[name] = row(options.quick)
         except Exception as error:  # a row that fails is reported; the others still run
             data[name] = {"error": f"{type(error).__name__}: {error}"}
         (out / f"networks_{backend}.json").write_text(json.dumps(data, indent=1, default=str))

@@ -10,6 +10,13 @@ copies (on a GPU: the stream lanes) and host threads (XLA's thunk executor, the 
 predicate round trips). Prints, per program: the call's wall, each lane's busy time (union of
 its events), and the top events by total time, so that the launch and synchronisation overhead
 (wall minus device busy) is visible. Writes trace_<backend>.md.
+
+    python benchmarks/trace_summary.py --compile-of 20 --out /tmp/trace
+
+instead traces the compile (XLA's passes, as the compiler's own trace events) of the default
+`run` in jit at n = 2^20 and of optax's loop at that n, and lists the events by total time:
+which pass a compile's seconds go to, and whether that grows with n. Writes
+compile_trace_<backend>_<e>.md.
 """
 
 import argparse
@@ -73,6 +80,46 @@ def busy_us(intervals) -> float:
     return total
 
 
+def compile_programs(exponent: int):
+    """name -> the lowered program, not compiled: the default run and optax's at n = 2^e."""
+    fn = problems_mod._ext_rosenbrock
+    n = 1 << exponent
+    x0 = jnp.asarray(np.tile(np.float32([-1.2, 1.0]), n // 2))
+    solver = js.Solver(js.LBFGS(memory_size=10), gtol=0.0, ftol=0.0, max_steps=30)
+    cfg = peers_mod.Config(gtol=0.0, ftol=0.0, max_steps=30)
+    solve, arguments = peers_mod.optax_lbfgs(fn, x0, None, cfg).program
+    return {
+        f"jaxsearch n=2^{exponent}": jax.jit(lambda x: solver.run(fn, x, None)).lower(x0),
+        f"optax n=2^{exponent}": solve.lower(*arguments),
+    }
+
+
+def summarise_compile(name, lowered, top: int) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = pathlib.Path(tmp)
+        with jax.profiler.trace(str(directory), create_perfetto_trace=True):
+            start = time.perf_counter()
+            lowered.compile()
+            wall = time.perf_counter() - start
+        events, _ = load_events(directory)
+    totals = collections.Counter()
+    counts = collections.Counter()
+    for e in events:
+        totals[e["name"]] += e.get("dur", 0)
+        counts[e["name"]] += 1
+    lines = [
+        f"## {name}",
+        "",
+        f"compile wall: {wall:.2f} s; {len(events)} events",
+        "",
+        "| event (nested: a pass's time includes its sub-passes') | count | total s |",
+        "| --- | ---: | ---: |",
+    ]
+    for ev, total in totals.most_common(top):
+        lines.append(f"| `{ev[:90]}` | {counts[ev]} | {total / 1e6:.3f} |")
+    return lines + [""]
+
+
 def summarise(name, call, top: int) -> list[str]:
     jax.block_until_ready(call())  # compiled and warm
     jax.block_until_ready(call())
@@ -114,26 +161,35 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--compile-of", type=int, default=None, metavar="E", help="n = 2^E")
     args = p.parse_args(argv)
     device = jax.devices()[0]
+    shown = " ".join(sys.argv[1:] if argv is None else argv)
     lines = [
         f"# Where the time goes, {jax.default_backend()} "
         f"({getattr(device, 'device_kind', device)})",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; jax {jax.__version__}; "
-        "command: `benchmarks/trace_summary.py`",
+        f"command: `python benchmarks/trace_summary.py {shown}`",
         "",
     ]
-    for name, call in programs().items():
+    compiling = args.compile_of is not None
+    found = compile_programs(args.compile_of) if compiling else programs()
+    for name, call in found.items():
         try:
-            lines += summarise(name, call, args.top)
+            if compiling:
+                lines += summarise_compile(name, call, max(args.top, 30))
+            else:
+                lines += summarise(name, call, args.top)
         except Exception as error:
             lines += [f"## {name}", "", f"failed: {type(error).__name__}: {error}"[:300], ""]
         print("\n".join(lines[-3:]), flush=True)
     text = "\n".join(lines) + "\n"
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"trace_{jax.default_backend()}.md").write_text(text)
+    backend = jax.default_backend()
+    name = f"compile_trace_{backend}_{args.compile_of}" if compiling else f"trace_{backend}"
+    (out / f"{name}.md").write_text(text)
     print(text)
 
 
