@@ -65,8 +65,9 @@ class LBFGS(AbstractDirection):
     states across backends, pass `form` explicitly.
 
     A pair is stored only if it is finite after rounding to the memory dtype and satisfies the
-    curvature guard s'y > eps |s| |y|, with `eps` the machine epsilon of the least precise
-    memory dtype unless given; this keeps the implicit inverse Hessian positive definite.
+    curvature guard s'y > eps |s| |y|, with eps the machine epsilon of the least precise
+    memory dtype unless `curvature_eps` gives it; this keeps the implicit inverse Hessian
+    positive definite.
 
     Memory leaves have the dtype of their param leaf, or at least `memory_dtype` when given
     (e.g. `memory_dtype=jnp.float32` for bfloat16 or float16 params). Inner products accumulate

@@ -128,7 +128,8 @@ class SSBFGS(AbstractSelfScaled):
     """Self-scaled BFGS (Al-Baali, J. Optim. Theory Appl. 96, 1998): phi_k = 1 and
     tau_k = min(1, 1/b_k), so H is scaled up whenever the step's curvature s'B_k s / s'y says
     H_k is too small. With tau_k = 1 it is `BFGS`'s update (without BFGS's initial scaling).
-    See `AbstractSelfScaled` for the update and its guards."""
+    See `AbstractSelfScaled` for the update and its guards; `curvature_eps` is the
+    curvature guard's eps, as `BFGS`'s."""
 
     curvature_eps: float | None = eqx.field(static=True, default=None)
 
@@ -154,7 +155,8 @@ class SSBroyden(AbstractSelfScaled):
 
     (theta is the family's parameter on the Hessian B: 0 is BFGS, 1 is DFP). Where a = 0
     every member gives the same H_{k+1} up to tau, and theta- is taken as -inf. For n = 1
-    the power term is 1. See `AbstractSelfScaled` for the update and its guards."""
+    the power term is 1. See `AbstractSelfScaled` for the update and its guards;
+    `curvature_eps` is the curvature guard's eps, as `BFGS`'s."""
 
     curvature_eps: float | None = eqx.field(static=True, default=None)
 

@@ -79,7 +79,8 @@ class AbstractBacktracking(AbstractDecreaseSearch):
 
 @accepts_max_steps
 class Backtracking(AbstractBacktracking):
-    """Backtracking until the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) holds.
+    """Backtracking until the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) holds, with
+    `c1` = 1e-4 by default.
 
     Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 3.1. Each rejected trial
     (including one where f or its slope is not finite) multiplies t by `shrink`. After

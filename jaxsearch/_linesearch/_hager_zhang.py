@@ -96,20 +96,21 @@ class HagerZhang(AbstractDecreaseSearch):
     bisects towards the lower end a. Trials are capped at `max_step_size` and never lie below
     the line's resolution `min_step`.
 
-    It fails after `judged_trials` (max_trials - 1) trials, when expansion reaches `max_step_size`,
-    when the next trial would not lie strictly inside the bracket (it collapsed in floating
-    point), when the bracket is narrower than `min_step`, or when the next trial would lie
+    It fails after `judged_trials` (`max_trials` - 1; default 51) trials, when expansion reaches
+    `max_step_size`, when the next trial would not lie strictly inside the bracket (it collapsed in
+    floating point), when the bracket is narrower than `min_step`, or when the next trial would lie
     below `min_step`. When a search in Wolfe (T1) mode fails, CG_DESCENT switches to approximate
     Wolfe for good and runs the search again (unless the slope was still negative at the largest
-    step); here the switch is made the same way (from the next search on), and instead of a
-    second search the trials already evaluated are checked for T2: the one with the lowest
-    value among them is the step, with `success` True. Otherwise the search returns the trial
-    with the lowest value among those with sufficient decrease phi(t) <= phi(0) + delta t phi'(0)
-    (in approximate mode: phi(t) <= phi(0) + epsilon_k) and finite slope, or no step when there
-    is none, with `success` False. A step that was not the last trial is evaluated once more.
+    step); here the switch is made the same way (from the next search on), and instead of a second
+    search the trials already evaluated are checked for T2: the one with the lowest value among them
+    is the step, with `success` True. Otherwise the search returns the trial with the lowest value
+    among those with sufficient decrease phi(t) <= phi(0) + delta t phi'(0) (in approximate mode:
+    phi(t) <= phi(0) + epsilon_k) and finite slope, or no step when there is none, with `success`
+    False. A step that was not the last trial is evaluated once more.
 
-    Defaults are the papers' (2006, section 4): delta = 0.1, sigma = 0.9, epsilon = 1e-6,
-    theta = 0.5, gamma = 0.66, omega = 1e-3, Delta = 0.7, psi1 = 0.1, psi2 = 2, rho = 5;
+    Defaults are the papers' (2006, section 4): `delta` = 0.1, `sigma` = 0.9, `epsilon` = 1e-6,
+    `theta` = 0.5, `gamma` = 0.66, `omega` = 1e-3, `Delta` = 0.7, `psi1` = 0.1, `psi2` = 2,
+    `rho` = 5;
     `epsilon = None` (the default) is the paper's 1e-6 in float64 and 3.5e-4 in float32, whose
     rounding errors 1e-6 would not cover (`value_tolerance`).
     Requires 0 < delta < 0.5, delta <= sigma < 1, epsilon >= 0, 0 < theta < 1, 0 < gamma < 1,

@@ -166,7 +166,7 @@ class InitialHagerZhang(_Stateless):
     Their I1 (a trial at psi1 t_{k-1} and the minimiser of the quadratic through it, when
     that quadratic is convex) evaluates f before the search starts: the solver evaluates f
     only at a search's trials, so I1 is not offered; the search's own first trial at psi2
-    t_{k-1} takes its place.
+    t_{k-1} takes its place. The defaults are the paper's, `psi0` = 0.01 and `psi2` = 2.
     """
 
     psi0: Setting = 0.01

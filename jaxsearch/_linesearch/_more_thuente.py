@@ -96,9 +96,10 @@ class MoreThuente(AbstractScaleKeepingSearch):
     by the algorithm of J. J. Moré and D. J. Thuente, "Line search algorithms with
     guaranteed sufficient decrease", *ACM Trans. Math. Software* 20(3), 286–307 (1994), as
     in MINPACK-2's `dcsrch` and `dcstep` (the search inside L-BFGS-B and scipy's
-    `line_search_wolfe1`). The defaults are L-BFGS-B's: ftol, gtol and xtol as it calls
-    `dcsrch`, and its limit of 20 trials per search: `max_trials = 21`, which counts the
-    re-evaluation of the best trial of a failed search (where L-BFGS-B takes no step).
+    `line_search_wolfe1`). The defaults are L-BFGS-B's: `ftol` = 1e-3, `gtol` = 0.9 and
+    `xtol` = 0.1 as it calls `dcsrch`, and its limit of 20 trials per search:
+    `max_trials = 21`, which counts the re-evaluation of the best trial of a failed search
+    (where L-BFGS-B takes no step).
 
     The search keeps an interval [t_x, t_y] (in either order) and, while nothing is
     bracketed, extrapolates: each next trial lies in t + [1.1, 4] (t - t_x). In the first

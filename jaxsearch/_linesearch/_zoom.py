@@ -33,10 +33,12 @@ class Zoom(AbstractScaleKeepingSearch):
 
         phi(t) <= phi(0) + c1 t phi'(0)   and   |phi'(t)| <= c2 |phi'(0)|,
 
-    following Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithms 3.5 (bracketing
-    by expansion) and 3.6 (zoom). A zoom trial is the minimiser of the cubic through the
-    bracket's ends (values and slopes), else of the quadratic through phi(lo), phi'(lo) and
-    phi(hi), where it lies at least `safeguard` times the bracket's width from either end.
+    with `c1` = 1e-4 and `c2` = 0.9 by default (Nocedal & Wright's values for quasi-Newton
+    directions), following Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithms
+    3.5 (bracketing by expansion) and 3.6 (zoom). A zoom trial is the minimiser of the cubic
+    through the bracket's ends (values and slopes), else of the quadratic through phi(lo),
+    phi'(lo) and phi(hi), where it lies at least `safeguard` times the bracket's width from
+    either end.
     A cubic minimiser nearer an end (but inside, and at least the line's resolution
     `min_step` from either end) is taken while the bracket's width is below 0.66 of its width
     two trials before (Moré & Thuente's 1994 rule), else the trial bisects. So on a
