@@ -20,7 +20,7 @@ Sections (`--only`):
                the default first calls (the bound of renting before buying).
   calibration  the extra run time per evaluation that the lean options add inside a run (100
                fixed steps, lean minus default over evaluations, min of 7 interleaved calls),
-               for objectives of a few sizes, against `jaxsearch._cost`'s estimate: the
+               for objectives of a few sizes, against `jaxsearch._compile._cost`'s estimate: the
                estimate should be at least the measure (a ratio of at most 1).
   train_step   a 2-32-32-1 tanh MLP on 256 points, `Solver()`: the first call of the README's
                training step under `eqx.filter_jit`, under `js.jit`, and `solver.step` called
@@ -51,15 +51,15 @@ import speed  # noqa: E402  (it also switches the persistent compile cache off)
 from engine import MLP, pinn_loss  # noqa: E402
 
 import jaxsearch as js  # noqa: E402
-from jaxsearch import _cost, _pipeline, _programs  # noqa: E402
+from jaxsearch import _pipeline  # noqa: E402
+from jaxsearch._compile import _cost, _programs  # noqa: E402
 
 TRAIN_STEP_TARGET = 1.1
 
 
 def fresh():
     """No compiled program, kept fresh state or kept estimate survives."""
-    _pipeline.fresh_states.clear()
-    _programs._extra_kept.clear()
+    js.clear_caches()
     speed.fresh()
 
 
@@ -124,7 +124,7 @@ def problems() -> dict:
 
 def auto_choice(solver, fn, x0, args) -> str:
     """What "auto" does with a plain fresh run: "lean", "default", or "lean K steps, then
-    default" (`jaxsearch._programs.run_options`)."""
+    default" (`jaxsearch._compile._programs.run_options`)."""
     chosen, rented = _programs.run_options("auto", solver, fn, x0, args, _pipeline.Report(), None)
     if rented:
         return f"lean {rented} steps, then default"

@@ -79,7 +79,7 @@ import speed  # noqa: E402  (its measuring helpers; it also switches the compile
 from unrolled_lbfgs import UnrolledLBFGS  # noqa: E402
 
 import jaxsearch as js  # noqa: E402
-from jaxsearch import _programs  # noqa: E402
+from jaxsearch._compile import _programs  # noqa: E402
 
 CONTROL_FLOW = ("while", "cond", "scan")
 INLINE_FLOPS = 1000  # XLA's PjRt CPU client: a "cheap" program runs on the calling thread
@@ -337,10 +337,10 @@ def _abstract(tree):
 
 def first_call_as_called(call) -> dict:
     """`first_call` of a jaxsearch `run` called as it is, outside any trace: its own programs,
-    compiled as `compiler_options="auto"` chooses (`jaxsearch._programs`), each recorded where
-    `_programs.call` compiles it (the function `_programs._compiled` jits, with its options,
-    and the arguments) and its `anatomy` taken after the timed calls; "anatomy" is the run's
-    program's (the loop), "programs" every program's by function."""
+    compiled as `compiler_options="auto"` chooses (`jaxsearch._compile._programs`), each
+    recorded where `_programs.call` compiles it (the function `_programs._compiled` jits, with
+    its options, and the arguments) and its `anatomy` taken after the timed calls; "anatomy"
+    is the run's program's (the loop), "programs" every program's by function."""
     recorded = []
     compiled = _programs._compiled
 
@@ -424,9 +424,10 @@ def _ratios(solvers: dict, base: str = "optax.lbfgs loop") -> dict:
 
 def compile_small(direction=None, optimistix: bool = True) -> dict:
     """Compile of `run` on sum(x^2), n = 1000 float32, against optax's documented loop: `run`
-    called as it is (its own programs, compiled with `jaxsearch._programs.LEAN_OPTIONS` on a
-    CPU) and inside a caller's `jax.jit` (one program, XLA's default options); with
-    `optimistix`, fresh_fit.py's optimistix peers too (`optimistix_peers`, atol = gtol).
+    called as it is (its own programs, compiled with
+    `jaxsearch._compile._programs.LEAN_OPTIONS` on a CPU) and inside a caller's `jax.jit`
+    (one program, XLA's default options); with `optimistix`, fresh_fit.py's optimistix peers
+    too (`optimistix_peers`, atol = gtol).
     "solvers" holds each one's `first_call`."""
     x0 = jnp.ones(1000, jnp.float32)
     cfg = peers_mod.Config(gtol=1e-6, ftol=0.0, max_steps=100)

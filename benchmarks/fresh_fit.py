@@ -171,7 +171,7 @@ def fit(solver: str, fn, params, X, y, tol):
     if solver == "jaxsearch":
         return fit_jaxsearch(fn, params, X, y, tol)
     if solver == "jaxsearch-lean":  # what "auto" picks on a CPU below 1 MiB of x0 and args
-        from jaxsearch._programs import LEAN_OPTIONS
+        from jaxsearch._compile._programs import LEAN_OPTIONS
 
         return fit_jaxsearch(fn, params, X, y, tol, LEAN_OPTIONS)
     return _fit_optimistix(solver, fn, params, X, y, tol)

@@ -6,6 +6,7 @@ from ._adjoint import (
     UnrolledAdjoint as UnrolledAdjoint,
 )
 from ._batched import batched_run as batched_run
+from ._compile import RetraceWarning as RetraceWarning, clear_caches as clear_caches, jit as jit
 from ._direction import (
     BFGS as BFGS,
     LBFGS as LBFGS,
@@ -30,7 +31,6 @@ from ._direction import (
     unflatten_tree as unflatten_tree,
 )
 from ._history import History as History
-from ._jit import jit as jit
 from ._linesearch import (
     AbstractInitialStep as AbstractInitialStep,
     AbstractLineSearch as AbstractLineSearch,
@@ -59,7 +59,6 @@ from ._linesearch import (
     trials_before_fallback as trials_before_fallback,
 )
 from ._result import Result as Result
-from ._retrace import RetraceWarning as RetraceWarning
 from ._solver import Solver as Solver
 from ._state import BestPoint as BestPoint, SolverState as SolverState
 from ._status import Status as Status, StatusArray as StatusArray

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _closure, _evaluate, _pipeline, _programs
+from . import _evaluate, _pipeline
+from ._compile import _closure, _programs
 from ._engine import Engine
 from ._history import Report
 from ._inputs import check_fn, partition

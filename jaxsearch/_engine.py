@@ -30,6 +30,7 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from . import _evaluate
 from ._box import Box
+from ._compile import PackedState, pack, packed
 from ._direction import DirectionInfo
 from ._direction._base import dense_least_squares, least_squares
 from ._history import FIELDS, History, Report, step_record
@@ -51,7 +52,6 @@ from ._misc import (
     tree_zeros_like,
     widest_float,
 )
-from ._packing import PackedState, pack, packed
 from ._state import BestPoint, SolverState
 from ._status import KEPT, Status
 from ._stopping import step_status

@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jax import lax
-from jax._src.lax import lax as lax_internal
 from jax.sharding import NamedSharding, PartitionSpec
 from jaxtyping import Array, Bool, PyTree, Real, Scalar
+
+from ._private_jax import with_weak_type
 
 try:  # public in jax.experimental up to jax 0.10
     from jax.experimental.shard_alike import shard_alike
@@ -249,7 +250,7 @@ def tree_cast_to_avals(a: PyTree, like: PyTree) -> PyTree:
 
     def cast(x, y):
         weak = bool(getattr(jax.typeof(y), "weak_type", False))
-        return lax_internal._convert_element_type(x, y.dtype, weak_type=weak)
+        return with_weak_type(x, y.dtype, weak)
 
     return jtu.tree_map(cast, a, like)
 
@@ -328,7 +329,7 @@ def weak_settings(module: PyTree) -> PyTree:
     def weak(x):
         if not eqx.is_array(x):
             return x
-        return lax_internal._convert_element_type(x, np.dtype(x.dtype), weak_type=True)
+        return with_weak_type(x, np.dtype(x.dtype))
 
     return jtu.tree_map(weak, module)
 

@@ -11,7 +11,8 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PyTree, Scalar
 
-from . import _pipeline, _programs
+from . import _pipeline
+from ._compile import _programs
 from ._inputs import partition
 from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm
 from ._state import BestPoint, SolverState, fingerprint

@@ -18,9 +18,10 @@ import jax.tree_util as jtu
 import numpy as np
 from jax import lax
 
-from . import _closure, _computation, _evaluate, _programs, _retrace
+from . import _evaluate
 from ._adjoint import Problem
 from ._box import Box, check_order
+from ._compile import Kept, _closure, _computation, _programs, _retrace, bounded_cache, packed
 from ._complex import OnRealView, check_complex, complex_params, real_params
 from ._direction._base import least_squares
 from ._engine import Engine, Machine, gradient_norm
@@ -50,7 +51,6 @@ from ._misc import (
     widest_float,
     with_fields,
 )
-from ._packing import packed
 from ._result import Result
 from ._state import BestPoint, SolverState, fingerprint, fingerprint_dtype, same_point
 from ._status import CAUSES, Cause, Status, stop_message
@@ -223,8 +223,7 @@ def resumed_state(state, value_dtype) -> SolverState:
 # fresh and a resumed run call the same compiled run. A small state (not donated) is kept for
 # the next run: it depends only on the solver, fn, the avals and shardings of x0 and args,
 # and the line search; building it again would cost a small problem as much as its run.
-fresh_states: dict = {}
-_FRESH_STATES_KEPT = 16
+fresh_states = Kept(16)
 
 
 def fresh_run_state(solver, search, fn, x0, args, value_dtype, plain: bool, options):
@@ -255,9 +254,7 @@ def fresh_run_state(solver, search, fn, x0, args, value_dtype, plain: bool, opti
     state = build()
     if _programs.donated(state):
         return state, True
-    if len(fresh_states) >= _FRESH_STATES_KEPT:
-        fresh_states.pop(next(iter(fresh_states)))
-    fresh_states[key] = (solver, state)
+    fresh_states.put(key, (solver, state))
     return state, False
 
 
@@ -286,7 +283,7 @@ def report(history: bool, callback, verbose: bool, progress: bool) -> Report:
         return Report(history, callback, verbose, progress)
 
 
-_kept_report = functools.lru_cache(maxsize=64)(Report)
+_kept_report = bounded_cache(64)(Report)
 
 
 def run(

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
-from . import _pipeline, _programs
+from . import _pipeline
 from ._adjoint import AbstractAdjoint
+from ._compile import _programs
 from ._direction import AbstractDirection
 from ._inputs import check_fn, floating_dtype, solver_settings
 from ._linesearch import AbstractInitialStep, AbstractLineSearch

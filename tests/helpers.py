@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxsearch as js
-from jaxsearch import _programs
+from jaxsearch._compile import _programs
 
 
 def spread_diagonal(v):

@@ -1,7 +1,8 @@
 """`compiler_options` of `run`, "auto"'s choice by the estimated cost of a run
-(`jaxsearch._cost`, `jaxsearch._programs`), and `js.jit`, which compiles a training step with
-the options `step` gets. Structure only (which options reach the compiler, how many compiles,
-what the cost counter counts): the timings are in benchmarks/compile_options.py."""
+(`jaxsearch._compile._cost`, `jaxsearch._compile._programs`), and `js.jit`, which compiles a
+training step with the options `step` gets. Structure only (which options reach the compiler,
+how many compiles, what the cost counter counts): the timings are in
+benchmarks/compile_options.py."""
 
 import math
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch import _cost, _jit, _programs
+from jaxsearch._compile import _cost, _jit, _programs
 
 on_cpu = pytest.mark.skipif(jax.default_backend() != "cpu", reason="lean options are CPU's")
 LEAN = _programs.LEAN_ITEMS

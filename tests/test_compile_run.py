@@ -157,7 +157,8 @@ def test_run_dispatch_paths(monkeypatch):
     """Arrays everywhere and a hashable fn: `run` goes through jax.jit (not equinox's
     filtering); any other leaf (here a Python float in args, a function in params) takes the
     filtered path. Both solve the same problem to the same point."""
-    from jaxsearch import _pipeline, _programs
+    from jaxsearch import _pipeline
+    from jaxsearch._compile import _programs
 
     solver = make_solver("LBFGS", "Zoom")
     x0, scale = jnp.array([3.0, -2.0]), jnp.asarray(2.0)

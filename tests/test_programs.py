@@ -1,4 +1,4 @@
-"""How `run` and `step` called outside a trace are compiled (`jaxsearch._programs`): small
+"""How `run` and `step` called outside a trace are compiled (`jaxsearch._compile._programs`): small
 problems on a CPU with XLA's lean options, others with its defaults, and every program with
 the defaults where a jaxlib refuses an option."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch import _programs
+from jaxsearch._compile import _programs
 
 from .problems import rosenbrock
 

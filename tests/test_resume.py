@@ -260,7 +260,8 @@ def test_state_from_a_checkpoint_resumes(tmp_path):
 def test_a_large_state_is_donated_never_the_callers(monkeypatch):
     """A state of 1 MiB or more is donated to the run (its buffers become the loop's and
     the result's), a resumed run's as a copy: the caller's stays valid."""
-    from jaxsearch import _pipeline, _programs
+    from jaxsearch import _pipeline
+    from jaxsearch._compile import _programs
 
     given = []
     call = _programs.call

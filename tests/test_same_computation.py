@@ -1,4 +1,4 @@
-"""New closures over the same computation share one compile (`jaxsearch._computation`): a
+"""New closures over the same computation share one compile (`jaxsearch._compile._computation`): a
 library that builds its loss as a new closure for every fit compiles the solver once. Closures
 that compute something else (other captured arrays, other constants, another custom rule) do
 not share, and each gets its own answer."""
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch import _computation
+from jaxsearch._compile import _computation
 
 from .helpers import solver
 

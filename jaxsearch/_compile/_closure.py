@@ -19,7 +19,8 @@ import jax
 import jax.extend
 import jax.tree_util as jtu
 
-from . import _evaluate, _programs
+from .. import _evaluate
+from . import _programs
 
 
 class ClosedOver:

@@ -33,7 +33,8 @@ import jax.extend
 import jax.tree_util as jtu
 import numpy as np
 
-from . import _evaluate
+from .. import _evaluate
+from ._caches import Kept
 
 
 class _NotComparable(Exception):
@@ -79,9 +80,8 @@ def _constant_hash(constant: np.ndarray) -> int:
 # The functions whose jaxpr had no value to compare (their own stand-ins), while they live.
 incomparable: "weakref.WeakSet" = weakref.WeakSet()
 
-# Stand-ins kept by fn and the call's argument types: the last `_KEPT`.
-_kept: dict = {}
-_KEPT = 64
+# Stand-ins kept by fn and the call's argument types: the last 64.
+_kept = Kept(64)
 
 
 def by_computation(
@@ -121,9 +121,7 @@ def by_computation(
         return fn
     else:
         _evaluate.share(traced, stand_in, params, args)
-    if len(_kept) >= _KEPT:
-        _kept.pop(next(iter(_kept)))
-    _kept[key] = stand_in
+    _kept.put(key, stand_in)
     return stand_in
 
 

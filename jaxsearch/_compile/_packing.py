@@ -16,8 +16,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src.lax import lax as lax_internal
 from jaxtyping import PyTree
+
+from .._private_jax import with_weak_type
 
 PACKED_SIZE = 64  # a leaf of fewer elements is packed (at most 63 * itemsize bytes each)
 
@@ -129,7 +130,7 @@ def _replicated(buffer):
 
 
 def _unpack_weak(leaf):
-    return lax_internal._convert_element_type(leaf, leaf.dtype, weak_type=True)
+    return with_weak_type(leaf, leaf.dtype)
 
 
 def _unpack(places: tuple, buffers: tuple) -> list:

@@ -10,6 +10,7 @@ import weakref
 import jax
 import numpy as np
 
+from ._caches import Kept
 from ._closure import ClosedOver
 from ._computation import Computation, incomparable
 
@@ -29,7 +30,7 @@ class _Seen:
         self.warned = False
 
 
-_seen: dict = {}
+_seen = Kept(256)
 
 # Whether the call being traced compiles its own programs (`_programs.compiled_per_call`):
 # inside a caller's `jax.jit`, the caller's compile decides, and nothing here is a retrace.
@@ -95,7 +96,7 @@ def note_trace(entry: str, solver, fn, arguments) -> None:
         return
     seen = _seen.get(key)
     if seen is None:
-        _seen[key] = _Seen(fn)
+        _seen.put(key, _Seen(fn))
         return
     if seen.fn() is fn:  # the same object: a retrace for another reason (e.g. a static arg)
         return

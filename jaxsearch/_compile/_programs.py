@@ -37,7 +37,6 @@ the call top to bottom), and how it is compiled.
 """
 
 import contextvars
-import functools
 import math
 import sys
 from typing import Any, Literal
@@ -46,10 +45,18 @@ import equinox as eqx
 import jax
 import jax.tree_util as jtu
 import numpy as np
-from jax.interpreters import partial_eval
 
-from . import _cost, _evaluate
-from ._misc import leaves
+from .. import _evaluate
+from .._misc import leaves
+from .._private_jax import (
+    BatchTracer,
+    DynamicJaxprTracer,
+    JVPTracer,
+    LinearizeTracer,
+    trace_state_clean,
+)
+from . import _cost
+from ._caches import Kept, bounded_cache
 
 DONATE_BYTES = 1 << 20
 LEAN_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
@@ -95,8 +102,7 @@ def compiled_per_call(tree) -> bool:
 def differentiated_forward(tree) -> bool:
     """Whether a leaf of `tree` is a `jax.jvp` tracer (under any `jax.vmap`s): the call is
     differentiated in forward mode (`jax.jacfwd` too)."""
-    jvp = tuple(kind for kind in _differentiation_tracers() if kind.__name__ == "JVPTracer")
-    return any(isinstance(unbatched(leaf), jvp) for leaf in leaves(tree))
+    return any(isinstance(unbatched(leaf), JVPTracer) for leaf in leaves(tree))
 
 
 def _primal(leaf):
@@ -108,21 +114,11 @@ def _primal(leaf):
 
 
 def _differentiation_tracers() -> tuple[type, ...]:
-    try:
-        from jax._src.interpreters import ad
-    except ImportError:  # a later jax: nothing is taken as differentiated
-        return ()
-    return tuple(
-        getattr(ad, name) for name in ("JVPTracer", "LinearizeTracer") if hasattr(ad, name)
-    )
+    return (JVPTracer, LinearizeTracer)
 
 
 def _batch_tracer() -> tuple[type, ...]:
-    try:
-        from jax._src.interpreters import batching
-    except ImportError:  # a later jax: nothing is taken as batched
-        return ()
-    return (batching.BatchTracer,)
+    return (BatchTracer,)
 
 
 def batched(tree) -> bool:
@@ -159,10 +155,6 @@ def _problems(tree) -> int:
 
 def top_level() -> bool:
     """Whether no trace is under way (jax accepts compile options on top-level jits only)."""
-    try:
-        from jax._src.core import trace_state_clean
-    except ImportError:  # a later jax: no lean options rather than an error
-        return False
     return trace_state_clean()
 
 
@@ -255,15 +247,14 @@ def splits(solver, report) -> bool:
 
 
 # The estimate per evaluation, kept by fn and the avals (and other leaves) of params and args.
-_extra_kept: dict = {}
-_EXTRA_KEPT = 64
+_extra_kept = Kept(64)
 
 
 def _extra_per_evaluation(fn, params, args: tuple) -> float:
     flat, treedef = jtu.tree_flatten((params, args))
     arrays = [leaf for leaf in flat if eqx.is_array(leaf)]
     traced = any(
-        isinstance(leaf, jax.core.Tracer) and not isinstance(leaf, partial_eval.DynamicJaxprTracer)
+        isinstance(leaf, jax.core.Tracer) and not isinstance(leaf, DynamicJaxprTracer)
         for leaf in arrays
     )
     if traced:  # a transformation's: priced per problem only under eager vmaps
@@ -299,9 +290,7 @@ def _extra_per_evaluation(fn, params, args: tuple) -> float:
     )
     extra = _cost.lean_extra_seconds(_cost.work(jaxpr), parameters)
     if key is not None:
-        if len(_extra_kept) >= _EXTRA_KEPT:
-            _extra_kept.pop(next(iter(_extra_kept)))
-        _extra_kept[key] = extra
+        _extra_kept.put(key, extra)
     return extra
 
 
@@ -351,12 +340,11 @@ def _vmapped_in_pricing(tree) -> bool:
     a jaxpr (`js.jit`'s pricing trace, or a `jax.jit` inside it: one program with it)."""
     inner = [unbatched(leaf) for leaf in leaves(tree)]
     return all(
-        not isinstance(x, jax.core.Tracer) or isinstance(x, partial_eval.DynamicJaxprTracer)
-        for x in inner
+        not isinstance(x, jax.core.Tracer) or isinstance(x, DynamicJaxprTracer) for x in inner
     )
 
 
-@functools.cache
+@bounded_cache(256)
 def _compiled(fun, filtered: bool, donated: int | None, options, static_argnums: tuple):
     """`fun` under `eqx.filter_jit` (`filtered`: all arguments but the first donated when
     `donated` is not None) or `jax.jit` with `static_argnums` (argument `donated` donated);
