@@ -78,7 +78,9 @@ def network(widths, rows: int, seed: int = 0):
     return params, (x, y), loss
 
 
-def step_row(quick: bool, steps: int = 20, reps: int = 5) -> dict:
+def training_steps(quick: bool):
+    """(params, data, loss, {name: (jitted step, its first state)}): the step row's steps,
+    jaxsearch's under `eqx.filter_jit` and `js.jit` and optax's documented update."""
     params, data, loss = network((64, 32, 1) if quick else (64, 256, 1), 512 if quick else 4096)
     solver = js.Solver(js.LBFGS(), js.Zoom(), gtol=0.0, ftol=0.0, max_steps=10**9)
 
@@ -96,6 +98,21 @@ def step_row(quick: bool, steps: int = 20, reps: int = 5) -> dict:
         )
         return optax.apply_updates(p, updates), state
 
+    return (
+        params,
+        data,
+        loss,
+        {
+            "jaxsearch eqx.filter_jit": (eqx.filter_jit(ours), solver.init(params, jnp.float32)),
+            "jaxsearch js.jit": (js.jit(ours), solver.init(params, jnp.float32)),
+            "optax jax.jit": (theirs, opt.init(params)),
+        },
+    )
+
+
+def step_row(quick: bool, steps: int = 20, reps: int = 5) -> dict:
+    params, data, loss, steps_of = training_steps(quick)
+
     def block(step, state):
         def run():
             p, s = params, state
@@ -105,11 +122,6 @@ def step_row(quick: bool, steps: int = 20, reps: int = 5) -> dict:
 
         return run
 
-    steps_of = {
-        "jaxsearch eqx.filter_jit": (eqx.filter_jit(ours), solver.init(params, jnp.float32)),
-        "jaxsearch js.jit": (js.jit(ours), solver.init(params, jnp.float32)),
-        "optax jax.jit": (theirs, opt.init(params)),
-    }
     row = {}
     for name, (step, state) in steps_of.items():  # first calls, each from cleared caches
         jax.clear_caches()
@@ -128,13 +140,19 @@ def step_row(quick: bool, steps: int = 20, reps: int = 5) -> dict:
     return row
 
 
-def mlp_row(quick: bool, reps: int = 3) -> dict:
+def mlp_runs(quick: bool):
+    """(params, steps, jaxsearch's run in `jax.jit` as a function of params, optax's loop as
+    a zero-argument call): the mlp row's runs."""
     params, data, loss = network((64, 32, 32, 1) if quick else (64, 512, 512, 1), 4096)
     steps = 50 if quick else 200
     cfg = peers_mod.Config(gtol=0.0, ftol=0.0, max_steps=steps)
     solver = js.Solver(js.LBFGS(), js.Zoom(), gtol=0.0, ftol=0.0, max_steps=steps)
     ours = jax.jit(lambda p: solver.run(loss, p, data).params)
-    theirs = peers_mod.optax_lbfgs(loss, params, data, cfg)
+    return params, steps, ours, peers_mod.optax_lbfgs(loss, params, data, cfg)
+
+
+def mlp_row(quick: bool, reps: int = 3) -> dict:
+    params, steps, ours, theirs = mlp_runs(quick)
     row = {"parameters": sum(leaf.size for leaf in jax.tree.leaves(params)), "steps": steps}
     jax.clear_caches()
     row["jaxsearch_first_call_s"] = timed(lambda: ours(params))

@@ -17,6 +17,11 @@ instead traces the compile (XLA's passes, as the compiler's own trace events) of
 `run` in jit at n = 2^20 and of optax's loop at that n, and lists the events by total time:
 which pass a compile's seconds go to, and whether that grows with n. Writes
 compile_trace_<backend>_<e>.md.
+
+    python benchmarks/trace_summary.py --networks [--quick] --out /tmp/trace
+
+traces networks.py's training steps (a block of 5 steps of each) and its MLP runs instead
+(trace_networks_<backend>.md).
 """
 
 import argparse
@@ -53,6 +58,29 @@ def programs():
         cfg = peers_mod.Config(gtol=gtol, ftol=0.0, max_steps=1000)
         solve, arguments = peers_mod.optax_lbfgs(fn, x0, None, cfg).program
         out[f"optax n={n}"] = lambda solve=solve, arguments=arguments: solve(*arguments)
+    return out
+
+
+def network_programs(quick: bool):
+    """name -> zero-argument call: networks.py's training steps (a block of 5 steps, each
+    dispatched) and its MLP runs (the whole run in `jax.jit`)."""
+    import networks
+
+    params, _, _, steps_of = networks.training_steps(quick)
+    out = {}
+    for name, (step, state) in steps_of.items():
+
+        def block(step=step, state=state):
+            p, s = params, state
+            for _ in range(5):
+                p, s = step(p, s)
+            return p, s
+
+        out[f"training step, {name} (5 steps)"] = block
+    mlp_params, steps, ours, theirs = networks.mlp_runs(quick)
+    out[f"MLP run, jaxsearch ({steps} steps)"] = lambda: ours(mlp_params)
+    solve, arguments = theirs.program
+    out[f"MLP run, optax ({steps} steps)"] = lambda: solve(*arguments)
     return out
 
 
@@ -162,6 +190,8 @@ def main(argv=None):
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--out", default=str(HERE / "results"))
     p.add_argument("--compile-of", type=int, default=None, metavar="E", help="n = 2^E")
+    p.add_argument("--networks", action="store_true", help="networks.py's steps and MLP runs")
+    p.add_argument("--quick", action="store_true", help="with --networks: their small sizes")
     args = p.parse_args(argv)
     device = jax.devices()[0]
     shown = " ".join(sys.argv[1:] if argv is None else argv)
@@ -174,7 +204,10 @@ def main(argv=None):
         "",
     ]
     compiling = args.compile_of is not None
-    found = compile_programs(args.compile_of) if compiling else programs()
+    if compiling:
+        found = compile_programs(args.compile_of)
+    else:
+        found = network_programs(args.quick) if args.networks else programs()
     for name, call in found.items():
         try:
             if compiling:
@@ -189,6 +222,8 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     backend = jax.default_backend()
     name = f"compile_trace_{backend}_{args.compile_of}" if compiling else f"trace_{backend}"
+    if args.networks:
+        name = f"trace_networks_{backend}"
     (out / f"{name}.md").write_text(text)
     print(text)
 
