@@ -7,9 +7,11 @@ For each program (the default jaxsearch `run` on extended Rosenbrock, float32, a
 to the same gtol: engine.py's `small` and `large` rows), one warm call is traced
 (`create_perfetto_trace=True`) and its events summed by name per lane: device kernels and
 copies (on a GPU: the stream lanes) and host threads (XLA's thunk executor, the while loop's
-predicate round trips). Prints, per program: the call's wall, each lane's busy time (union of
-its events), and the top events by total time, so that the launch and synchronisation overhead
-(wall minus device busy) is visible. Writes trace_<backend>.md.
+predicate round trips). A device event named after an HLO instruction is given the file and
+function that traced it (from the compiled program's stack frames). Prints, per program: the
+call's wall, each lane's busy time (union of its events), and the top events by total time, so
+that the launch and synchronisation overhead (wall minus device busy) is visible. Writes
+trace_<backend>.md.
 
     python benchmarks/trace_summary.py --compile-of 20 --out /tmp/trace
 
@@ -29,6 +31,7 @@ import collections
 import gzip
 import json
 import pathlib
+import re
 import sys
 import tempfile
 import time
@@ -54,11 +57,34 @@ def programs():
         x0 = jnp.asarray(np.tile(np.float32([-1.2, 1.0]), n // 2))
         solver = js.Solver(gtol=gtol, ftol=0.0, max_steps=1000)
         run = jax.jit(lambda x, solver=solver: solver.run(fn, x, None).params)
-        out[f"jaxsearch n={n}"] = lambda run=run, x0=x0: run(x0)
+        out[f"jaxsearch n={n}"] = with_hlo(lambda run=run, x0=x0: run(x0), run, x0)
         cfg = peers_mod.Config(gtol=gtol, ftol=0.0, max_steps=1000)
         solve, arguments = peers_mod.optax_lbfgs(fn, x0, None, cfg).program
-        out[f"optax n={n}"] = lambda solve=solve, arguments=arguments: solve(*arguments)
+        out[f"optax n={n}"] = with_hlo(
+            lambda solve=solve, arguments=arguments: solve(*arguments), solve, *arguments
+        )
     return out
+
+
+def with_hlo(call, jitted, *arguments):
+    """`call`, with `call.hlo()` the optimised HLO text of `jitted` on `arguments`, so that
+    the device events (named after the HLO's instructions) can be traced to their source."""
+    call.hlo = lambda: jitted.lower(*arguments).compile().as_text()
+    return call
+
+
+def instruction_sources(text: str) -> dict[str, str]:
+    """HLO instruction name -> "file:function" where it was traced (engine.py's
+    `kernel_source`: a jaxsearch file by its module path, "none" where XLA made it)."""
+    import engine
+
+    frames = engine._frame_files(text)
+    found = {}
+    for line in text.splitlines():
+        named = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = ", line)
+        if named:
+            found[named.group(1)] = engine.kernel_source(line, frames)
+    return found
 
 
 def network_programs(quick: bool):
@@ -151,6 +177,7 @@ def summarise_compile(name, lowered, top: int) -> list[str]:
 def summarise(name, call, top: int) -> list[str]:
     jax.block_until_ready(call())  # compiled and warm
     jax.block_until_ready(call())
+    sources = instruction_sources(call.hlo()) if hasattr(call, "hlo") else {}
     with tempfile.TemporaryDirectory() as tmp:
         directory = pathlib.Path(tmp)
         with jax.profiler.trace(str(directory), create_perfetto_trace=True):
@@ -174,12 +201,14 @@ def summarise(name, call, top: int) -> list[str]:
             f"### {lane}{' (device)' if device else ''}: {len(evs)} events, busy "
             f"{span / 1e3:.3f} ms",
             "",
-            "| event | count | total ms | mean us |",
-            "| --- | ---: | ---: | ---: |",
+            "| event | count | total ms | mean us | traced at |",
+            "| --- | ---: | ---: | ---: | --- |",
         ]
         for ev, total in totals.most_common(top):
+            source = sources.get(ev, "") if device else ""
             lines.append(
-                f"| `{ev[:80]}` | {counts[ev]} | {total / 1e3:.3f} | {total / counts[ev]:.2f} |"
+                f"| `{ev[:80]}` | {counts[ev]} | {total / 1e3:.3f} | {total / counts[ev]:.2f} "
+                f"| {source} |"
             )
         lines.append("")
     return lines
