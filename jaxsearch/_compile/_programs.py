@@ -107,29 +107,21 @@ def differentiated_forward(tree) -> bool:
 
 def _primal(leaf):
     """The value under the `jax.vmap`, `jax.jvp` and `jax.grad` tracers around `leaf`."""
-    kinds = _batch_tracer() + _differentiation_tracers()
+    kinds = (BatchTracer, JVPTracer, LinearizeTracer)
     while isinstance(leaf, kinds):
-        leaf = leaf.val if isinstance(leaf, _batch_tracer()) else leaf.primal  # type: ignore
+        leaf = leaf.val if isinstance(leaf, BatchTracer) else leaf.primal  # type: ignore
     return leaf
-
-
-def _differentiation_tracers() -> tuple[type, ...]:
-    return (JVPTracer, LinearizeTracer)
-
-
-def _batch_tracer() -> tuple[type, ...]:
-    return (BatchTracer,)
 
 
 def batched(tree) -> bool:
     """Whether a leaf of `tree` is a `jax.vmap` tracer (eager, or inside another trace)."""
-    return any(isinstance(leaf, _batch_tracer()) for leaf in leaves(tree))
+    return any(isinstance(leaf, BatchTracer) for leaf in leaves(tree))
 
 
 def unbatched(leaf):
     """The value under the `jax.vmap` tracers around `leaf` (nested ones included): the whole
     batch's array of an eager vmap."""
-    while isinstance(leaf, _batch_tracer()):
+    while isinstance(leaf, BatchTracer):
         leaf = leaf.val  # type: ignore[attr-defined]
     return leaf
 
@@ -146,7 +138,7 @@ def _problems(tree) -> int:
     """The product of the batch sizes of the `jax.vmap`s around the leaves of `tree`."""
     problems = 1
     for leaf in leaves(tree):
-        if eqx.is_array(leaf) and isinstance(leaf, _batch_tracer()):
+        if eqx.is_array(leaf) and isinstance(leaf, BatchTracer):
             per_problem = math.prod(jax.typeof(leaf).shape)
             whole = math.prod(jax.numpy.shape(unbatched(leaf)))
             problems = max(problems, whole // max(per_problem, 1))

@@ -114,7 +114,7 @@ def _write_batched(axis_size, in_batched, buffer, index, new, keep):
         return x if is_batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
 
     buffer, new, keep = batched(buffer, buffer_b), batched(new, new_b), batched(keep, keep_b)
-    if not index_b:
+    if not index_b:  # written along axis 1 by hand: vmap would make the write a scatter
         row = lax.dynamic_index_in_dim(buffer, index, 1, False)
         keep = keep.reshape(keep.shape + (1,) * (new.ndim - 1))
         return lax.dynamic_update_index_in_dim(buffer, jnp.where(keep, new, row), index, 1), True
