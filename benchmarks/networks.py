@@ -17,6 +17,8 @@ Rows (`--only`):
   mlp       200 L-BFGS steps of MLP 64-512-512-1 (4096 rows; --quick 64-32-32-1, 50 steps),
             the whole run in `jax.jit` (gtol 0, so every run takes its budget): first call and
             wall, over optax's loop (benchmarks/peers.py) with the same budget;
+  searches  the mlp row's run with Zoom, HagerZhang and Backtracking, and optax's, under
+            matmul precision "default" and "highest": evaluations, final loss and wall;
   rosen     extended Rosenbrock, L-BFGS (m = 10) per step and compile at n = 2^20, 2^22 and
             2^24 (--quick 2^14, 2^16): 30 steps in `jax.jit` (gtol 0), the wall per step over
             the floor of (4m + 8) n 4-byte words at `--bandwidth` GB/s (819: a TPU v5e's HBM),
@@ -256,7 +258,75 @@ def batched_row(quick: bool, reps: int = 3) -> dict:
     }
 
 
-ROWS = {"step": step_row, "mlp": mlp_row, "rosen": rosen_row, "batched": batched_row}
+def optax_counted_run(loss, params, data, steps: int):
+    """optax.lbfgs's loop (as peers.py's) for `steps` steps, in `jax.jit`, returning (params,
+    the evaluations its zoom searches used: the sum of `num_linesearch_steps`)."""
+    import optax.tree_utils as otu
+
+    opt = optax.lbfgs()
+    fun = functools.partial(loss, args=data)
+    value_and_grad = optax.value_and_grad_from_state(fun)
+
+    def step(carry):
+        p, state, evals = carry
+        value, grad = value_and_grad(p, state=state)
+        updates, state = opt.update(grad, state, p, value=value, grad=grad, value_fn=fun)
+        return (
+            optax.apply_updates(p, updates),
+            state,
+            evals + otu.tree_get(state, "num_linesearch_steps"),
+        )
+
+    def run(p):
+        init = (p, opt.init(p), jnp.zeros((), jnp.int32))
+        p, state, evals = jax.lax.while_loop(
+            lambda c: otu.tree_get(c[1], "count") < steps, step, init
+        )
+        return p, evals
+
+    return jax.jit(run)
+
+
+def searches_row(quick: bool, reps: int = 3) -> dict:
+    """The mlp row's run by line search and by matmul precision: evaluations, final loss and
+    wall. On a TPU, float32 matmuls at default precision round their inputs to bfloat16, so
+    f is constant over steps that move the weights below bfloat16's resolution, and a search
+    that narrows its bracket there evaluates the same numbers again until its trial cap."""
+    params, data, loss = network((64, 32, 32, 1) if quick else (64, 512, 512, 1), 4096)
+    steps = 50 if quick else 200
+    row: dict = {"steps": steps}
+    for precision in ("default", "highest"):
+        with jax.default_matmul_precision(precision):
+            for name, search in (
+                ("Zoom", js.Zoom()),
+                ("HagerZhang", js.HagerZhang()),
+                ("Backtracking", js.Backtracking()),
+            ):
+                solver = js.Solver(js.LBFGS(), search, gtol=0.0, ftol=0.0, max_steps=steps)
+                run = jax.jit(lambda p, solver=solver: solver.run(loss, p, data))
+                result = jax.block_until_ready(run(params))
+                row[f"jaxsearch {name} {precision}"] = {
+                    "evals": int(result.num_fun_evals),
+                    "loss": float(result.value),
+                    "s": min_wall(lambda run=run: run(params).params, reps),
+                }
+            theirs = optax_counted_run(loss, params, data, steps)
+            found, evals = jax.block_until_ready(theirs(params))
+            row[f"optax {precision}"] = {
+                "evals": int(evals),
+                "loss": float(loss(found, data)),
+                "s": min_wall(lambda theirs=theirs: theirs(params), reps),
+            }
+    return row
+
+
+ROWS = {
+    "step": step_row,
+    "mlp": mlp_row,
+    "searches": searches_row,
+    "rosen": rosen_row,
+    "batched": batched_row,
+}
 
 
 def markdown(data: dict, meta: str) -> str:
@@ -287,6 +357,18 @@ def markdown(data: dict, meta: str) -> str:
             f"| run s | {mlp['jaxsearch_s']:.3f} | {mlp['optax_s']:.3f} | {mlp['ratio']:.2f} |",
             "",
         ]
+    searches = data.get("searches")
+    if isinstance(searches, dict) and "error" not in searches:
+        lines += [
+            f"## The MLP run by line search and matmul precision ({searches['steps']} steps)",
+            "",
+            "| run | evaluations | final loss | run s |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for name, r in searches.items():
+            if isinstance(r, dict):
+                lines.append(f"| {name} | {r['evals']} | {r['loss']:.3g} | {r['s']:.3f} |")
+        lines.append("")
     rosen = data.get("rosen")
     if isinstance(rosen, dict) and "error" not in rosen:
         lines += [

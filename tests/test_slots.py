@@ -206,10 +206,10 @@ def test_tpu_path_writes_without_scatter(selected, n):
 
 @pytest.mark.program_shape
 @pytest.mark.parametrize("batched", ["one problem", "shared slot"])
-def test_tpu_path_writes_one_row_unless_each_problem_has_its_slot(selected, batched):
-    """On the TPU's path, a write whose slot is not batched is one row written in place (a
-    dynamic_update_slice), not a select over the whole buffer: at n = 10^6 that select took
-    0.39 ms of each evaluation on a TPU v5e."""
+def test_tpu_path_writes_by_select_even_where_the_slot_is_shared(selected, batched):
+    """On the TPU's path a write is a select over the whole buffer even where the slot index
+    is not batched: a slice written in place there made the MLP run of
+    benchmarks/networks.py 58% slower on a TPU v5e (0.106 to 0.168 s; `_slots`' docstring)."""
     m, n = 7, 3000
     write = _slots.with_slot
     arguments = (jnp.zeros((m, n)), jnp.int32(2), jnp.ones(n), jnp.bool_(True))
@@ -218,23 +218,6 @@ def test_tpu_path_writes_one_row_unless_each_problem_has_its_slot(selected, batc
         arguments = (jnp.zeros((4, m, n)), jnp.int32(2), jnp.ones((4, n)), jnp.ones(4, bool))
     eqns = list(all_eqns(jax.make_jaxpr(write)(*arguments).jaxpr))
     shape = arguments[0].shape
-    assert [e for e in eqns if e.primitive.name == "dynamic_update_slice"]
-    assert not [
-        e for e in eqns if e.primitive.name == "select_n" and e.outvars[0].aval.shape == shape
-    ]
+    assert not [e for e in eqns if e.primitive.name == "dynamic_update_slice"]
+    assert [e for e in eqns if e.primitive.name == "select_n" and e.outvars[0].aval.shape == shape]
     assert not [e for e in eqns if "scatter" in e.primitive.name]
-
-
-@pytest.mark.program_shape
-def test_tpu_path_large_run_has_no_select_over_its_memory(selected):
-    """An L-BFGS run on the TPU's path over buffers above `SELECT_LIMIT`, not vmapped, reads
-    and writes its memory by slices: no select as large as a buffer is left."""
-    n, m = 2000, 10
-    solver = js.Solver(js.LBFGS(memory_size=m, form="two_loop"), gtol=1e-4, max_steps=50)
-    fn = lambda x: jnp.sum((x - 1.0) ** 2 * jnp.arange(1.0, n + 1.0))  # noqa: E731
-    jaxpr = jax.make_jaxpr(lambda x: solver.run(fn, x).params)(jnp.zeros(n))
-    eqns = list(all_eqns(jaxpr.jaxpr))
-    assert [e for e in eqns if e.primitive.name == "dynamic_update_slice"]
-    assert not [
-        e for e in eqns if e.primitive.name == "select_n" and e.outvars[0].aval.shape == (m, n)
-    ]

@@ -8,15 +8,14 @@ selects), and a vmapped scatter inside a `lax.while_loop` wrote wrong rows: with
 `mode="drop"` from 30,920 buffer rows on, and in bounds too at 4000 problems of (10, 1000)
 buffers (`benchmarks/tpu_vmap_failures.py`; benchmarks/results/tpu_vmap_failures_tpu.md).
 
-So on a TPU a write whose slot index is batched (each problem its own `head`, under vmap) is
-a select over the slots, a masked replace that reads and writes the whole buffer and is right
-under any vmap; a write whose index is not batched (one problem, or problems that share the
-slot) is a slice, one row read and one written, in place. `jax.custom_batching.custom_vmap`
-tells the two apart when vmap batches the write, and a `jax.custom_jvp` around it gives the
-write its derivative (custom_vmap has no transpose; the tangent is written by the select).
-On a TPU at n = 10^6 the select over (10, n) buffers took 0.39 ms of each evaluation
-(benchmarks/results/trace_tpu.md). A read is a masked sum over the slots for a buffer of at
-most `SELECT_LIMIT` elements, and a slice above (vmapped gathers read right).
+So on a TPU every write is a select over the slots (a masked replace), whatever the size
+and whether or not vmap batches the slot index: it reads and writes the whole buffer, and is
+right under any vmap. A write of one row in place where the index is not batched (a
+`custom_vmap` rule) was tried and measured against it on a TPU v5e: 8% faster a step for
+L-BFGS at n = 2^20 (one 1-D leaf, 1.20 to 1.10 ms), 58% slower for the whole MLP run of
+benchmarks/networks.py (six 2-D leaves, about five evaluations a step: 0.106 to 0.168 s).
+A read is a masked sum over the slots for a buffer of at most `SELECT_LIMIT` elements, and a
+slice above (vmapped gathers read right).
 On other backends reads and writes are slices, as before: on a CPU the gathers are fast and
 the selects are not (the same 10^4 problems: 0.45 s sliced, 2.7-3.1 s selected), and a GPU
 keeps the slices it was measured with (H200, benchmarks/results/batched_gpu.md). Only a
@@ -61,7 +60,7 @@ def with_slot(
     """`buffer` with slot `index` set to `new` where `keep`, for 0 <= index < m."""
     new = new.astype(buffer.dtype)
     if _writes_selected():
-        return _write_by_batching(buffer, jnp.asarray(index, jnp.int32), new, jnp.asarray(keep))
+        return jnp.where(_at(index, buffer) & keep, new[None], buffer)
     if keep is True:
         return buffer.at[index].set(new)
     if jax.default_backend() == "cpu":
@@ -70,55 +69,7 @@ def with_slot(
         # buffer where kept, 0.09 against 0.60 where not).
         dropped = jnp.where(keep, index, buffer.shape[0])
         return buffer.at[dropped].set(new, mode="drop")
-    return _sliced_write(buffer, index, new, keep)
-
-
-def _sliced_write(buffer, index, new, keep):
-    """One row read and one written, in place; `index` in bounds."""
-    return lax.dynamic_update_index_in_dim(
-        buffer, jnp.where(keep, new, lax.dynamic_index_in_dim(buffer, index, 0, False)), index, 0
-    )
-
-
-def _selected_write(buffer, index, new, keep):
-    """A masked replace over all slots."""
-    return jnp.where(_at(index, buffer) & keep, new[None], buffer)
-
-
-@jax.custom_jvp
-def _write_by_batching(buffer, index, new, keep):
-    return _write_sliced_unless_batched(buffer, index, new, keep)
-
-
-@_write_by_batching.defjvp
-def _write_by_batching_jvp(primals, tangents):
-    buffer, index, new, keep = primals
-    buffer_dot, _, new_dot, _ = tangents
-    out = _write_by_batching(buffer, index, new, keep)
-    # The tangent is linear in (buffer_dot, new_dot): the select, which transposes.
-    return out, _selected_write(buffer_dot, index, new_dot, keep)
-
-
-@jax.custom_batching.custom_vmap
-def _write_sliced_unless_batched(buffer, index, new, keep):
-    return _sliced_write(buffer, index, new, keep)
-
-
-@_write_sliced_unless_batched.def_vmap
-def _write_batched(axis_size, in_batched, buffer, index, new, keep):
-    """Under vmap: problems that share `index` write one slice of the batch; problems with
-    their own index a select (no scatter)."""
-    buffer_b, index_b, new_b, keep_b = in_batched
-
-    def batched(x, is_batched):
-        return x if is_batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
-
-    buffer, new, keep = batched(buffer, buffer_b), batched(new, new_b), batched(keep, keep_b)
-    if not index_b:  # written along axis 1 by hand: vmap would make the write a scatter
-        row = lax.dynamic_index_in_dim(buffer, index, 1, False)
-        keep = keep.reshape(keep.shape + (1,) * (new.ndim - 1))
-        return lax.dynamic_update_index_in_dim(buffer, jnp.where(keep, new, row), index, 1), True
-    return jax.vmap(_selected_write)(buffer, index, new, keep), True
+    return buffer.at[index].set(jnp.where(keep, new, buffer[index]))
 
 
 def in_order(array: Array, order: Int[Array, " m"]) -> Array:
