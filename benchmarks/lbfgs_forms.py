@@ -48,6 +48,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch._direction import _slots
 
 
@@ -92,7 +93,7 @@ def compare(n: int, m: int, reps: int) -> dict:
     dtype = jnp.float32
     direction, state = full_memory(n, m, dtype)
     g = jnp.asarray(np.random.default_rng(1).standard_normal(n), dtype)
-    two_loop = jax.jit(lambda st, g: direction.compute(st, js.DirectionInfo(None, g, dtype))[0])
+    two_loop = jax.jit(lambda st, g: direction.compute(st, jsi.DirectionInfo(None, g, dtype))[0])
     compact = jax.jit(compact_direction)
     S, Y = state.s, state.y
     StY = S @ Y.T  # maintained at O(m^2) per iteration by an implementation: not timed

@@ -1,5 +1,8 @@
 """jaxsearch: line-search optimisers for JAX, built from Equinox modules."""
 
+import warnings
+
+from . import internal as internal
 from ._adjoint import (
     AbstractAdjoint as AbstractAdjoint,
     ImplicitAdjoint as ImplicitAdjoint,
@@ -15,7 +18,6 @@ from ._direction import (
     AbstractLeastSquares as AbstractLeastSquares,
     AbstractSelfScaled as AbstractSelfScaled,
     BarzilaiBorwein as BarzilaiBorwein,
-    DirectionInfo as DirectionInfo,
     GaussNewton as GaussNewton,
     GaussNewtonCG as GaussNewtonCG,
     Gradient as Gradient,
@@ -25,10 +27,6 @@ from ._direction import (
     NonlinearCG as NonlinearCG,
     Preconditioned as Preconditioned,
     SSBroyden as SSBroyden,
-    flatten_tree as flatten_tree,
-    no_limit as no_limit,
-    run_loop as run_loop,
-    unflatten_tree as unflatten_tree,
 )
 from ._history import History as History
 from ._linesearch import (
@@ -42,21 +40,11 @@ from ._linesearch import (
     InitialPrevious as InitialPrevious,
     InitialQuadratic as InitialQuadratic,
     InitialStatic as InitialStatic,
-    InitialStepInfo as InitialStepInfo,
     MoreThuente as MoreThuente,
     NonmonotoneArmijo as NonmonotoneArmijo,
-    SearchState as SearchState,
     StochasticArmijo as StochasticArmijo,
-    ValueScale as ValueScale,
     Zoom as Zoom,
-    after_trial as after_trial,
-    at_binding_cap as at_binding_cap,
-    capped_start as capped_start,
     deprecated_name as _deprecated_name,
-    end_on_best as end_on_best,
-    search_cap as search_cap,
-    sufficient_decrease as sufficient_decrease,
-    trials_before_fallback as trials_before_fallback,
 )
 from ._result import Result as Result
 from ._solver import Solver as Solver
@@ -67,4 +55,14 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    return _deprecated_name(name)  # AbstractSearchState, SearchState's old name
+    """The author's kit under its old top-level names (`jaxsearch.internal` now), and
+    `AbstractSearchState` (SearchState's old name), each with a DeprecationWarning."""
+    if name in internal.KIT:
+        warnings.warn(
+            f"jaxsearch.{name} moved to jaxsearch.internal.{name} (the author's kit); the "
+            "top-level name goes in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(internal, name)
+    return _deprecated_name(name)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch._compile import _programs
 
 
@@ -93,7 +94,7 @@ def solver(direction: str, search: str, **settings) -> js.Solver:
 def compute(direction, state, grad, dtype, hvp=None, x=None):
     """(d, scaled, state) of `direction.compute` at a point without bounds, as the solver
     calls it (x is only read with bounds)."""
-    info = js.DirectionInfo(x, grad, dtype, hvp)
+    info = jsi.DirectionInfo(x, grad, dtype, hvp)
     d, scaled, state, limit = direction.compute(state, info)
     assert float(limit) == float("inf")  # no limit without bounds
     return d, scaled, state
@@ -181,7 +182,7 @@ class Endless(js.AbstractLineSearch):
     def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None):
         dtype = phi0.dtype
         false = jnp.array(False)
-        return js.SearchState(
+        return jsi.SearchState(
             trial=guess.astype(dtype),
             done=false,
             step=jnp.zeros((), dtype),
@@ -192,7 +193,7 @@ class Endless(js.AbstractLineSearch):
         )
 
     def update(self, search, t, phi, dphi):
-        return js.SearchState(
+        return jsi.SearchState(
             trial=search.trial / 2,
             done=jnp.array(False),
             step=t,  # claims a step, but never ends

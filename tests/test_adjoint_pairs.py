@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch._misc import divide, safe_sqrt, tree_norm
 from jaxsearch._pairing import default_search
 
@@ -221,7 +222,7 @@ def info_at(x, g, hessian=HESSIAN):
     def residuals(p):
         return jnp.stack([p[0] + p[0] ** 2 + p[1] - 1, p[1] + p[1] ** 2 - 2])
 
-    return js.DirectionInfo(
+    return jsi.DirectionInfo(
         x,
         g,
         jnp.float64,

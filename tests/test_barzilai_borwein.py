@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch.testing import drive
 
 RNG = np.random.default_rng(3)
@@ -90,13 +91,13 @@ def test_bb_falls_back_to_the_unscaled_gradient_without_positive_curvature():
     s, y = jnp.array([1.0, 0.0]), jnp.array([-1.0, 0.0])  # s'y < 0
     state = bb.update(state, s, y, jnp.float32)
     g = jnp.array([2.0, -4.0])
-    d, scaled, _, _ = bb.compute(state, js.DirectionInfo(None, g, jnp.float32))
+    d, scaled, _, _ = bb.compute(state, jsi.DirectionInfo(None, g, jnp.float32))
     np.testing.assert_array_equal(d, -g)
     assert not bool(scaled)
     state = bb.update(state, s, -y, jnp.float32)  # s'y = 1, s's = 1: alpha = 1
     state = bb.update(state, 1e-20 * s, -y, jnp.float32)  # alpha = 1e-20: clipped
     assert float(state.alpha) == pytest.approx(1e-10)
-    d, scaled, _, _ = bb.compute(state, js.DirectionInfo(None, g, jnp.float32))
+    d, scaled, _, _ = bb.compute(state, jsi.DirectionInfo(None, g, jnp.float32))
     assert bool(scaled)
     np.testing.assert_allclose(d, -1e-10 * g)
 

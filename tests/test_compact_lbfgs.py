@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch._direction import _lbfgs
 
 from .helpers import LEAN, TIGHT, compute, explicit_lbfgs_direction, random_pair
@@ -127,7 +128,7 @@ def _shifted_bowl(x, target):
 def _direction_after_one_more_compute(direction, state):
     """The direction's state once the solver's next `compute` (at the state's gradient) has
     folded the last step's pair in."""
-    info = js.DirectionInfo(None, state.grad, state.lowest_grad_norm.dtype)
+    info = jsi.DirectionInfo(None, state.grad, state.lowest_grad_norm.dtype)
     return direction.compute(state.direction, info)[2]
 
 
@@ -270,7 +271,7 @@ def test_compact_reads_each_buffer_by_as_many_products():
     direction = js.LBFGS(memory_size=5, form="compact")
     grad = jnp.ones(64, jnp.float32)
     state = direction.init(grad, jnp.float32)
-    info = lambda g: js.DirectionInfo(None, g, jnp.float32)  # noqa: E731
+    info = lambda g: jsi.DirectionInfo(None, g, jnp.float32)  # noqa: E731
     closed = jax.make_jaxpr(lambda st, g: direction.compute(st, info(g))[0])(state, grad)
     leaves = jax.tree.leaves((state, grad))
     s_index = next(i for i, x in enumerate(leaves) if x is state.s)
@@ -296,7 +297,7 @@ def test_compact_bookkeeping_writes_no_small_matrix_by_index(dtype):
 
     def compute_then_update(st, g, s, y):
         st = direction.update(st, s, y, jnp.float32)
-        return direction.compute(st, js.DirectionInfo(None, g, jnp.float32))
+        return direction.compute(st, jsi.DirectionInfo(None, g, jnp.float32))
 
     jaxpr = jax.make_jaxpr(compute_then_update)(state, params, params, params).jaxpr
     writes = [
@@ -308,7 +309,7 @@ def test_compact_bookkeeping_writes_no_small_matrix_by_index(dtype):
     assert writes == []
     # Nor are the coefficients taken back from the pairs' order to the slots by a scatter
     # (`compute` alone: `update` writes rho, an (m,) vector, in place by index).
-    info = js.DirectionInfo(None, params, jnp.float32)
+    info = jsi.DirectionInfo(None, params, jnp.float32)
     alone = jax.make_jaxpr(lambda st: direction.compute(st, info))(state).jaxpr
     assert not any(eqn.primitive.name == "scatter" for eqn in all_eqns(alone))
     assert any(

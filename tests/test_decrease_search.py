@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch._linesearch._decrease import AbstractDecreaseSearch
 from jaxsearch.testing import LINES as PHIS, drive
 
@@ -126,7 +127,7 @@ def test_the_default_allowance_accepts_a_rise_lost_in_rounding():
 
 def _settle(accept=False, fail=False, refining=False, best=0.0, t=1.0, finite=True, nxt=0.5):
     b = jnp.asarray
-    done, taken, refine, trial = js.end_on_best(
+    done, taken, refine, trial = jsi.end_on_best(
         b(accept), b(fail), b(refining), b(best), b(t), b(finite), b(nxt)
     )
     return bool(done), bool(taken), bool(refine), float(trial)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 
 N = 10_000  # unknowns of the large problem; its residuals: 2 N - 1
 
@@ -29,7 +30,7 @@ def exponential(p, t, y):
 def _direction(direction, fn, x, state=None):
     """`direction.compute` at x as the solver calls it: g = J'r and fn's residuals."""
     grad = jax.grad(lambda p: 0.5 * sum(jnp.sum(r * r) for r in jax.tree.leaves(fn(p))))(x)
-    info = js.DirectionInfo(x, grad, jnp.float64, residuals=fn)
+    info = jsi.DirectionInfo(x, grad, jnp.float64, residuals=fn)
     state = direction.init(x, jnp.float64) if state is None else state
     d, scaled, state, _ = direction.compute(state, info)
     return d, scaled, state, grad
@@ -140,7 +141,7 @@ def _largest_array(direction, n):
 
     def compute(x):
         grad = jax.grad(lambda p: 0.5 * sum(jnp.sum(r * r) for r in fn(p)))(x)
-        info = js.DirectionInfo(x, grad, jnp.float32, residuals=fn)
+        info = jsi.DirectionInfo(x, grad, jnp.float32, residuals=fn)
         return direction.compute(direction.init(x, jnp.float32), info)[0]
 
     return max(int(np.prod(s)) for s in _shapes(jax.make_jaxpr(compute)(x)))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch._linesearch import initial_step
 
 
@@ -25,7 +26,7 @@ def info(
     x=(1.0, -2.0),
     d=(0.5, 0.25),
 ):
-    return js.InitialStepInfo(
+    return jsi.InitialStepInfo(
         jnp.array(scaled),
         f32(slope),
         f32(d_norm),

@@ -17,6 +17,7 @@ import pytest
 import scipy.optimize
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch.testing import check_direction
 
 from .helpers import LEAST_SQUARES
@@ -285,7 +286,7 @@ def test_residuals_with_another_direction_fail_as_before():
 def test_direction_needs_residuals():
     """Called without `info.residuals` (e.g. by hand), the directions say what they need."""
     x = jnp.zeros(2)
-    info = js.DirectionInfo(x, x, jnp.float32)
+    info = jsi.DirectionInfo(x, x, jnp.float32)
     for direction in (js.GaussNewton(), js.LevenbergMarquardt()):
         with pytest.raises(ValueError, match="needs the residuals"):
             direction.compute(direction.init(x, jnp.float32), info)
@@ -428,8 +429,8 @@ def test_compute_takes_the_jacobian_it_is_handed(direction):
 
         @jax.jit
         def both(x, grad, r, jac):
-            own = direction.compute(state, js.DirectionInfo(x, grad, jnp.float64, residuals=fn))
-            info = js.DirectionInfo(x, grad, jnp.float64, jacobian=(r, jac))
+            own = direction.compute(state, jsi.DirectionInfo(x, grad, jnp.float64, residuals=fn))
+            info = jsi.DirectionInfo(x, grad, jnp.float64, jacobian=(r, jac))
             return own, direction.compute(state, info)
 
         own, handed = both(x, grad, r, jac)
@@ -461,7 +462,7 @@ def test_least_squares_run_compiles_once(compiles):
 def _by_hand(direction, fn, x, state):
     """`direction.compute` at x as the solver calls it, with fn's residuals."""
     grad = jax.grad(lambda p: 0.5 * jnp.sum(fn(p) ** 2))(x)
-    info = js.DirectionInfo(x, grad, x.dtype, residuals=fn)
+    info = jsi.DirectionInfo(x, grad, x.dtype, residuals=fn)
     d, _, state, _ = direction.compute(state, info)
     return d, state
 
@@ -628,17 +629,17 @@ class _Damped(js.AbstractLeastSquares):
         return {**state, "count": 0} if self.flaw == "retrace" else state
 
     def compute(self, state, info):
-        x = js.flatten_tree(info.x, jnp.float32)
+        x = jsi.flatten_tree(info.x, jnp.float32)
         jac = jax.jacfwd(
-            lambda v: js.flatten_tree(info.residuals(js.unflatten_tree(v, info.x)), jnp.float32)
+            lambda v: jsi.flatten_tree(info.residuals(jsi.unflatten_tree(v, info.x)), jnp.float32)
         )(x)
-        g = js.flatten_tree(info.grad, jnp.float32)
+        g = jsi.flatten_tree(info.grad, jnp.float32)
         d = -jnp.linalg.solve(jac.T @ jac + state["mu"] * jnp.eye(x.size, dtype=jnp.float32), g)
         if self.flaw == "ascent":
             d = -d
         if self.flaw == "retrace":  # a Python int: a new program at each step
             state = {**state, "count": state["count"] + 1}
-        return js.unflatten_tree(d, info.grad), jnp.array(True), state, jnp.full((), jnp.inf)
+        return jsi.unflatten_tree(d, info.grad), jnp.array(True), state, jnp.full((), jnp.inf)
 
     def update(self, state, s, y, dtype, accept=True):
         if self.flaw == "accept":

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch.testing import LINES, check_line_search, drive
 
 from .helpers import SEARCHES, Endless
@@ -48,10 +49,10 @@ class _Halving(js.AbstractLineSearch):
         return None
 
     def start(self, state, phi0, dphi0, guess, min_step, scaled=None, max_step=None):
-        cap = js.search_cap(self.max_step_size, max_step, phi0.dtype)
+        cap = jsi.search_cap(self.max_step_size, max_step, phi0.dtype)
         if self.flaw == "cap":
             cap = jnp.full((), jnp.inf, phi0.dtype)  # ignores the dynamic cap
-        return _HalvingState(**js.capped_start(guess, min_step, cap), phi0=phi0, dphi0=dphi0)
+        return _HalvingState(**jsi.capped_start(guess, min_step, cap), phi0=phi0, dphi0=dphi0)
 
     def update(self, search, t, phi, dphi):
         ok = jnp.isfinite(phi) & jnp.isfinite(dphi) & (phi <= search.phi0 + 1e-4 * t * search.dphi0)
@@ -61,7 +62,7 @@ class _Halving(js.AbstractLineSearch):
         if self.flaw == "budget":
             give_up = jnp.array(False)  # halves for ever
         trial = jnp.where(ok, t, t / 2)
-        search = js.after_trial(
+        search = jsi.after_trial(
             search, trial=trial, done=ok | give_up, step=jnp.where(ok, t, 0), success=ok
         )
         if self.flaw == "dtype":  # the state's dtype changes
@@ -72,7 +73,7 @@ class _Halving(js.AbstractLineSearch):
         return None
 
 
-class _HalvingState(js.SearchState):
+class _HalvingState(jsi.SearchState):
     phi0: jnp.ndarray
     dphi0: jnp.ndarray
 

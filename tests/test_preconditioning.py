@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch.testing import check_direction
 
 from .helpers import spread_diagonal
@@ -135,7 +136,7 @@ def directions(direction, a, x0):
     x, ds = x0, []
     for _ in range(STEPS):
         g = grad(x)
-        d, _, state, _ = direction.compute(state, js.DirectionInfo(x, g, dtype))
+        d, _, state, _ = direction.compute(state, jsi.DirectionInfo(x, g, dtype))
         t = -jnp.vdot(g, d) / jnp.vdot(d, a * d)
         x_new = x + t * d
         state = direction.update(state, x_new - x, grad(x_new) - g, dtype)
@@ -322,7 +323,7 @@ def test_the_first_direction_is_minus_p_g_worked_in_at_least_float32():
     for make in KINDS.values():
         direction = make(preconditioner=halve)
         state = direction.init(g, jnp.float32)
-        d, _, _, _ = direction.compute(state, js.DirectionInfo(g, g, jnp.float32))
+        d, _, _, _ = direction.compute(state, jsi.DirectionInfo(g, g, jnp.float32))
         assert d.dtype == jnp.bfloat16
         np.testing.assert_array_equal(np.asarray(d, np.float32), [-0.5, 1.0, -2.0])
     assert seen and set(seen) == {jnp.dtype(jnp.float32)}

@@ -9,6 +9,7 @@ import pytest
 import scipy.optimize
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 from jaxsearch.testing import check_direction
 
 
@@ -41,7 +42,7 @@ def _one_update(direction, h, g, s, y):
         state = state.__class__(
             **{**vars(state), "inv_hessian": jnp.asarray(h), "count": jnp.int32(1)}
         )
-        info = js.DirectionInfo(x=x, grad=jnp.asarray(g), dtype=jnp.float64)
+        info = jsi.DirectionInfo(x=x, grad=jnp.asarray(g), dtype=jnp.float64)
         _, _, state, _ = direction.compute(state, info)
         new = direction.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)
         return np.asarray(new.inv_hessian), int(new.count)
@@ -117,7 +118,7 @@ def test_after_a_reset_the_pair_is_scaled_for_h_equal_to_identity():
         direction = js.SSBFGS()
         state = direction.init(x, jnp.float64)
         state = state.__class__(**{**vars(state), "inv_hessian": jnp.asarray(h)})
-        info = js.DirectionInfo(x=x, grad=jnp.asarray(g), dtype=jnp.float64)
+        info = jsi.DirectionInfo(x=x, grad=jnp.asarray(g), dtype=jnp.float64)
         _, _, state, _ = direction.compute(state, info)
         state = direction.reset(state)
         new = direction.update(state, jnp.asarray(s), jnp.asarray(y), jnp.float64)

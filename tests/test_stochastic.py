@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import jaxsearch as js
+import jaxsearch.internal as jsi
 
 NUM_CLASSES = 3
 BATCH = 32
@@ -325,7 +326,7 @@ def _gradients(num, seed=5):
 
 
 def _compute(direction, state, grad):
-    return direction.compute(state, js.DirectionInfo(None, grad, jnp.float32))
+    return direction.compute(state, jsi.DirectionInfo(None, grad, jnp.float32))
 
 
 @pytest.mark.parametrize("amsgrad", [False, True])

@@ -1,0 +1,42 @@
+"""The public surface by audience: `jaxsearch` holds a user's names, `jaxsearch.internal` the
+author's kit, whose old top-level names stay one release with a DeprecationWarning."""
+
+import warnings
+
+import pytest
+
+import jaxsearch as js
+import jaxsearch.internal as jsi
+
+
+def test_the_kit_is_in_internal_and_not_among_the_users_names():
+    for name in jsi.KIT:
+        assert hasattr(jsi, name), name
+        assert name not in vars(js), name
+    # (jaxtyping's import hook, which the suite runs under, adds its own name to the module)
+    exported = {name for name in vars(jsi) if not name.startswith("_")} - {"KIT", "jaxtyping"}
+    assert set(jsi.KIT) == exported
+
+
+@pytest.mark.parametrize("name", ["SearchState", "capped_start", "DirectionInfo", "no_limit"])
+def test_a_kit_name_at_the_top_level_warns_and_is_the_same_object(name):
+    with pytest.warns(DeprecationWarning, match=rf"jaxsearch\.internal\.{name}"):
+        found = getattr(js, name)
+    assert found is getattr(jsi, name)
+
+
+def test_the_users_names_do_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ("Solver", "LBFGS", "Zoom", "AbstractLineSearch", "AbstractDirection"):
+            getattr(js, name)
+
+
+def test_search_states_old_name_still_works_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="SearchState"):
+        assert js.AbstractSearchState is jsi.SearchState
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError):
+        js.no_such_name  # noqa: B018
