@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _evaluate, _pipeline
+from . import _evaluate, _pipeline, _setup
 from ._compile import _closure, _programs
 from ._engine import Engine
 from ._history import Report
@@ -150,7 +150,7 @@ def _solve(settings, x0s, args, captured) -> Result:
         def fn(x, *a):
             return closed_over(x, *a, captured)
 
-    search = _pipeline.line_search(solver, None)
+    search = _setup.line_search(solver, None)
     size = jax.tree.leaves(x0s)[0].shape[0]
 
     with _evaluate.sharing_traces():  # fn is traced once, for every use below
@@ -158,9 +158,9 @@ def _solve(settings, x0s, args, captured) -> Result:
         def traced(x0, a):
             return _evaluate.TracedOnce(fn, x0, *a)
 
-        def fresh(x0, a):  # the state a fresh run starts from (`_pipeline.fresh_state`)
+        def fresh(x0, a):  # the state a fresh run starts from (`_setup.fresh_state`)
             f = traced(x0, a)
-            return _pipeline.initial_state(solver, search, x0, partition(x0)[0], value_dtype, f, a)
+            return _setup.initial_state(solver, search, x0, partition(x0)[0], value_dtype, f, a)
 
         states = lax.stop_gradient(jax.vmap(fresh)(x0s, args))  # as `traced_run`'s
         weak, weak_search = weak_settings((solver, search))

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PyTree, Scalar
 
-from . import _pipeline
+from . import _pipeline, _setup
 from ._compile import _programs
 from ._inputs import partition
 from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm
@@ -91,7 +91,7 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
     `grad` (when given) replace the cached f and gradient at params."""
     st = dataclasses.replace(state.solver, grad=state.grad)
     search = solver.linesearch  # the transformation takes no bounds
-    _pipeline.check_state(solver, search, st, params, partition(params)[0], None, (), bounded=False)
+    _setup.check_state(solver, search, st, params, partition(params)[0], None, (), bounded=False)
     if value is not None:  # f and its gradient at params, e.g. from value_and_grad_from_state
         value = jnp.asarray(value).astype(st.value.dtype)
         grad = tree_cast_like(eqx.filter(grad, eqx.is_inexact_array), st.grad)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
-from . import _pipeline
+from . import _pipeline, _setup
 from ._adjoint import AbstractAdjoint
 from ._compile import _programs
 from ._direction import AbstractDirection
@@ -151,7 +151,7 @@ class Solver(eqx.Module):
         They are checked here (their structure, their order, and that the direction can
         honour them), and with bounds the state is that of the bounded line search.
         """
-        return _pipeline.init(self, params, value_dtype, fn, args, bounds)
+        return _setup.init(self, params, value_dtype, fn, args, bounds)
 
     def step(
         self, fn, params: PyTree, state: SolverState, *args, bounds=None

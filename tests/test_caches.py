@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch import _pipeline, _private_jax
+from jaxsearch import _pipeline, _private_jax, _setup
 from jaxsearch._compile import _caches, _computation, _programs, _retrace
 
 from .problems import rosenbrock
@@ -33,12 +33,12 @@ def test_clear_caches_empties_every_cache_and_runs_still_work():
         first = solver.run(rosenbrock, x0)
         with _retrace.watching(True):
             _retrace.note_trace("run", solver, rosenbrock, (x0,))
-    assert len(_pipeline.fresh_states) > 0  # a small run keeps its fresh state
+    assert len(_setup.fresh_states) > 0  # a small run keeps its fresh state
     assert len(_retrace._seen) > 0
     assert _programs._compiled.cache_info().currsize > 0
 
     js.clear_caches()
-    for cache in (_pipeline.fresh_states, _programs._extra_kept, _computation._kept):
+    for cache in (_setup.fresh_states, _programs._extra_kept, _computation._kept):
         assert len(cache) == 0
     assert len(_retrace._seen) == 0
     assert _programs._compiled.cache_info().currsize == 0
