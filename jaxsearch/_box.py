@@ -8,7 +8,14 @@ import numpy as np
 from jaxtyping import PyTree, Scalar
 
 from . import _bounds
-from ._misc import at_least_float32, leaves, tree_cast_like, widest_float
+from ._misc import (
+    at_least_float32,
+    leaves,
+    tree_add_scaled,
+    tree_cast_like,
+    tree_inf_norm,
+    widest_float,
+)
 
 
 def _rounded_inward(bound, dtype, direction: float):
@@ -151,3 +158,16 @@ def check_order(box: Box) -> None:
             continue
         if bool(jnp.any(lo > up)):
             raise ValueError("bounds: lower must not exceed upper in any component.")
+
+
+def gradient_norm(x, grad, box: Box | None, dtype) -> Scalar:
+    """The infinity norm of the gradient, projected onto the box when there is one."""
+    if box is None:
+        return tree_inf_norm(grad, dtype)
+    return box.projected_gradient_norm(x, grad, dtype)
+
+
+def trial_point(x, t, d, box: Box | None):
+    """x + t d, projected into the box when there is one (rounding never leaves it)."""
+    trial = tree_add_scaled(x, t, d)
+    return trial if box is None else box.project(trial)

@@ -17,7 +17,6 @@ that the direction is still built at one place.
 
 import dataclasses
 import functools
-import math
 import operator
 from typing import Any
 
@@ -29,19 +28,16 @@ from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from . import _evaluate
-from ._box import Box
-from ._compile import PackedState, pack, packed
+from ._box import Box, gradient_norm, trial_point
 from ._direction import DirectionInfo
 from ._direction._base import dense_least_squares, least_squares
 from ._history import FIELDS, History, Report, step_record
-from ._linesearch import AbstractLineSearch, InitialStepInfo, SearchState, initial_step
+from ._linesearch import AbstractLineSearch, InitialStepInfo, initial_step
+from ._machine import Machine, pack_search, with_search
 from ._misc import (
-    at_least_float32,
     count_after,
-    dtype_eps,
     scalar,
     select,
-    tree_add_scaled,
     tree_all_finite,
     tree_dot,
     tree_equal,
@@ -50,7 +46,6 @@ from ._misc import (
     tree_norm,
     tree_sub,
     tree_zeros_like,
-    widest_float,
 )
 from ._state import BestPoint, SolverState
 from ._status import KEPT, Status
@@ -58,102 +53,10 @@ from ._stopping import step_status
 
 _replace = dataclasses.replace
 
-# The search's scalars are carried packed, at most this many to a buffer: XLA:CPU fuses a
-# concatenation with the computations of its operands where it has at most 8 of them, and
-# runs no multi-output fusion, so an update costs one kernel per buffer, not one per scalar
-# (and a branch passes a buffer on in one copy). tests/test_engine.py measures it. A run under
-# `jax.vmap` (`Report.batched`) carries them unpacked: its scalars are vectors, and the
-# selects that replace its branches compile far slower on packed buffers (the vmapped GLM of
-# benchmarks/fresh_fit.py: 8.4 s packed, 5.6 s not).
-PACKED_LEAVES = 8
-
-
-def _nothing(leaf) -> bool:
-    return False
-
-
-class Machine(eqx.Module):
-    """The loop's carry."""
-
-    x: PyTree  # the iterate: where the current step started
-    state: SolverState  # f, grad and aux at x (once `has_eval`), memories, counters, status
-    d: PyTree  # the current step's direction
-    dphi0: Scalar  # the slope of f along d at x
-    packed_search: PackedState  # the search's state (`search`), packed (`PACKED_LEAVES`)
-    trials: Int[Array, ""]  # evaluations of the current search (its trial budget)
-    evals_at_start: Int[Array, ""]  # num_fun_evals when the current step began
-    open: Bool[Array, ""]  # the loop goes on
-    # f is known at x and the step from x is not prepared yet: `step` prepares it at the top of
-    # the next iteration; `run` (resumed) checks f at x in the next iteration, then prepares it
-    pending: Bool[Array, ""]
-    last_step: Int[Array, ""]  # `run`: the step count at which it stops (max_steps from its start)
-    history: History | None
-    # The count of evaluations at which the machine stops (`max_evals` from a run's start; for
-    # `step`, `max_evals` itself); None without a budget of evaluations.
-    last_eval: Int[Array, ""] | None = None
-    # `run` with a dense least-squares direction: (r, J) at x, flattened, from the evaluation
-    # that gave the state's f and gradient there (`Engine.forms_jacobian`); None otherwise.
-    jacobian: tuple[Array, Array] | None = None
-
-    @property
-    def search(self) -> SearchState:
-        return self.packed_search.unpack()
-
-
-def _with_search(m: Machine, search: SearchState, **changes) -> Machine:
-    """`m` with `search` packed as the machine packs it (or not: `Engine.start`)."""
-    which = packed if m.packed_search.buffers else _nothing
-    return _replace(m, packed_search=pack(search, PACKED_LEAVES, which), **changes)
-
-
-def gradient_norm(x, grad, box: Box | None, dtype) -> Scalar:
-    """The infinity norm of the gradient, projected onto the box when there is one."""
-    if box is None:
-        return tree_inf_norm(grad, dtype)
-    return box.projected_gradient_norm(x, grad, dtype)
-
 
 def kept(status: Int[Array, ""]) -> Bool[Array, ""]:
     """Whether `status` is one of `KEPT` (see `_status`)."""
     return functools.reduce(operator.or_, [status == code for code in KEPT])
-
-
-def trial_point(x, t, d, box: Box | None):
-    """x + t d, projected into the box when there is one (rounding never leaves it)."""
-    trial = tree_add_scaled(x, t, d)
-    return trial if box is None else box.project(trial)
-
-
-def _hessian_vector_product(evaluate, x, v, grad=None):
-    """H(x) v by forward-mode differentiation of the gradient (forward-over-reverse); given
-    `grad`, the gradient at x that fn returned itself (`Solver(value_and_grad=True)`), by
-    the forward difference of that gradient instead (`_difference_product`)."""
-    if grad is not None:
-        return _difference_product(evaluate, x, v, grad)
-    return jax.jvp(lambda p: evaluate(p)[1], (x,), (v,))[1]
-
-
-def _difference_product(evaluate, x, v, grad):
-    """H(x) v ~ (g(x + eps v) - g(x)) / eps, g = grad f and `grad` = g(x): the forward
-    difference of the gradient along v (Nocedal & Wright, *Numerical Optimization*, 2nd ed.,
-    section 8.1), one evaluation of fn. eps = sqrt(u) (1 + |x|_2) / |v|_2, u the machine
-    epsilon of x's least precise leaf: sqrt(u) balances the difference's truncation error
-    against rounding (N&W 8.1), scaled so that the perturbation eps |v| is relative to |x|.
-    x + eps v is rounded to x's dtypes (fn's inputs); the difference and the division are
-    taken in each leaf's dtype widened to at least float32, and the product is cast to v's
-    dtypes. v = 0 gives 0 (with no new information: fn is evaluated at x)."""
-    work = at_least_float32(widest_float(*(leaf.dtype for leaf in jtu.tree_leaves(x))))
-    root_u = math.sqrt(dtype_eps(x))
-    v_norm = tree_norm(v, work)
-    scale = (1 + tree_norm(x, work)) / jnp.where(v_norm > 0, v_norm, 1)
-    eps = (root_u * scale).astype(work)
-    moved = evaluate(tree_add_scaled(x, eps, v))[1]
-
-    def quotient(g_new, g, vi):
-        acc = at_least_float32(widest_float(g_new.dtype, g.dtype))
-        return ((g_new.astype(acc) - g.astype(acc)) / eps.astype(acc)).astype(vi.dtype)
-
-    return jtu.tree_map(quotient, moved, grad, v)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -266,10 +169,8 @@ class Engine:
             state=state,
             d=tree_zeros_like(x),
             dphi0=zero,
-            packed_search=pack(
-                self.linesearch.start(state.linesearch, zero, -one, one, zero),
-                PACKED_LEAVES,
-                _nothing if self.report.batched else packed,
+            packed_search=pack_search(
+                self.linesearch.start(state.linesearch, zero, -one, one, zero), self.report.batched
             ),
             trials=scalar(0, jnp.int32),
             evals_at_start=state.num_fun_evals,
@@ -340,7 +241,7 @@ class Engine:
         updated = linesearch.update(m.search, lax.stop_gradient(t), phi, dphi)
         search = select(no_trial, m.search, updated)
         trials = m.trials + (~no_trial).astype(jnp.int32)
-        m = _with_search(m, search, state=st, trials=trials)
+        m = with_search(m, search, state=st, trials=trials)
         # A search ends within its trial budget; one that has not by then is cut off there,
         # as it is where the budget of evaluations is spent.
         ends = at_base | checking | search.done | (trials >= linesearch.max_trials)
@@ -487,7 +388,7 @@ class Engine:
         direction = solver.direction
         own = st.grad if solver.value_and_grad else None  # fn's own gradient: differences
         hvp = functools.partial(
-            _hessian_vector_product, functools.partial(self.evaluate, st), x, grad=own
+            _evaluate.hessian_vector_product, functools.partial(self.evaluate, st), x, grad=own
         )
         residuals = self.residuals if least_squares(solver) else None
         info = DirectionInfo(
@@ -534,7 +435,7 @@ class Engine:
         )
         st = _replace(st, direction=direction_state)
         trials = jnp.zeros_like(m.trials)
-        return _with_search(
+        return with_search(
             m, search, state=st, d=d, dphi0=dphi0, trials=trials, pending=jnp.array(False)
         )
 

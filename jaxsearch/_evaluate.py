@@ -2,6 +2,7 @@
 
 import contextlib
 import contextvars
+import math
 
 import equinox as eqx
 import jax
@@ -10,7 +11,14 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import PyTree
 
-from ._misc import at_least_float32, tree_cast_like, widest_float
+from ._misc import (
+    at_least_float32,
+    dtype_eps,
+    tree_add_scaled,
+    tree_cast_like,
+    tree_norm,
+    widest_float,
+)
 
 # The traces of the call in progress (see `sharing_traces`), or None outside one.
 _shared: contextvars.ContextVar[dict | None] = contextvars.ContextVar("traces", default=None)
@@ -292,3 +300,35 @@ def value_grad_and_jacobian(fn, has_aux: bool, value_dtype, aux_like, diff, stat
     grad = unflatten_tree(grad, diff)
     aux = tree_cast_like(aux, aux_like) if has_aux else None
     return jnp.asarray(value).astype(value_dtype), grad, aux, (r, jac)
+
+
+def hessian_vector_product(evaluate, x, v, grad=None):
+    """H(x) v by forward-mode differentiation of the gradient (forward-over-reverse); given
+    `grad`, the gradient at x that fn returned itself (`Solver(value_and_grad=True)`), by
+    the forward difference of that gradient instead (`_difference_product`)."""
+    if grad is not None:
+        return _difference_product(evaluate, x, v, grad)
+    return jax.jvp(lambda p: evaluate(p)[1], (x,), (v,))[1]
+
+
+def _difference_product(evaluate, x, v, grad):
+    """H(x) v ~ (g(x + eps v) - g(x)) / eps, g = grad f and `grad` = g(x): the forward
+    difference of the gradient along v (Nocedal & Wright, *Numerical Optimization*, 2nd ed.,
+    section 8.1), one evaluation of fn. eps = sqrt(u) (1 + |x|_2) / |v|_2, u the machine
+    epsilon of x's least precise leaf: sqrt(u) balances the difference's truncation error
+    against rounding (N&W 8.1), scaled so that the perturbation eps |v| is relative to |x|.
+    x + eps v is rounded to x's dtypes (fn's inputs); the difference and the division are
+    taken in each leaf's dtype widened to at least float32, and the product is cast to v's
+    dtypes. v = 0 gives 0 (with no new information: fn is evaluated at x)."""
+    work = at_least_float32(widest_float(*(leaf.dtype for leaf in jtu.tree_leaves(x))))
+    root_u = math.sqrt(dtype_eps(x))
+    v_norm = tree_norm(v, work)
+    scale = (1 + tree_norm(x, work)) / jnp.where(v_norm > 0, v_norm, 1)
+    eps = (root_u * scale).astype(work)
+    moved = evaluate(tree_add_scaled(x, eps, v))[1]
+
+    def quotient(g_new, g, vi):
+        acc = at_least_float32(widest_float(g_new.dtype, g.dtype))
+        return ((g_new.astype(acc) - g.astype(acc)) / eps.astype(acc)).astype(vi.dtype)
+
+    return jtu.tree_map(quotient, moved, grad, v)

@@ -162,7 +162,7 @@ def check_history_size(max_steps: int, size: int) -> None:
 
 class Report(eqx.Module):
     """What `run` records per step, and whether it runs under `jax.vmap` (`batched`: its
-    loop then carries the search's state unpacked, see `_engine.PACKED_LEAVES`); part of its
+    loop then carries the search's state unpacked, see `_machine.PACKED_LEAVES`); part of its
     compile key: all fields static."""
 
     history: bool = eqx.field(static=True, default=False)

@@ -20,16 +20,18 @@ from jax import lax
 
 from . import _evaluate
 from ._adjoint import Problem
+from ._box import gradient_norm
 from ._compile import _closure, _computation, _programs, _retrace, bounded_cache, packed
 from ._complex import OnRealView, check_complex, complex_params, real_params
 from ._direction._base import least_squares
-from ._engine import Engine, Machine, gradient_norm
+from ._engine import Engine
 from ._history import History, Report
 from ._inputs import (
     check_fn,
     check_params,
     partition,
 )
+from ._machine import Machine
 from ._misc import (
     count_after,
     select,

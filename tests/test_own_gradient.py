@@ -145,7 +145,7 @@ def test_newton_difference_products_solve_a_quadratic(direction, x64):
 def test_difference_product_rule():
     """H v is (g(x + eps v) - g(x)) / eps with eps = sqrt(u) (1 + |x|_2) / |v|_2, u the
     machine epsilon of x's least precise leaf; v = 0 gives 0."""
-    from jaxsearch._engine import _hessian_vector_product
+    from jaxsearch._evaluate import hessian_vector_product
 
     def evaluate(p):
         g = {"a": p["a"].astype(jnp.float32) ** 3, "b": jnp.sin(p["b"])}
@@ -154,7 +154,7 @@ def test_difference_product_rule():
     x = {"a": jnp.array([1.0, 2.0], jnp.bfloat16), "b": jnp.array([0.5], jnp.float32)}
     v = {"a": jnp.array([1.0, -1.0], jnp.bfloat16), "b": jnp.array([2.0], jnp.float32)}
     g = evaluate(x)[1]
-    hv = _hessian_vector_product(evaluate, x, v, grad=g)
+    hv = hessian_vector_product(evaluate, x, v, grad=g)
     u = float(jnp.finfo(jnp.bfloat16).eps)
 
     def norm(tree):
@@ -174,7 +174,7 @@ def test_difference_product_rule():
     zero = jax.tree.map(jnp.zeros_like, v)
     assert all(
         bool(jnp.all(leaf == 0))
-        for leaf in jax.tree.leaves(_hessian_vector_product(evaluate, x, zero, grad=g))
+        for leaf in jax.tree.leaves(hessian_vector_product(evaluate, x, zero, grad=g))
     )
 
 
