@@ -1,7 +1,7 @@
 """L-BFGS's two-loop recursion unrolled in Python (m is static), as a variant for
 benchmarks/engine.py: no loop over the memory, but 4m vector passes in the program. Not part
 of the library: on the CPU it compiled slower than the `fori_loop`s and ran no faster
-(CHANGELOG.md, "Engineering history", rounds 1 and 5)."""
+(benchmarks/HISTORY.md, rounds 1 and 5)."""
 
 import jax.numpy as jnp
 import jax.tree_util as jtu

@@ -1,6 +1,6 @@
 """jaxsearch: line-search optimisers for JAX, built from Equinox modules."""
 
-import warnings
+import warnings as _warnings
 
 from . import internal as internal
 from ._adjoint import (
@@ -58,7 +58,7 @@ def __getattr__(name: str):
     """The author's kit under its old top-level names (`jaxsearch.internal` now), and
     `AbstractSearchState` (SearchState's old name), each with a DeprecationWarning."""
     if name in internal.KIT:
-        warnings.warn(
+        _warnings.warn(
             f"jaxsearch.{name} moved to jaxsearch.internal.{name} (the author's kit); the "
             "top-level name goes in the next release.",
             DeprecationWarning,

@@ -319,7 +319,7 @@ class Engine:
         point; the best value itself, a scalar, is `end_step`'s). Selects that XLA writes in
         place: taken inside the boundary's cond, which also reads them, each was copied back
         into the loop's carry at every boundary (at n = 1e5, 33 n-vectors of peak memory
-        against 31; CHANGELOG.md, "Engineering history",
+        against 31; benchmarks/HISTORY.md,
         round 11)."""
         st, has_aux = m.state, self.solver.has_aux
         x = select(moved, point, m.x)

@@ -288,7 +288,7 @@ def test_compact_bookkeeping_writes_no_small_matrix_by_index(dtype):
     by selects on index masks, and `compute` takes its coefficients back to the slots by a
     gather, not by scatters or dynamic updates: XLA compiles each of those as a kernel of its
     own, and selects and gathers fuse (188 fusions -> 166 in the compact form's run at
-    n = 1000; CHANGELOG.md, "Engineering history", round 11). float32 takes the products with
+    n = 1000; benchmarks/HISTORY.md, round 11). float32 takes the products with
     y from those with g, bfloat16 by products with the newest y: both fold a column in."""
     m, n = 4, 7
     direction = js.LBFGS(memory_size=m, form="compact")

@@ -243,7 +243,7 @@ def test_lbfgs_update_reads_no_row_of_its_memory(form):
     """The update writes a pair into its slot without reading the slot's old row: a pair it
     does not keep goes to slot m, which does not exist, and is dropped. Masking the write with
     the old row read that row at every iteration of the solver's loop (at n = 1e6, 0.73 ms
-    against 0.45 ms per buffer for a kept pair; CHANGELOG.md, "Engineering history", round 10)."""
+    against 0.45 ms per buffer for a kept pair; benchmarks/HISTORY.md, round 10)."""
     direction = js.LBFGS(memory_size=4, form=form)
     x = jnp.arange(16, dtype=jnp.float32)
     state = direction.init(x, jnp.float32)

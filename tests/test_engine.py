@@ -52,7 +52,7 @@ def test_default_run_structure_is_exact():
 def test_f_at_x_is_one_branch_whether_fresh_or_resumed():
     """The boundary chooses between f at x and a step's end: a resumed run's check of f at x
     is the same branch as a fresh evaluation there, not a third (which cost the program about
-    20 fusions of its own; CHANGELOG.md, "Engineering history", round 5)."""
+    20 fusions of its own; benchmarks/HISTORY.md, round 5)."""
     assert cond_branches(run_jaxpr(js.Solver())) == [2, 2, 2]
 
 
@@ -111,7 +111,7 @@ def test_step_end_copies_no_vector_out_of_the_boundary(memory_size):
     """The new iterate, its gradient and the best point's vectors are taken by in-place selects
     at the top of the loop's body (`Engine.take_vectors`), not inside the boundary's cond: a
     carried vector that a cond reads and returns changed gets a buffer of its own there and
-    is copied back into the carry (CHANGELOG.md, "Engineering history", round 11). XLA's memory
+    is copied back into the carry (benchmarks/HISTORY.md, round 11). XLA's memory
     analysis of `run` (the compact form: n >= 5000 on a CPU) counts the temporaries in n-vectors:
     15.3 at m = 3 with the selects, 17.1 with them inside the cond. At m = 10, 29.3: the
     rebuild of S'Y and Y'Y as a broadcast product and a sum kept an m x m x n product (126;

@@ -40,3 +40,14 @@ def test_search_states_old_name_still_works_with_a_warning():
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError):
         js.no_such_name  # noqa: B018
+
+
+def test_every_public_name_is_jaxsearchs_own():
+    """No module or name that jaxsearch merely imports (say `warnings`) shows among the user's."""
+    foreign = [
+        name
+        for name, value in vars(js).items()
+        if not name.startswith("_")
+        and not getattr(value, "__module__", getattr(value, "__name__", "")).startswith("jaxsearch")
+    ]
+    assert set(foreign) <= {"jaxtyping"}  # jaxtyping's import hook, which the suite runs under

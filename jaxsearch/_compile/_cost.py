@@ -3,7 +3,7 @@ of one evaluation of fn, estimated from fn's jaxpr without compiling it.
 
 On a CPU the lean options compile fused elementwise code through XLA's older elemental
 emitter and LLVM at -O1. The solver's scalar logic and small vectors run no slower so
-(CHANGELOG.md, "Engineering history", round 5); an objective's elementwise work can, most of all
+(benchmarks/HISTORY.md, round 5); an objective's elementwise work can, most of all
 transcendental functions (tanh, exp, sin, ...) inside a network: up to 1.5 times the
 default program's run time, for a tanh MLP (a least squares' matrix-vector products: 1.08
 times). The estimate is an envelope of the extra time

@@ -284,7 +284,7 @@ def _memory_products(left: PyTree, right: PyTree, dtype) -> Array:
 def _solve_upper(r: Array, b: Array, transpose: bool) -> Array:
     """x with r x = b (`transpose`: r'x = b) for an upper triangular m x m `r`, by
     substitution written out (m is static): small scalar work that XLA fuses, where LAPACK's
-    trsm is a library call (and crashed the XLA CPU compiler twice; CHANGELOG.md)."""
+    trsm is a library call (and crashed the XLA CPU compiler twice; benchmarks/HISTORY.md)."""
     m = b.shape[0]
     x: dict[int, Array] = {}
     for i in range(m) if transpose else reversed(range(m)):
@@ -301,7 +301,7 @@ def _indices(m: int) -> tuple[Array, Array]:
     """The row and the column index of each entry of an m x m matrix. S'Y and Y'Y take a new
     column, row or entry by a select on these (not a scatter or a dynamic update, which XLA
     compiles as a kernel of its own each, where a select fuses with the work around it:
-    188 fusions -> 170 in the compact form's run; CHANGELOG.md, "Engineering history", round 11)."""
+    188 fusions -> 170 in the compact form's run; benchmarks/HISTORY.md, round 11)."""
     rows = lax.broadcasted_iota(jnp.int32, (m, m), 0)
     return rows, lax.broadcasted_iota(jnp.int32, (m, m), 1)
 
