@@ -321,7 +321,7 @@ def first_call(call, program=None) -> dict:
     return row
 
 
-RUN_PROGRAMS = ("settled_run", "bundled_run")  # `run`'s own program (the loop), by function
+RUN_PROGRAMS = ("compiled_run",)  # `run`'s own program (the loop), by function
 
 
 def _abstract(tree):

@@ -15,7 +15,6 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import PyTree
 
-from . import _evaluate
 from ._misc import (
     as_int,
     at_least_float32,
@@ -30,16 +29,11 @@ from ._misc import (
 
 
 class Problem(NamedTuple):
-    """What the optimality conditions at a run's solution need: the objective (as the
-    solver calls it), whether it returns aux, the box (None without bounds), whether fn
-    returns residuals (a least-squares direction: f = 0.5 |r|^2) and whether it returns its
-    own gradient (`Solver(value_and_grad=True)`)."""
+    """What the optimality conditions at a run's solution need: the `Objective` (as the
+    solver evaluates it: its aux, its kind) and the box (None without bounds)."""
 
-    fn: Callable
-    has_aux: bool
+    objective: Any  # an `_objective.Objective`
     box: Any
-    residual: bool = False  # fn returns residuals r, and f = 0.5 |r|^2 (least squares)
-    own_grad: bool = False  # fn returns (value, grad): its gradient is differentiated
 
 
 class AbstractAdjoint(eqx.Module):
@@ -230,7 +224,8 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
     x0, args = primals
     _, args_dot = tangents  # the solution does not depend on x0
     result = _implicit_minimise(x0, args, **settings)
-    adjoint, (fn, has_aux, box, residual, own_grad) = settings["adjoint"], settings["problem"]
+    adjoint, (objective, box) = settings["adjoint"], settings["problem"]
+    has_aux = objective.has_aux
     # Split args into the leaves being differentiated and everything else.
     flat, treedef = jtu.tree_flatten(args)
     # args_dot is args with None where a leaf is not differentiated
@@ -255,9 +250,7 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
 
     def at(x, a):  # f, grad f and aux at (x, a)
         dtype, aux_like = result.value.dtype, result.aux
-        return _evaluate.value_and_grad(
-            fn, has_aux, dtype, aux_like, x, static, with_args(a), residual, own_grad
-        )
+        return objective.value_and_grad(dtype, aux_like, x, static, with_args(a))
 
     def grad_x(x, a):
         return at(x, a)[1]
@@ -281,7 +274,7 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
         return jtu.tree_map(lambda h, vi, fi: jnp.where(fi, h, vi), hv, v, free)
 
     # d/da grad_x f(x*, a) . a_dot, then x_dot = -H^-1 of it (on the free components).
-    with _own_gradient_differentiated(own_grad):
+    with _own_gradient_differentiated(objective.own_grad):
         mixed = only_free(jax.jvp(lambda a: grad_x(x, a), (a,), (a_dot,))[1])
         work = jtu.tree_map(lambda m: m.astype(at_least_float32(m.dtype)), mixed)
         x_dot = tree_cast_like(jtu.tree_map(jnp.negative, adjoint.solve(hessian_times, work)), x)

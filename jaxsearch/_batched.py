@@ -14,12 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _evaluate, _pipeline, _setup
+from . import _evaluate, _setup, _traced
 from ._compile import _closure, _programs
 from ._engine import Engine
 from ._history import Report
 from ._inputs import check_fn, partition
 from ._misc import select, weak_settings
+from ._objective import Objective
 from ._result import Result
 
 LANES = 1024  # the pool's default width
@@ -47,7 +48,7 @@ def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) ->
     fresh `run` starts. Once no problem waits, the pool shrinks to W / 4, W / 16, ... lanes
     (no fewer than 256) as soon as the problems still running fit, each width one more loop
     in the program. Last, each problem's `Result` is built from its final iterate and state
-    as `run`'s is (`_pipeline.finish`, under `vmap`).
+    as `run`'s is (`_traced.finish`, under `vmap`).
 
     Bit for bit where XLA computes each problem's arithmetic the same in any program and at
     any place of a batch. On XLA's CPU backend that holds where it does not contract a
@@ -155,8 +156,8 @@ def _solve(settings, x0s, args, captured) -> Result:
 
     with _evaluate.sharing_traces():  # fn is traced once, for every use below
 
-        def traced(x0, a):
-            return _evaluate.TracedOnce(fn, x0, *a)
+        def traced(x0, a):  # fn traced once, as the solver evaluates it
+            return Objective.of(solver, _evaluate.TracedOnce(fn, x0, *a))
 
         def fresh(x0, a):  # the state a fresh run starts from (`_setup.fresh_state`)
             f = traced(x0, a)
@@ -173,13 +174,13 @@ def _solve(settings, x0s, args, captured) -> Result:
         def begin(x0, a, state):
             f = traced(x0, a)
             arguments = (weak, weak_search, f, x0, a)
-            return _pipeline.start(*arguments, box=None, report=REPORT, state=state)[1]
+            return _traced.start(*arguments, box=None, report=REPORT, state=state)[1]
 
         def iterate(x0, a, m):
             return engine(x0, a).iterate(m)
 
         def end(x0, a, x, state, last_eval):
-            return _pipeline.finish(engine(x0, a), x0, x, state, None, last_eval)
+            return _traced.finish(engine(x0, a), x0, x, state, None, last_eval)
 
         # Each lane: its problem (`size` where it has none), that problem's x0 and args, and
         # the engine's machine; the batch's final iterates, states and evaluation budgets.

@@ -27,10 +27,9 @@ import jax.tree_util as jtu
 from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
-from . import _evaluate
 from ._box import Box, gradient_norm, trial_point
 from ._direction import DirectionInfo
-from ._direction._base import dense_least_squares, least_squares
+from ._direction._base import dense_least_squares
 from ._history import FIELDS, History, Report, step_record
 from ._linesearch import AbstractLineSearch, InitialStepInfo, initial_step
 from ._machine import Machine, pack_search, with_search
@@ -47,9 +46,10 @@ from ._misc import (
     tree_sub,
     tree_zeros_like,
 )
+from ._objective import Objective
 from ._state import BestPoint, SolverState
 from ._status import KEPT, Status
-from ._stopping import step_status
+from ._stopping import evals_spent, goes_on, step_status
 
 _replace = dataclasses.replace
 
@@ -68,7 +68,7 @@ class Engine:
 
     solver: Any  # the Solver, its numeric settings weakly typed
     linesearch: AbstractLineSearch  # the call's line search (with bounds: the bounded one)
-    fn: Any
+    objective: Objective
     static: PyTree
     args: tuple
     box: Box | None
@@ -83,24 +83,10 @@ class Engine:
             return per_step + 1
         return self.solver.max_steps * per_step + 2  # and a resumed run's check of f at x
 
-    def _evaluation(self, state: SolverState, point) -> tuple[Any, bool, Any, Any, Any, Any, Any]:
-        """What an evaluation of fn at `point` takes (`_evaluate`'s leading arguments)."""
-        solver = self.solver
-        return (
-            self.fn,
-            solver.has_aux,
-            state.value.dtype,
-            state.aux,
-            point,
-            self.static,
-            self.args,
-        )
-
     def evaluate(self, state: SolverState, point):
-        return _evaluate.value_and_grad(
-            *self._evaluation(state, point),
-            least_squares(self.solver),
-            self.solver.value_and_grad,
+        """f, its gradient and aux at `point` (the floating leaves of params)."""
+        return self.objective.value_and_grad(
+            state.value.dtype, state.aux, point, self.static, self.args
         )
 
     def forms_jacobian(self) -> bool:
@@ -114,12 +100,13 @@ class Engine:
         """f, grad, aux and (with `forms_jacobian`; else None) (r, J) at a trial point."""
         if not self.forms_jacobian():
             return (*self.evaluate(state, point), None)
-        return _evaluate.value_grad_and_jacobian(*self._evaluation(state, point))
+        return self.objective.value_grad_and_jacobian(
+            state.value.dtype, state.aux, point, self.static, self.args
+        )
 
     def residuals(self, point):
         """fn's residuals at `point` (a least-squares direction's fn), aux dropped."""
-        out = self.fn(eqx.combine(point, self.static), *self.args)
-        return _evaluate.split_output(out, self.solver.has_aux, residual=True)[0]
+        return self.objective.residuals(point, self.static, self.args)
 
     def measures_change(self) -> bool:
         """Whether the program computes each step's change of x, for `xtol` (not where `xtol`
@@ -129,9 +116,7 @@ class Engine:
 
     def evals_spent(self, m: Machine) -> Bool[Array, ""] | None:
         """Whether the budget of evaluations is spent (None without one)."""
-        if m.last_eval is None:
-            return None
-        return m.state.num_fun_evals >= m.last_eval
+        return evals_spent(m.state.num_fun_evals, m.last_eval)
 
     def check(self, value, grad, grad_norm: Scalar) -> Int[Array, ""]:
         """The status that forbids a search from a point with f = `value`, its gradient and
@@ -280,17 +265,12 @@ class Engine:
         # f at x: the first evaluation, after `reevaluate`, or a resumed run's check
         at_x = at_base if self.until_step else at_base | m.pending
         m = lax.cond(at_x, self.take_base, self.end_step, *operands)
-        st = m.state
-        running = st.status == Status.RUNNING
-        spent = self.evals_spent(m)
-        if spent is not None:
-            running = running & ~spent
         if self.until_step:  # `step` ends here, unless this was f at x
-            go_on = at_base & running
+            running = m.state.status == Status.RUNNING
+            spent = self.evals_spent(m)
+            go_on = at_base & (running if spent is None else running & ~spent)
             return _replace(m, open=go_on, pending=go_on)
-        go_on = (
-            running & (st.num_steps < m.last_step) & (st.steps_since_best < self.solver.stall_steps)
-        )
+        go_on = goes_on(m.state, m.last_step, self.solver.stall_steps, m.last_eval)
         m = _replace(m, open=go_on)
         return lax.cond(go_on, self.prepare, lambda m: m, m)
 
@@ -386,11 +366,9 @@ class Engine:
         st, x, box, solver = m.state, m.x, self.box, self.solver
         dtype = st.scalar_dtype
         direction = solver.direction
-        own = st.grad if solver.value_and_grad else None  # fn's own gradient: differences
-        hvp = functools.partial(
-            _evaluate.hessian_vector_product, functools.partial(self.evaluate, st), x, grad=own
-        )
-        residuals = self.residuals if least_squares(solver) else None
+        evaluate = functools.partial(self.evaluate, st)
+        hvp = functools.partial(self.objective.hessian_vector_product, evaluate, x, grad=st.grad)
+        residuals = self.residuals if self.objective.residual else None
         info = DirectionInfo(
             x, st.grad, dtype, hvp, box, solver.adjoint.while_loop, residuals, m.jacobian
         )

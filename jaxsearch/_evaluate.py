@@ -1,8 +1,9 @@
-"""The single place where the user's objective is evaluated."""
+"""fn traced once per call (`TracedOnce`, shared within `sharing_traces`) and what it returns
+checked: its output split into value and aux, its value, its residuals, the gradient it
+returns itself. `_objective.Objective` makes every evaluation from these."""
 
 import contextlib
 import contextvars
-import math
 
 import equinox as eqx
 import jax
@@ -10,15 +11,6 @@ import jax.extend
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import PyTree
-
-from ._misc import (
-    at_least_float32,
-    dtype_eps,
-    tree_add_scaled,
-    tree_cast_like,
-    tree_norm,
-    widest_float,
-)
 
 # The traces of the call in progress (see `sharing_traces`), or None outside one.
 _shared: contextvars.ContextVar[dict | None] = contextvars.ContextVar("traces", default=None)
@@ -164,29 +156,6 @@ def check_residuals(residuals) -> None:
             )
 
 
-def half_squared_norm(residuals: PyTree):
-    """f = 0.5 * sum_i r_i^2 over every leaf of `residuals`, summed in the widest residual
-    float dtype widened to at least float32 (the objective of a least-squares direction)."""
-    found = jtu.tree_leaves(residuals)
-    acc = at_least_float32(widest_float(*(jnp.result_type(r) for r in found)))
-    total = jnp.zeros((), acc)
-    for r in found:
-        r = jnp.asarray(r).astype(acc)
-        total = total + jnp.sum(r * r)
-    return total / 2
-
-
-def objective_value(out, has_aux: bool, residual: bool):
-    """(f, aux) from fn's output: f itself, checked to be a real floating scalar; or, with
-    `residual` (a least-squares direction), 0.5 |r|^2 of fn's residuals r."""
-    value, aux = split_output(out, has_aux, residual)
-    if residual:
-        check_residuals(value)
-        return half_squared_norm(value), aux
-    check_value(value)
-    return value, aux
-
-
 def split_own_gradient(out):
     """(fn's output without its gradient, the gradient) of a fn that returns its own gradient
     (`Solver(value_and_grad=True)`): `out` must be a pair `(value, grad)`, or `((value, aux),
@@ -233,102 +202,3 @@ def own_gradient(grad, diff: PyTree, static: PyTree) -> PyTree:
                 f"value_and_grad=True: {where} has dtype {dtype}; the gradient must be real."
             )
     return found
-
-
-def value_and_grad(
-    fn,
-    has_aux: bool,
-    value_dtype,
-    aux_like,
-    diff: PyTree,
-    static: PyTree,
-    args,
-    residual: bool = False,
-    own_grad: bool = False,
-):
-    """f, grad f and aux at `combine(diff, static)`: value cast to `value_dtype`, gradient
-    leaves cast to the dtypes of `diff`, aux leaves to those of `aux_like` (all strongly typed).
-    With `residual`, fn returns residuals r and f = 0.5 |r|^2 (`half_squared_norm`). With
-    `own_grad` (`Solver(value_and_grad=True)`), fn returns its own gradient beside its output
-    (`split_own_gradient`, checked by `own_gradient`) and is not differentiated here."""
-    if own_grad:
-        out, grad = split_own_gradient(fn(eqx.combine(diff, static), *args))
-        value, aux = objective_value(out, has_aux, residual=False)
-        grad = own_gradient(grad, diff, static)
-    else:
-
-        def objective(d):
-            return objective_value(fn(eqx.combine(d, static), *args), has_aux, residual)
-
-        (value, aux), grad = jax.value_and_grad(objective, has_aux=True)(diff)
-    grad = tree_cast_like(grad, diff)
-    aux = tree_cast_like(aux, aux_like) if has_aux else None
-    return jnp.asarray(value).astype(value_dtype), grad, aux
-
-
-def jacobian_dtype(diff: PyTree, residuals: PyTree):
-    """The dtype of a dense least-squares direction's matrices: the widest of the params'
-    (`diff`'s) and the residuals' float dtypes (arrays or abstract values), at least float32."""
-    found = jtu.tree_leaves((diff, residuals))
-    return at_least_float32(widest_float(*(jnp.result_type(a) for a in found)))
-
-
-def value_grad_and_jacobian(fn, has_aux: bool, value_dtype, aux_like, diff, static, args):
-    """f, grad f and aux at `combine(diff, static)` as `value_and_grad` gives them with
-    `residual`, and (r, J): fn's residuals flattened and their Jacobian (m x n, n the size of
-    `diff`), both in `jacobian_dtype`, for a dense least-squares direction. One forward-mode
-    Jacobian (`jax.jacfwd`: n Jacobian-vector products) executes r's primal once; f is
-    0.5 |r|^2 (`half_squared_norm`, as `value_and_grad` forms it) and grad f = J'r, each
-    leaf cast to its param's dtype."""
-    from ._direction._flat import flatten_tree, unflatten_tree
-
-    def residuals(d):
-        r, _ = split_output(fn(eqx.combine(d, static), *args), has_aux, residual=True)
-        return r
-
-    kind = jacobian_dtype(diff, jax.eval_shape(residuals, diff))
-
-    def flat(v):
-        out = fn(eqx.combine(unflatten_tree(v, diff), static), *args)
-        r, aux = split_output(out, has_aux, residual=True)
-        check_residuals(r)
-        r_flat = flatten_tree(r, kind)
-        return r_flat, (r_flat, half_squared_norm(r), aux)
-
-    jac, (r, value, aux) = jax.jacfwd(flat, has_aux=True)(flatten_tree(diff, kind))
-    grad = jnp.matmul(jac.T, r, precision=jax.lax.Precision.HIGHEST)
-    grad = unflatten_tree(grad, diff)
-    aux = tree_cast_like(aux, aux_like) if has_aux else None
-    return jnp.asarray(value).astype(value_dtype), grad, aux, (r, jac)
-
-
-def hessian_vector_product(evaluate, x, v, grad=None):
-    """H(x) v by forward-mode differentiation of the gradient (forward-over-reverse); given
-    `grad`, the gradient at x that fn returned itself (`Solver(value_and_grad=True)`), by
-    the forward difference of that gradient instead (`_difference_product`)."""
-    if grad is not None:
-        return _difference_product(evaluate, x, v, grad)
-    return jax.jvp(lambda p: evaluate(p)[1], (x,), (v,))[1]
-
-
-def _difference_product(evaluate, x, v, grad):
-    """H(x) v ~ (g(x + eps v) - g(x)) / eps, g = grad f and `grad` = g(x): the forward
-    difference of the gradient along v (Nocedal & Wright, *Numerical Optimization*, 2nd ed.,
-    section 8.1), one evaluation of fn. eps = sqrt(u) (1 + |x|_2) / |v|_2, u the machine
-    epsilon of x's least precise leaf: sqrt(u) balances the difference's truncation error
-    against rounding (N&W 8.1), scaled so that the perturbation eps |v| is relative to |x|.
-    x + eps v is rounded to x's dtypes (fn's inputs); the difference and the division are
-    taken in each leaf's dtype widened to at least float32, and the product is cast to v's
-    dtypes. v = 0 gives 0 (with no new information: fn is evaluated at x)."""
-    work = at_least_float32(widest_float(*(leaf.dtype for leaf in jtu.tree_leaves(x))))
-    root_u = math.sqrt(dtype_eps(x))
-    v_norm = tree_norm(v, work)
-    scale = (1 + tree_norm(x, work)) / jnp.where(v_norm > 0, v_norm, 1)
-    eps = (root_u * scale).astype(work)
-    moved = evaluate(tree_add_scaled(x, eps, v))[1]
-
-    def quotient(g_new, g, vi):
-        acc = at_least_float32(widest_float(g_new.dtype, g.dtype))
-        return ((g_new.astype(acc) - g.astype(acc)) / eps.astype(acc)).astype(vi.dtype)
-
-    return jtu.tree_map(quotient, moved, grad, v)

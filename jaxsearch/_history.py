@@ -15,7 +15,7 @@ from jaxtyping import Array, Int
 
 from ._host import host_call
 from ._misc import tree_inf_norm
-from ._status import Status
+from ._stopping import goes_on
 
 FIELDS = ("step", "value", "grad_norm", "step_size", "num_fun_evals", "step_evals")
 
@@ -34,13 +34,9 @@ def step_record(evals_at_start, after, dtype, last_step, stall_steps: int, last_
         step_size=after.step_size,
         num_fun_evals=after.num_fun_evals,
         step_evals=after.num_fun_evals - evals_at_start,
-        final=(after.status != Status.RUNNING)
-        | (after.num_steps >= last_step)
-        | (after.steps_since_best >= stall_steps),
+        final=~goes_on(after, last_step, stall_steps, last_eval),
         steps_left=last_step - after.num_steps,  # for the progress bar of a resumed run
     )
-    if last_eval is not None:
-        record["final"] = record["final"] | (after.num_fun_evals >= last_eval)
     return record
 
 

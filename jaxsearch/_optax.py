@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PyTree, Scalar
 
-from . import _pipeline, _setup
+from . import _setup, _traced
 from ._compile import _programs
 from ._inputs import partition
 from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm
@@ -114,7 +114,7 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
         )
     # Given f and its gradient, a search that evaluates each step uses them (they are on
     # this update's data) rather than evaluating them again.
-    new_params, st = _pipeline.take_step(
+    new_params, st = _traced.take_step(
         solver, fn, params, st, (extra_args,), None, value is not None
     )
     updates = jax.tree.map(

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optimistix as optx
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
-from . import _pipeline
+from . import _traced
 from ._adjoint import UnrolledAdjoint
 from ._direction import AbstractLeastSquares
 from ._inputs import partition
@@ -153,7 +153,7 @@ class OptimistixMinimiser(optx.AbstractMinimiser):
         given, static = partition(y)
         diff = tree_cast_like(given, given)
         search = self.solver.linesearch
-        chosen, _, _, best_aux, _ = _pipeline.returned_point(
+        chosen, _, _, best_aux, _ = _traced.returned_point(
             self.solver, search, diff, state, None, status, _no_progress(self.solver, state)
         )
         # Before any step (max_steps=0) there is no point but y.
@@ -164,20 +164,20 @@ class OptimistixMinimiser(optx.AbstractMinimiser):
 
 def _no_progress(solver, state: SolverState) -> Bool[Array, ""]:
     """Whether a run would stop here for want of progress (`stall_steps` steps)."""
-    return run_status(state.status, state.steps_since_best, solver.stall_steps)[1]
+    return run_status(state, solver.stall_steps)[1]
 
 
 def _ended(solver, state: SolverState) -> Int[Array, ""]:
     """The status a run would end with here, RUNNING while it goes on: the last step's,
     STALLED after `stall_steps` steps without progress, and, where the solver keeps a best
-    point, the status of the point a run returns (`_pipeline.returned_point`)."""
-    status, no_progress = run_status(state.status, state.steps_since_best, solver.stall_steps)
+    point, the status of the point a run returns (`_traced.returned_point`)."""
+    status, no_progress = run_status(state, solver.stall_steps)
     running = (state.status == Status.RUNNING) & ~no_progress
     status = jnp.where(running, Status.RUNNING, status).astype(jnp.int32)
     if state.best is None:
         return status
     dummy = state.grad  # the last iterate is not needed without a box
-    returned = _pipeline.returned_point(
+    returned = _traced.returned_point(
         solver, solver.linesearch, dummy, state, None, status, no_progress
     )[4]
     return jnp.where(state.has_eval, returned, status).astype(jnp.int32)

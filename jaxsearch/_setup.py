@@ -5,21 +5,23 @@ against the solver and params (`check_state`).
 """
 
 import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jaxtyping import PyTree
 
 from . import _evaluate
 from ._box import Box, check_order
-from ._compile import Kept, _programs
-from ._complex import OnRealView, check_complex, real_params
-from ._direction._base import least_squares
+from ._compile import Kept, _programs, dispatch
+from ._complex import OnRealView, RealView, check_complex, real_params
 from ._inputs import (
     check_fits,
-    check_fn,
     check_is_state,
+    check_params,
     floating_dtype,
     misfit,
     partition,
@@ -32,6 +34,7 @@ from ._misc import (
     tree_zeros_like,
     widest_float,
 )
+from ._objective import Objective
 from ._state import BestPoint, SolverState, fingerprint_dtype
 from ._status import Status
 
@@ -41,8 +44,8 @@ _replace = dataclasses.replace
 # ------------------------------------------------------------------ the call's box and search
 
 
-def make_box(solver, bounds, diff) -> Box | None:
-    """The `Box` of `bounds` for params with floating leaves `diff` (None: no bounds), after
+def make_box(solver, bounds, params) -> Box | None:
+    """The `Box` of `bounds` for the floating leaves of params (None: no bounds), after
     checking that the solver's direction can honour them and, when concrete, their order."""
     if bounds is None:
         return None
@@ -51,6 +54,7 @@ def make_box(solver, bounds, diff) -> Box | None:
             f"{type(solver.direction).__name__} cannot honour bounds: use js.LBFGS() "
             "(L-BFGS-B; the default direction) or js.Gradient() (projected gradient)."
         )
+    diff, _ = partition(params)
     box = Box.from_bounds(bounds, diff)
     check_order(box)
     return box
@@ -64,34 +68,48 @@ def line_search(solver, box: Box | None) -> AbstractLineSearch:
 # ------------------------------------------------------------------------------ the state
 
 
-def init(solver, params, value_dtype, fn, args: tuple, bounds) -> SolverState:
-    """`Solver.init`: the bounds checked, the state built for the call's line search (of
-    complex params, their real view's: `_complex`)."""
-    view = check_complex(solver, params, bounds)
+class Call(NamedTuple):
+    """A call of `run` or `init` once `prepare` has checked it: fn, params and args as the
+    call's programs take them (complex params as their real view, fn on it), the call's box
+    and its one line search, and the `RealView` that turns the result back (None: real)."""
+
+    fn: Callable | None
+    params: PyTree
+    args: tuple
+    box: Box | None
+    search: AbstractLineSearch
+    view: RealView | None
+
+
+def prepare(solver, fn, x0, args: tuple, bounds) -> Call:
+    """The host side of a call, in one pass down: x0 checked before fn is traced (fn would
+    fail first on a Python number, or a list of them), complex params as their real view
+    (`_complex`: refused with bounds, or with fn's own gradient), then the box (None: no
+    bounds) and the line search for it."""
+    check_params(x0)
+    view = check_complex(solver, x0, bounds)
     if view is not None:
-        params = real_params(view, params)
         fn = None if fn is None else OnRealView(fn, view)
-    diff, _ = partition(params)
-    search = line_search(solver, make_box(solver, bounds, diff))
-    return initial_state(solver, search, params, diff, value_dtype, fn, args)
+        x0 = real_params(view, x0)
+    box = make_box(solver, bounds, x0)
+    return Call(fn, x0, args, box, line_search(solver, box), view)
 
 
-def initial_state(solver, search, params, diff, value_dtype, fn, args: tuple) -> SolverState:
+def init(solver, params, value_dtype, fn, args: tuple, bounds) -> SolverState:
+    """`Solver.init`: the call prepared (`prepare`), the state built for its line search."""
+    call = prepare(solver, fn, params, args, bounds)
+    diff = partition(call.params)[0]
+    objective = None if call.fn is None else Objective.of(solver, call.fn)
+    return initial_state(solver, call.search, call.params, diff, value_dtype, objective, args)
+
+
+def initial_state(solver, search, params, diff, value_dtype, objective, args: tuple):
     """The state `init` gives for params (with floating leaves `diff`) and `search`, its
-    value dtype as `Solver.init` says; fn, when given, is traced for its value and aux."""
+    value dtype as `Solver.init` says; the `Objective`, when given (None: no fn), is traced
+    for its value and aux."""
     out = None
-    if fn is not None:
-        check_fn(fn)
-        residual = least_squares(solver)
-
-        def value_and_aux(p):
-            out = fn(p, *args)
-            if solver.value_and_grad:  # fn's own gradient, checked against params
-                out, grad = _evaluate.split_own_gradient(out)
-                _evaluate.own_gradient(grad, *partition(p))
-            return _evaluate.objective_value(out, solver.has_aux, residual)
-
-        out = eqx.filter_eval_shape(value_and_aux, params)
+    if objective is not None:
+        out = eqx.filter_eval_shape(lambda p: objective.value_and_aux(p, args), params)
     elif solver.has_aux:
         raise TypeError("Solver(has_aux=True).init needs `fn=` to learn the structure of aux.")
     if value_dtype is None:
@@ -151,7 +169,9 @@ def build_state(solver, search, diff, value_dtype, aux_shapes) -> SolverState:
     )
 
 
-def check_state(solver, search, state, params, diff, fn, args: tuple, *, bounded: bool) -> None:
+def check_state(
+    solver, search, state, params, diff, objective, args: tuple, *, bounded: bool
+) -> None:
     """Raise unless `state` is a `SolverState` with the structure, shapes and dtypes of the
     state `init` gives for params, fn, args and `search` with the state's own value dtype (so
     a value dtype other than params' fits): a TypeError that names the first leaf or node
@@ -161,7 +181,7 @@ def check_state(solver, search, state, params, diff, fn, args: tuple, *, bounded
     check_is_state(state)
     value_dtype = jnp.result_type(state.value)
     expected = jax.eval_shape(
-        lambda: initial_state(solver, search, params, diff, value_dtype, fn, args)
+        lambda: initial_state(solver, search, params, diff, value_dtype, objective, args)
     )
     if solver.linesearch is not solver.bounded_linesearch:
         other = solver.linesearch if bounded else solver.bounded_linesearch
@@ -206,15 +226,10 @@ def fresh_run_state(solver, search, fn, x0, args, value_dtype, plain: bool, opti
 
     def build():
         arguments = (solver, search, fn, x0, args, value_dtype)
-        if plain:
-            return _programs.call(
-                fresh_state,
-                *arguments,
-                filtered=False,
-                options=options,
-                static_argnums=(0, 1, 2, 5),
-            )
-        return _programs.call(fresh_state, *arguments, filtered=True, options=options)
+        static = (0, 1, 2, 5)
+        return dispatch(
+            fresh_state, arguments, plain=plain, static=static, donate=False, options=options
+        )
 
     if not plain or _programs.traced((x0, args)):
         state = build()
@@ -234,5 +249,5 @@ def fresh_run_state(solver, search, fn, x0, args, value_dtype, plain: bool, opti
 
 def fresh_state(solver, search, fn, x0, args, value_dtype) -> SolverState:
     """The compiled program of a fresh run's state."""
-    fn = _evaluate.TracedOnce(fn, x0, *args)  # the trace the run's program reuses
-    return initial_state(solver, search, x0, partition(x0)[0], value_dtype, fn, args)
+    objective = Objective.of(solver, _evaluate.TracedOnce(fn, x0, *args))  # the run's trace
+    return initial_state(solver, search, x0, partition(x0)[0], value_dtype, objective, args)

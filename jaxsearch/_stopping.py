@@ -75,20 +75,39 @@ def step_status(
     return jnp.select(list(conditions), list(statuses), Status.RUNNING).astype(jnp.int32)
 
 
-def run_status(
-    status: Int[Array, ""],
-    steps_since_best: Int[Array, ""],
-    stall_steps: int,
-    evals_spent: Bool[Array, ""] | None = None,
-) -> tuple[Int[Array, ""], Bool[Array, ""]]:
-    """(The status of a run whose engine stopped with the last step's `status`, whether it
-    stopped for want of progress). A run stops `RUNNING` only at its step budget, at its
-    budget of evaluations (`evals_spent`; None: it has none) or after `stall_steps` steps
-    without progress (`steps_since_best`): `STALLED` for the last, else `MAX_EVALS` where
-    the evaluations are spent, else `MAX_STEPS`. Any other status is the run's."""
+def stalled(steps_since_best: Int[Array, ""], stall_steps: int) -> Bool[Array, ""]:
+    """Whether a run has gone `stall_steps` steps without progress (`steps_since_best`)."""
+    return steps_since_best >= stall_steps
+
+
+def evals_spent(num_fun_evals: Int[Array, ""], last_eval) -> Bool[Array, ""] | None:
+    """Whether a budget of evaluations that ends at the count `last_eval` is spent (None
+    without a budget)."""
+    return None if last_eval is None else num_fun_evals >= last_eval
+
+
+def goes_on(state, last_step, stall_steps: int, last_eval=None) -> Bool[Array, ""]:
+    """The stop condition of a run, read by the engine's loop, the step record and the run's
+    status (`run_status`): a run goes on after a step that ended in `state` while the step's
+    status is `RUNNING`, its step count is below `last_step`, it has not `stalled`, and
+    (where it has a budget of evaluations) its count of evaluations is below `last_eval`."""
+    running = state.status == Status.RUNNING
+    go = running & (state.num_steps < last_step) & ~stalled(state.steps_since_best, stall_steps)
+    spent = evals_spent(state.num_fun_evals, last_eval)
+    return go if spent is None else go & ~spent
+
+
+def run_status(state, stall_steps: int, last_eval=None) -> tuple[Int[Array, ""], Bool[Array, ""]]:
+    """(The status of a run whose engine stopped (`goes_on` turned False) in `state`, whether
+    it `stalled`). A run stops with its last step `RUNNING` only at its step budget, at its
+    budget of evaluations (ending at the count `last_eval`; None: it has none) or once it
+    `stalled`: `STALLED` for the last, else `MAX_EVALS` where the evaluations are spent,
+    else `MAX_STEPS`. Any other status of the last step is the run's."""
+    status = state.status
     running = status == Status.RUNNING
-    no_progress = running & (steps_since_best >= stall_steps)
-    spent = jnp.array(False) if evals_spent is None else evals_spent
+    no_progress = running & stalled(state.steps_since_best, stall_steps)
+    spent = evals_spent(state.num_fun_evals, last_eval)
+    spent = jnp.array(False) if spent is None else spent
     budget = jnp.where(spent, Status.MAX_EVALS, Status.MAX_STEPS)
     ended = jnp.where(no_progress, Status.STALLED, budget)
     return jnp.where(running, ended, status).astype(jnp.int32), no_progress

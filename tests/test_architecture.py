@@ -165,3 +165,71 @@ def test_no_module_is_over_550_lines():
         if len(path.read_text().splitlines()) > 550
     }
     assert not long
+
+
+def _functions(tree: ast.AST):
+    """(function node, the nodes in its body outside nested functions) of each function."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            own, pending = [], list(ast.iter_child_nodes(node))
+            while pending:
+                child = pending.pop()
+                own.append(child)
+                if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                    pending.extend(ast.iter_child_nodes(child))
+            yield node, own
+
+
+def _called_names(nodes) -> list[str]:
+    """The names called by name (`f(...)`, not `obj.f(...)`) among `nodes`."""
+    return [
+        node.func.id
+        for node in nodes
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    ]
+
+
+def test_one_place_builds_a_result():
+    """A `Result` is built in `_traced.finish` alone: `batched_run` ends each problem there,
+    and complex params turn the real view's result back without building another."""
+    builders = [
+        f"{path.name}:{function.name}"
+        for path, tree in _trees().items()
+        for function, body in _functions(tree)
+        if "Result" in _called_names(body)
+    ]
+    assert builders == ["_traced.py:finish"]
+
+
+def test_the_run_never_calls_itself():
+    """No function of the host side (`_pipeline`) or the traced side (`_traced`) calls itself:
+    a run cut in two is two dispatches of one program (`run_in_two`), and complex params
+    take one pass on their real view."""
+    trees = _trees()
+    recursive = [
+        f"{path.name}:{function.name}"
+        for path in (PACKAGE / "_pipeline.py", PACKAGE / "_traced.py")
+        for function, body in _functions(trees[path])
+        if function.name in _called_names(body)
+    ]
+    assert recursive == []
+
+
+STOP_TERMS = ("steps_since_best", "stall_steps", "last_step", "last_eval")
+
+
+def test_the_stop_condition_is_written_once():
+    """Only `_stopping` orders the counts a run stops on (steps since the best point against
+    `stall_steps`, the step count against the last step, evaluations against their budget):
+    the engine's loop, the step record and the run's status read `goes_on` and `stalled`."""
+    found = []
+    for path, tree in _trees().items():
+        if path.name == "_stopping.py":
+            continue
+        for node in ast.walk(tree):
+            ordering = isinstance(node, ast.Compare) and all(
+                isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE) for op in node.ops
+            )
+            if ordering and any(term in ast.unparse(node) for term in STOP_TERMS):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []

@@ -138,10 +138,10 @@ def test_run_compiles_with_the_options_it_is_given(compiled_as):
     ]
     assert compiled_as == [
         ("fresh_state", LEAN),  # the fresh state, kept for the next runs
-        ("settled_run", LEAN),
-        ("settled_run", None),
-        ("settled_run", tuple(given.items())),
-        ("settled_run", LEAN),
+        ("compiled_run", LEAN),
+        ("compiled_run", None),
+        ("compiled_run", tuple(given.items())),
+        ("compiled_run", LEAN),
     ]
     for result in results:
         assert result.status == js.Status.CONVERGED_GTOL
@@ -165,11 +165,11 @@ def test_an_expensive_run_rents_or_keeps_the_defaults_and_its_state_program_is_l
     js.Solver(max_steps=10**4, max_evals=10**5).run(bowl, x0)
     assert compiled_as == [
         ("fresh_state", LEAN),  # evaluates no fn
-        ("settled_run", LEAN),
+        ("compiled_run", LEAN),
         ("fresh_state", LEAN),
-        ("settled_run", None),
+        ("compiled_run", None),
         ("fresh_state", LEAN),
-        ("settled_run", LEAN),
+        ("compiled_run", LEAN),
     ]
 
 
@@ -214,8 +214,8 @@ def test_a_long_run_rents_lean_steps_then_resumes_under_the_defaults(compiled_as
         result = solver.run(rosenbrock, x0)
         assert compiled_as == [
             ("fresh_state", LEAN),
-            ("settled_run", LEAN),
-            ("settled_run", None),
+            ("compiled_run", LEAN),
+            ("compiled_run", None),
         ]
         assert result.status == js.Status.CONVERGED_GTOL and result.num_steps > 5
         np.testing.assert_allclose(result.params, [1.0, 1.0], rtol=1e-8)
@@ -250,8 +250,8 @@ def test_an_eagerly_vmapped_run_rents_each_problem_at_its_own_step(compiled_as, 
         whole = jax.vmap(lambda x: solver.run(rosenbrock, x))(starts)
         assert compiled_as == [
             ("fresh_state", LEAN),
-            ("settled_run", LEAN),
-            ("settled_run", None),
+            ("compiled_run", LEAN),
+            ("compiled_run", None),
         ]
         assert [js.Status(int(s)) for s in whole.status] == [js.Status.CONVERGED_GTOL] * 4
         assert int(whole.num_steps[1]) == 0 and min(np.asarray(whole.num_steps)[[0, 2, 3]]) > 5
@@ -280,9 +280,9 @@ def test_an_eagerly_vmapped_run_rents_each_problem_at_its_own_step(compiled_as, 
         )
         assert compiled_as == [
             ("fresh_state", LEAN),
-            ("settled_run", LEAN),
-            ("settled_run", LEAN),
-            ("settled_run", None),
+            ("compiled_run", LEAN),
+            ("compiled_run", LEAN),
+            ("compiled_run", None),
         ]
         for got, expected in zip(jax.tree.leaves(tail), jax.tree.leaves(whole), strict=True):
             np.testing.assert_array_equal(got, expected)
@@ -294,7 +294,7 @@ def test_a_run_that_ends_within_its_lean_steps_compiles_nothing_else(compiled_as
     rent_for(5, bowl, x0)
     result = js.Solver(max_steps=100).run(bowl, x0)
     assert result.status == js.Status.CONVERGED_GTOL
-    assert compiled_as == [("fresh_state", LEAN), ("settled_run", LEAN)]
+    assert compiled_as == [("fresh_state", LEAN), ("compiled_run", LEAN)]
 
 
 @on_cpu

@@ -57,14 +57,14 @@ def test_run_and_step_compile_lean_where_priced_below_the_saving(compiled_as):
     solver.step(chain, small, state, a)
     assert compiled_as == [
         ("fresh_state", True),
-        ("settled_run", True),
+        ("compiled_run", True),
         ("fresh_state", True),
-        ("bundled_run", True),
+        ("compiled_run", True),
         ("take_step", True),
     ]
     compiled_as.clear()
     solver.run(chain, large, a)  # 1 MiB, 5 steps: priced below the saving
-    assert compiled_as == [("fresh_state", True), ("settled_run", True)]
+    assert compiled_as == [("fresh_state", True), ("compiled_run", True)]
     compiled_as.clear()
     # a run that cannot be cut in two (a budget of evaluations) is priced at HORIZON steps:
     # the defaults here, but for the fresh state's program, which evaluates no fn
@@ -72,7 +72,7 @@ def test_run_and_step_compile_lean_where_priced_below_the_saving(compiled_as):
     larger = jnp.asarray(np.tile([-1.2, 1.0], 1 << 19), jnp.float32)  # 4 MiB
     assert _programs.lean_steps(chain, larger, (bowl,)) < _programs.HORIZON
     js.Solver(js.LBFGS(), max_steps=10**6, max_evals=10**6).run(chain, larger, bowl)
-    assert compiled_as == [("fresh_state", True), ("settled_run", False)]
+    assert compiled_as == [("fresh_state", True), ("compiled_run", False)]
     compiled_as.clear()
     jax.jit(lambda x: solver.run(chain, x, a).params)(small)
     assert [lean for _, lean in compiled_as] == [False, False]
@@ -110,7 +110,7 @@ def test_a_refused_option_falls_back_to_the_defaults(monkeypatch, compiled_as):
         assert compiled_as == [
             ("fresh_state", True),
             ("fresh_state", False),
-            ("settled_run", False),
+            ("compiled_run", False),
         ]
     finally:
         compiled.cache_clear()  # no program with the bogus option stays cached

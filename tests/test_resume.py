@@ -260,14 +260,14 @@ def test_state_from_a_checkpoint_resumes(tmp_path):
 def test_a_large_state_is_donated_never_the_callers(monkeypatch):
     """A state of 1 MiB or more is donated to the run (its buffers become the loop's and
     the result's), a resumed run's as a copy: the caller's stays valid."""
-    from jaxsearch import _pipeline
+    from jaxsearch import _traced
     from jaxsearch._compile import _programs
 
     given = []
     call = _programs.call
 
     def recorded(fun, *args, donate=False, **kwargs):
-        if fun is _pipeline.settled_run and donate:
+        if fun is _traced.compiled_run and donate:
             given.append(args[-1])
         return call(fun, *args, donate=donate, **kwargs)
 

@@ -1,12 +1,20 @@
 """The stopping rules as pure functions (`jaxsearch._stopping`): how a step ends, how a run
 ends, and which point a run that kept a best point returns."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import pytest
 
 import jaxsearch as js
-from jaxsearch._stopping import returned_status, returns_last, run_status, step_status
+from jaxsearch._stopping import (
+    goes_on,
+    returned_status,
+    returns_last,
+    run_status,
+    step_status,
+)
 
 S = js.Status
 
@@ -100,6 +108,30 @@ def test_status_with_array_settings_under_jit():
 # ----------------------------------------------------------------------------- a run
 
 
+def ended(status, steps_since_best, num_fun_evals=0, num_steps=0):
+    """The counts of a state in which a run's engine stopped."""
+    return types.SimpleNamespace(
+        status=jnp.asarray(status, jnp.int32),
+        steps_since_best=jnp.asarray(steps_since_best, jnp.int32),
+        num_fun_evals=jnp.asarray(num_fun_evals, jnp.int32),
+        num_steps=jnp.asarray(num_steps, jnp.int32),
+    )
+
+
+def test_a_run_stops_at_its_budget_of_evaluations():
+    """`goes_on` and `run_status` read one rule: evaluations at the budget's end stop the run
+    (`MAX_EVALS`), one short of it do not; without a budget only steps and stalls count."""
+    at_end, short = ended(S.RUNNING, 0, num_fun_evals=7), ended(S.RUNNING, 0, num_fun_evals=6)
+    assert not bool(goes_on(at_end, 10, 100, jnp.int32(7)))
+    assert bool(goes_on(short, 10, 100, jnp.int32(7)))
+    assert bool(goes_on(at_end, 10, 100))
+    assert not bool(goes_on(ended(S.RUNNING, 100), 10, 100))  # stalled
+    assert not bool(goes_on(ended(S.RUNNING, 0, num_steps=10), 10, 100))  # its last step
+    assert not bool(goes_on(ended(S.CONVERGED_GTOL, 0), 10, 100))
+    assert S(int(run_status(at_end, 100, jnp.int32(7))[0])) == S.MAX_EVALS
+    assert S(int(run_status(short, 100, jnp.int32(7))[0])) == S.MAX_STEPS
+
+
 @pytest.mark.parametrize(
     "status, steps_since_best, expected, no_progress",
     [
@@ -114,7 +146,7 @@ def test_status_with_array_settings_under_jit():
     ],
 )
 def test_run_status(status, steps_since_best, expected, no_progress):
-    code, stopped = run_status(jnp.int32(status), jnp.int32(steps_since_best), 100)
+    code, stopped = run_status(ended(status, steps_since_best), 100)
     assert code.dtype == jnp.int32
     assert S(int(code)) == expected
     assert bool(stopped) == no_progress
@@ -180,7 +212,7 @@ def test_returned_status(status, grad_norm, expected):
 def test_run_rules_under_jit_with_array_settings():
     @jax.jit
     def decide(status, steps, gtol):
-        status, _ = run_status(status, steps, 5)
+        status, _ = run_status(ended(status, steps), 5)
         return returned_status(status, jnp.array(1e-3, F32), gtol)
 
     assert S(int(decide(jnp.int32(S.CONVERGED_GTOL), 0, jnp.array(1e-2, F32)))) == (

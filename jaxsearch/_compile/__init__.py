@@ -1,5 +1,7 @@
 """How jaxsearch's calls are compiled and dispatched, apart from what a run computes.
 
+- `_plan`: the door: a call's `plan` (made once, on the host) and `dispatch`, the one way a
+  program is compiled and called;
 - `_programs`: which compiled program a call of `run` or `step` takes (dispatch by `jax.jit`
   or `eqx.filter_jit`, donation, the "auto" compile options, their pricing and split plan);
 - `_cost`: what the lean compile options may cost fn's evaluations, from its jaxpr;
@@ -24,4 +26,5 @@ from . import (
 from ._caches import Kept as Kept, bounded_cache as bounded_cache, clear_caches as clear_caches
 from ._jit import jit as jit
 from ._packing import PackedState as PackedState, pack as pack, packed as packed
+from ._plan import Plan as Plan, dispatch as dispatch, plan as plan
 from ._retrace import RetraceWarning as RetraceWarning

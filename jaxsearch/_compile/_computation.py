@@ -34,6 +34,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from .. import _evaluate
+from .._objective import Objective, objective_value
 from ._caches import Kept
 
 
@@ -84,19 +85,19 @@ incomparable: "weakref.WeakSet" = weakref.WeakSet()
 _kept = Kept(64)
 
 
-def by_computation(
-    fn, has_aux: bool, params, args: tuple, residual: bool = False, own_grad: bool = False
-):
-    """fn's `Computation` for a call at params and args, or fn itself where it cannot have
+def by_computation(objective: Objective, params, args: tuple):
+    """The `Computation` of the objective's fn (an `_objective.Objective`: its aux and its
+    kind are part of the key) for a call at params and args, or fn itself where it cannot have
     one (its jaxpr has no value to compare, or tracing it raises: the call itself then
     raises with the solver's message). Only for calls that run eagerly (`_programs.eager`:
     outside any trace but an eager `jax.vmap`'s), on arrays; a fn that closes over a tracer
     is its own stand-in. fn is
     traced once (`_evaluate.TracedOnce`); within `_evaluate.sharing_traces`, the call's
-    programs reuse that trace for the stand-in. `residual`: fn returns residuals r and the
-    objective is 0.5 |r|^2 (a least-squares direction). `own_grad`: fn returns its own
-    gradient (`Solver(value_and_grad=True)`), and the key is the jaxpr of fn itself (nothing
-    differentiates it)."""
+    programs reuse that trace for the stand-in. For residuals the key is the jaxpr of
+    f = 0.5 |r|^2; for fn's own gradient, the jaxpr of fn itself (nothing differentiates
+    it)."""
+    fn, has_aux = objective.fn, objective.has_aux
+    residual, own_grad = objective.residual, objective.own_grad
     if isinstance(fn, Computation):
         return fn
     flat, treedef = jtu.tree_flatten((params, args))
@@ -107,6 +108,7 @@ def by_computation(
         return fn
     if kept is not None:
         return kept
+    stand_in: Callable
     try:
         traced = _evaluate.TracedOnce(fn, params, *args)
         if own_grad:
@@ -142,7 +144,7 @@ def _derivatives_key(fn, has_aux: bool, residual: bool, params, args: tuple) -> 
             fixed, args = eqx.combine(dynamic, static)
             out = fn(eqx.combine(diff, fixed), *args)
             if residual:
-                return _evaluate.objective_value(out, has_aux, residual)
+                return objective_value(out, has_aux, residual)
             return _evaluate.split_output(out, has_aux)
 
         return jax.value_and_grad(value, has_aux=True)(diff)

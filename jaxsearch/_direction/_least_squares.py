@@ -8,11 +8,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .._evaluate import jacobian_dtype
 from .._misc import at_least_float32, divide, leaves, safe_sqrt, widest_float
 from ._base import AbstractDenseLeastSquares, DirectionInfo, no_limit
 from ._bfgs import HIGHEST
-from ._flat import flatten_tree, unflatten_tree
+from ._flat import flatten_tree, jacobian_dtype, unflatten_tree
 
 
 def residuals_of(info: DirectionInfo, owner: str):
