@@ -16,6 +16,7 @@ from ._direction import (
     SSBFGS as SSBFGS,
     AbstractDirection as AbstractDirection,
     AbstractLeastSquares as AbstractLeastSquares,
+    AbstractMemorylessDirection as AbstractMemorylessDirection,
     AbstractSelfScaled as AbstractSelfScaled,
     BarzilaiBorwein as BarzilaiBorwein,
     GaussNewton as GaussNewton,

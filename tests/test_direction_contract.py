@@ -81,3 +81,48 @@ def test_the_kit_passes_a_sound_direction_written_from_public_names():
 def test_the_kit_catches_a_broken_direction(flaw, message):
     with pytest.raises(AssertionError, match=message):
         check_direction(_Momentum(flaw=flaw))
+
+
+MEMORYLESS = {"Gradient", "Newton", "NewtonCG", "GaussNewton", "GaussNewtonCG"}
+
+
+@pytest.mark.parametrize("name", list(ALL_DIRECTIONS))
+def test_the_directions_that_keep_nothing_derive_from_the_memoryless_base(name):
+    direction = ALL_DIRECTIONS[name]()
+    assert isinstance(direction, js.AbstractMemorylessDirection) == (name in MEMORYLESS)
+    if name in MEMORYLESS:  # the base's members, not copies
+        for member in ("update", "reset", "gradient_replaced"):
+            assert getattr(type(direction), member) is getattr(
+                js.AbstractMemorylessDirection, member
+            )
+
+
+class _ClippedGradient(js.AbstractMemorylessDirection):
+    """d = -g / max(1, |g|): steepest descent of length at most 1, from public names only."""
+
+    supports_bounds: ClassVar[bool] = False
+
+    def init(self, params, dtype):
+        return jnp.zeros((), jnp.int32)  # diagnostics: the directions computed
+
+    def compute(self, state, info):
+        norm = jnp.sqrt(sum(jnp.sum(g.astype(info.dtype) ** 2) for g in jtu.tree_leaves(info.grad)))
+        scale = jnp.maximum(1, norm)
+        d = jtu.tree_map(lambda g: (-g.astype(info.dtype) / scale).astype(g.dtype), info.grad)
+        return d, jnp.array(False), state + 1, jnp.full((), jnp.inf, info.dtype)
+
+
+def test_a_memoryless_direction_written_on_the_base_passes_the_kit():
+    direction = _ClippedGradient()
+    check_direction(direction)
+    state = jnp.array(3, jnp.int32)
+    assert direction.update(state, None, None, jnp.float32, accept=True) is state
+    assert direction.reset(state) is state
+    assert direction.gradient_replaced(state) is state
+    result = js.Solver(direction, js.Zoom()).run(lambda x: jnp.sum((x - 1) ** 2), jnp.zeros(3))
+    assert bool(result.success)
+
+
+def test_the_memoryless_base_is_abstract():
+    with pytest.raises(TypeError):
+        js.AbstractMemorylessDirection()  # no init, compute or supports_bounds

@@ -1,6 +1,8 @@
 """The public surface by audience: `jaxsearch` holds a user's names, `jaxsearch.internal` the
 author's kit, whose old top-level names stay one release with a DeprecationWarning."""
 
+import pathlib
+import re
 import warnings
 
 import pytest
@@ -51,3 +53,26 @@ def test_every_public_name_is_jaxsearchs_own():
         and not getattr(value, "__module__", getattr(value, "__name__", "")).startswith("jaxsearch")
     ]
     assert set(foreign) <= {"jaxtyping"}  # jaxtyping's import hook, which the suite runs under
+
+
+def _documented(page: str) -> set[str]:
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / page).read_text()
+    return set(re.findall(r"^::: ([\w.]+)", text, re.M))
+
+
+def test_the_api_reference_has_a_page_for_each_audience():
+    """docs/api.md documents what a user runs; docs/api-authors.md the bases to subclass,
+    the author's kit and the conformance kit; each public name is on one page."""
+    users, authors = _documented("api.md"), _documented("api-authors.md")
+    bases = {"AbstractDirection", "AbstractMemorylessDirection", "AbstractLineSearch"}
+    bases |= {"AbstractInitialStep", "AbstractAdjoint"}
+    public = {
+        name
+        for name, value in vars(js).items()
+        if not name.startswith("_") and (isinstance(value, type) or callable(value))
+    }
+    assert not users & authors
+    assert {f"jaxsearch.{name}" for name in public - bases} <= users
+    assert {f"jaxsearch.{name}" for name in bases} <= authors
+    assert {f"jaxsearch.internal.{name}" for name in jsi.KIT} <= authors
+    assert {"jaxsearch.testing.check_direction", "jaxsearch.testing.check_line_search"} <= authors

@@ -6,6 +6,7 @@ from ._base import (
     AbstractDenseLeastSquares as AbstractDenseLeastSquares,
     AbstractDirection as AbstractDirection,
     AbstractLeastSquares as AbstractLeastSquares,
+    AbstractMemorylessDirection as AbstractMemorylessDirection,
     DirectionInfo as DirectionInfo,
     no_limit as no_limit,
     run_loop as run_loop,

@@ -115,6 +115,28 @@ class AbstractDirection(eqx.Module):
         `state`."""
 
 
+class AbstractMemorylessDirection(AbstractDirection):
+    """A direction that keeps nothing between steps: d at x depends on x, the gradient at x
+    and the problem (fn, its Hessian-vector products or residuals, the box) only, never on
+    earlier points, steps or gradients. Its state holds at most diagnostics that `compute`
+    writes (a count of products, the last shift, ...).
+
+    So `update`, `reset` and `gradient_replaced` return the state as it is, here once: a step
+    leaves nothing to record, a reset nothing to forget, and no `compute` relies on the order
+    of gradients. A subclass implements `supports_bounds`, `init` and `compute` (`Gradient`,
+    `Newton`, `NewtonCG`, `GaussNewton`, `GaussNewtonCG`); a least-squares one derives from
+    `AbstractLeastSquares` (or `AbstractDenseLeastSquares`) too."""
+
+    def update(self, state: PyTree, s: PyTree, y: PyTree, dtype, accept=True) -> PyTree:
+        return state
+
+    def reset(self, state: PyTree) -> PyTree:
+        return state
+
+    def gradient_replaced(self, state: PyTree) -> PyTree:
+        return state
+
+
 class AbstractLeastSquares(AbstractDirection):
     """A direction for nonlinear least squares: with one, `fn(params, *args)` returns a pytree
     of residuals r (or `(r, aux)` with `has_aux=True`) instead of a scalar, and the objective

@@ -8,7 +8,7 @@ import jax.tree_util as jtu
 from jaxtyping import Array, Int
 
 from .._misc import as_int, scalar
-from ._base import AbstractLeastSquares, DirectionInfo
+from ._base import AbstractLeastSquares, AbstractMemorylessDirection, DirectionInfo
 from ._least_squares import residuals_of
 from ._newton_cg import CGExit, NewtonCG
 
@@ -21,7 +21,7 @@ class GaussNewtonCGState(eqx.Module):
     num_products: Int[Array, ""]  # products v -> J'(J v), one JVP and one VJP each, since init
 
 
-class GaussNewtonCG(AbstractLeastSquares):
+class GaussNewtonCG(AbstractLeastSquares, AbstractMemorylessDirection):
     """The Gauss-Newton direction for f = 0.5 |r(x)|^2 without forming the Jacobian J:
     d solves
 
@@ -108,12 +108,3 @@ class GaussNewtonCG(AbstractLeastSquares):
             num_products=state.num_products + inner.num_hvp,
         )
         return d, scaled, new_state, limit
-
-    def update(self, state, s, y, dtype, accept=True) -> GaussNewtonCGState:
-        return state  # nothing accumulated
-
-    def reset(self, state) -> GaussNewtonCGState:
-        return state  # nothing accumulated
-
-    def gradient_replaced(self, state) -> GaussNewtonCGState:
-        return state  # nothing relies on the order of gradients

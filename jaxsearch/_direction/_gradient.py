@@ -5,10 +5,10 @@ from typing import ClassVar
 import jax.numpy as jnp
 import jax.tree_util as jtu
 
-from ._base import AbstractDirection, DirectionInfo, no_limit
+from ._base import AbstractMemorylessDirection, DirectionInfo, no_limit
 
 
-class Gradient(AbstractDirection):
+class Gradient(AbstractMemorylessDirection):
     """Steepest descent, d = -grad f(x). Its scale carries no curvature information, so the
     line searches start from a scaled guess (N&W eq. 3.60) rather than the unit step.
 
@@ -27,12 +27,3 @@ class Gradient(AbstractDirection):
         else:
             d = info.box.projected_gradient(info.x, info.grad)
         return d, jnp.array(False), state, no_limit(info.dtype)
-
-    def update(self, state, s, y, dtype, accept=True) -> None:
-        return None
-
-    def reset(self, state) -> None:
-        return None
-
-    def gradient_replaced(self, state):
-        return state  # nothing relies on the order of gradients

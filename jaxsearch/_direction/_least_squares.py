@@ -9,7 +9,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._misc import at_least_float32, divide, leaves, safe_sqrt, widest_float
-from ._base import AbstractDenseLeastSquares, DirectionInfo, no_limit
+from ._base import (
+    AbstractDenseLeastSquares,
+    AbstractMemorylessDirection,
+    DirectionInfo,
+    no_limit,
+)
 from ._bfgs import HIGHEST
 from ._flat import flatten_tree, jacobian_dtype, unflatten_tree
 
@@ -54,7 +59,7 @@ class GaussNewtonState(eqx.Module):
     num_jvp: Int[Array, ""]
 
 
-class GaussNewton(AbstractDenseLeastSquares):
+class GaussNewton(AbstractDenseLeastSquares, AbstractMemorylessDirection):
     """The Gauss-Newton direction for f = 0.5 |r(x)|^2: d minimises |r + J d| (J the
     Jacobian of the residuals r at x), the least-squares solution of J d = -r of least norm
     (Nocedal & Wright, *Numerical Optimization*, 2nd ed., section 10.3, eq. 10.23).
@@ -83,15 +88,6 @@ class GaussNewton(AbstractDenseLeastSquares):
         d, *_ = jnp.linalg.lstsq(jac, -r)
         state = GaussNewtonState(num_jvp=state.num_jvp + jnp.array(products, jnp.int32))
         return unflatten_tree(d, info.grad), jnp.array(True), state, no_limit(info.dtype)
-
-    def update(self, state, s, y, dtype, accept=True) -> GaussNewtonState:
-        return state  # nothing accumulated
-
-    def reset(self, state) -> GaussNewtonState:
-        return state  # nothing accumulated: the next step forms J anew
-
-    def gradient_replaced(self, state) -> GaussNewtonState:
-        return state  # nothing relies on the order of gradients
 
 
 # The Newton iterations of `_damping_for` (Moré 1978, after Hebden 1973): from lambda = 0 on the

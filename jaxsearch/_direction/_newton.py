@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jaxtyping import Array, Float, Int
 
-from ._base import AbstractDirection, DirectionInfo, no_limit, run_loop
+from ._base import AbstractMemorylessDirection, DirectionInfo, no_limit, run_loop
 from ._flat import flatten_tree, unflatten_tree
 
 MAX_SHIFTS = 64  # attempts of algorithm 3.3: beta 2^62 is past any finite Hessian's scale
@@ -21,7 +21,7 @@ class NewtonState(eqx.Module):
     num_hvp: Int[Array, ""]  # Hessian-vector products since init (n per `compute`)
 
 
-class Newton(AbstractDirection):
+class Newton(AbstractMemorylessDirection):
     """Newton's direction d = -(H + tau I)^-1 g, for problems of up to a few hundred unknowns.
 
     H, the Hessian of f at x, is formed column by column from n Hessian-vector products
@@ -98,12 +98,3 @@ class Newton(AbstractDirection):
         hvps = state.num_hvp + jnp.array(n, jnp.int32)
         state = NewtonState(shift=shift.astype(state.shift.dtype), num_hvp=hvps)
         return d, jnp.array(True), state, no_limit(info.dtype)
-
-    def update(self, state, s, y, dtype, accept=True) -> NewtonState:
-        return state
-
-    def reset(self, state) -> NewtonState:
-        return state  # nothing accumulated: the next step forms H anew
-
-    def gradient_replaced(self, state) -> NewtonState:
-        return state  # nothing relies on the order of gradients

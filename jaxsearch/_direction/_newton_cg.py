@@ -19,7 +19,7 @@ from .._misc import (
     tree_dot,
     widest_float,
 )
-from ._base import AbstractDirection, DirectionInfo, no_limit, run_loop
+from ._base import AbstractMemorylessDirection, DirectionInfo, no_limit, run_loop
 
 FORCING_RULES = ("sqrt", "linear")
 
@@ -59,7 +59,7 @@ def _axpy(a, x: PyTree, y: PyTree) -> PyTree:
     return jtu.tree_map(lambda xi, yi: yi + a.astype(yi.dtype) * xi, x, y)
 
 
-class NewtonCG(AbstractDirection):
+class NewtonCG(AbstractMemorylessDirection):
     """Truncated (inexact) Newton direction by conjugate gradients on H d = -g, Hessian-free.
 
     Line-search Newton-CG, Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 7.1.
@@ -232,12 +232,3 @@ class NewtonCG(AbstractDirection):
             num_hvp=(state.num_hvp + end.hvps).astype(jnp.int32),
         )
         return d, ~steepest, new_state, no_limit(dtype)
-
-    def update(self, state, s, y, dtype, accept=True) -> NewtonCGState:
-        return state
-
-    def reset(self, state) -> NewtonCGState:
-        return state
-
-    def gradient_replaced(self, state):
-        return state  # nothing relies on the order of gradients

@@ -1,4 +1,5 @@
-"""Backtracking line search with the Armijo sufficient-decrease condition."""
+"""Backtracking line searches: Armijo's test against a reference value, phi(0) or Zhang &
+Hager's C_k."""
 
 import abc
 from math import inf
@@ -6,12 +7,72 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Scalar
+from jaxtyping import Array, Bool, Scalar
 
 from .._misc import Setting, as_int, check_setting, scalar
-from ._base import after_trial
-from ._conditions import ValueScale
+from ._base import AbstractLineSearch, after_trial
+from ._conditions import ValueScale, armijo, lost_in_rounding, slope_armijo
 from ._decrease import AbstractDecreaseSearch, DecreaseSearchState, accepts_max_steps
+
+
+class AbstractBacktracking(AbstractLineSearch):
+    """Backtracking on Armijo's test against a reference value R of each search,
+
+        phi(t) <= R + c1 t phi'(0),
+
+    with R = phi(0) for Armijo's own test (Nocedal & Wright, *Numerical Optimization*, 2nd
+    ed., algorithm 3.1: `Backtracking`, `StochasticArmijo`) and R = C_k, a weighted average
+    of the values at the iterates, for Zhang & Hager's nonmonotone one ("A nonmonotone line
+    search technique and its application to unconstrained optimization", SIAM J. Optim.
+    14(4), 2004: `NonmonotoneArmijo`). Where `lost_in_rounding` holds at a trial, the test
+    is on the slope instead, phi'(t) <= (2 c1 - 1) phi'(0); a trial whose phi(t) or phi'(t)
+    is not finite fails.
+
+    `update` is the loop they share: a trial that passes is the step; one that fails is
+    multiplied by `shrink`; after `max_trials` trials, or when the next trial would be below
+    the line's resolution `min_step`, the search ends with no step. A subclass writes what it
+    keeps between searches (`init`, `start`, `finish`), `reference`, `lost_in_rounding` and
+    the fields of its own that a judged trial sets (`recorded`); its search state has the
+    field `dphi0`, phi'(0)."""
+
+    c1: eqx.AbstractVar[Setting]
+    shrink: eqx.AbstractVar[Setting]
+
+    @abc.abstractmethod
+    def reference(self, search) -> Scalar:
+        """R, the value the Armijo test of this search compares phi(t) against."""
+
+    @abc.abstractmethod
+    def lost_in_rounding(self, search, t, phi, dphi) -> Bool[Array, ""]:
+        """Whether the change of f at this trial is lost in f's rounding error, where the
+        test is on the slope (False for a search that judges values alone)."""
+
+    @abc.abstractmethod
+    def recorded(self, search, accept: Bool[Array, ""], phi: Scalar) -> dict:
+        """The search's own fields a judged trial sets (for `after_trial`), from its value
+        phi(t) and whether it passed; {} for none."""
+
+    def passes(self, search, t, phi, dphi) -> Bool[Array, ""]:
+        """Armijo's test at trial t against `reference`, or the slope test where
+        `lost_in_rounding`; False where phi(t) or phi'(t) is not finite."""
+        lost = self.lost_in_rounding(search, t, phi, dphi)
+        test = armijo(self.reference(search), search.dphi0, t, phi, self.c1)
+        decrease = jnp.where(lost, slope_armijo(search.dphi0, dphi, self.c1), test)
+        return decrease & jnp.isfinite(dphi)
+
+    def update(self, search, t, phi, dphi):
+        accept = self.passes(search, t, phi, dphi)
+        num_trials = search.num_trials + 1
+        shrunk = (t * self.shrink).astype(t.dtype)
+        give_up = ~accept & ((num_trials >= self.max_trials) | (shrunk < search.min_step))
+        return after_trial(
+            search,
+            trial=jnp.where(accept, t, shrunk),
+            done=accept | give_up,
+            step=jnp.where(accept, t, 0),
+            success=accept,
+            **self.recorded(search, accept, phi),
+        )
 
 
 class _BacktrackingState(eqx.Module):
@@ -19,18 +80,13 @@ class _BacktrackingState(eqx.Module):
     scale: ValueScale  # C_k, the scale of f's rounding error
 
 
-class AbstractBacktracking(AbstractDecreaseSearch):
-    """Backtracking on the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) (within the
-    rounding allowance of `AbstractDecreaseSearch`), shared by `Backtracking` and
-    `StochasticArmijo`: each rejected trial (also one where f or its slope is not finite) is
-    multiplied by `shrink`; after `max_trials` rejected trials, or when the next trial would be
-    below the line's resolution, no step is taken. The state between searches is the previous
-    accepted step (0 until one is accepted) and C_k. A subclass says where a search starts
+class AbstractDecreaseBacktracking(AbstractBacktracking, AbstractDecreaseSearch):
+    """Backtracking on Armijo's test against phi(0), within the rounding allowance of
+    `AbstractDecreaseSearch` (Hager & Zhang 2005, section 4), shared by `Backtracking` and
+    `StochasticArmijo`. The state between searches is the previous accepted step (0 until one
+    is accepted) and Hager & Zhang's scale C_k. A subclass says where a search starts
     (`first_trial`), what a search that takes no step leaves for the next
     (`carried_after_failure`), and checks its own settings."""
-
-    c1: eqx.AbstractVar[Setting]
-    shrink: eqx.AbstractVar[Setting]
 
     refines_best: ClassVar[bool] = False  # the last trial is the only one with sufficient decrease
 
@@ -47,6 +103,17 @@ class AbstractBacktracking(AbstractDecreaseSearch):
     def value_scale(self, state) -> ValueScale:
         return state.scale
 
+    def reference(self, search) -> Scalar:
+        return search.phi0
+
+    def lost_in_rounding(self, search, t, phi, dphi) -> Bool[Array, ""]:
+        return lost_in_rounding(
+            search.phi0, search.dphi0, t, phi, dphi, self.epsilon, search.scale.C
+        )
+
+    def recorded(self, search, accept, phi) -> dict:
+        return {}
+
     def init(self, dtype) -> _BacktrackingState:
         return _BacktrackingState(prev_step=scalar(0, dtype), scale=ValueScale.empty(dtype))
 
@@ -57,19 +124,6 @@ class AbstractBacktracking(AbstractDecreaseSearch):
         fields = self.open(t0, phi0, dphi0, min_step, max_step, state.scale.add(phi0))
         return DecreaseSearchState(**fields)
 
-    def update(self, search, t, phi, dphi) -> DecreaseSearchState:
-        accept, _ = self.decrease(search, t, phi, dphi, self.c1)
-        num_trials = search.num_trials + 1
-        shrunk = (t * self.shrink).astype(t.dtype)
-        give_up = ~accept & ((num_trials >= self.judged_trials) | (shrunk < search.min_step))
-        return after_trial(
-            search,
-            trial=jnp.where(accept, t, shrunk),
-            done=accept | give_up,
-            step=jnp.where(accept, t, 0),
-            success=accept,
-        )
-
     def finish(self, state, search) -> _BacktrackingState:
         moved = search.step > 0
         failed = self.carried_after_failure(state.prev_step, search)
@@ -78,7 +132,7 @@ class AbstractBacktracking(AbstractDecreaseSearch):
 
 
 @accepts_max_steps
-class Backtracking(AbstractBacktracking):
+class Backtracking(AbstractDecreaseBacktracking):
     """Backtracking until the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) holds, with
     `c1` = 1e-4 by default.
 

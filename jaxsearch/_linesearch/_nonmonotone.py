@@ -7,7 +7,8 @@ import jax.numpy as jnp
 from jaxtyping import Scalar
 
 from .._misc import Setting, as_int, check_count, check_setting, scalar
-from ._base import AbstractLineSearch, SearchState, after_trial, capped_start, search_cap
+from ._backtracking import AbstractBacktracking
+from ._base import SearchState, capped_start, search_cap
 
 
 class ReferenceValue(eqx.Module):
@@ -27,7 +28,7 @@ class _NonmonotoneSearch(SearchState):
     taken: Scalar  # phi(step), for C_{k+1}
 
 
-class NonmonotoneArmijo(AbstractLineSearch):
+class NonmonotoneArmijo(AbstractBacktracking):
     """Backtracking on the nonmonotone Armijo condition of Zhang & Hager, "A nonmonotone line
     search technique and its application to unconstrained optimization", SIAM J. Optim.
     14(4), 2004, pp. 1043-1056 (algorithm NMLS, its Armijo form):
@@ -42,7 +43,8 @@ class NonmonotoneArmijo(AbstractLineSearch):
     The first trial is the solver's guess, capped as `AbstractLineSearch.start` says (a trial
     at a binding cap is judged as any other); each rejected trial (also one where f or its
     slope is not finite) is multiplied by `shrink`. After `max_trials` trials, or when the
-    next would be below the line's resolution, no step is taken, and C_k, Q_k stay.
+    next would be below the line's resolution, no step is taken, and C_k, Q_k stay. (The
+    loop is `Backtracking`'s, `AbstractBacktracking`, with C_k for phi(0).)
 
     **Arguments:** `c1` in (0, 1) (the paper's delta, 1e-4); `eta` in [0, 1] (0.85, the
     paper's choice for its experiments); `shrink` in (0, 1) (0.5); `max_trials` (an int >= 1,
@@ -84,19 +86,14 @@ class NonmonotoneArmijo(AbstractLineSearch):
         fields = capped_start(guess, min_step, cap)
         return _NonmonotoneSearch(**fields, reference=reference, dphi0=dphi0, taken=phi0)
 
-    def update(self, search, t, phi, dphi) -> _NonmonotoneSearch:
-        finite = jnp.isfinite(phi) & jnp.isfinite(dphi)
-        accept = finite & (phi <= search.reference.C + self.c1 * t * search.dphi0)
-        shrunk = t * self.shrink
-        give_up = (search.num_trials + 1 >= self.max_trials) | (shrunk < search.min_step)
-        return after_trial(
-            search,
-            trial=jnp.where(accept, t, shrunk),
-            done=accept | give_up,
-            step=jnp.where(accept, t, 0),
-            success=accept,
-            taken=jnp.where(accept, phi, search.taken).astype(phi.dtype),
-        )
+    def reference(self, search) -> Scalar:
+        return search.reference.C
+
+    def lost_in_rounding(self, search, t, phi, dphi):
+        return jnp.array(False)  # values alone: a rise up to C_k is the method, not rounding
+
+    def recorded(self, search, accept, phi) -> dict:
+        return {"taken": jnp.where(accept, phi, search.taken).astype(phi.dtype)}
 
     def finish(self, state, search) -> ReferenceValue:
         ref = search.reference

@@ -7,12 +7,12 @@ import jax.numpy as jnp
 from jaxtyping import Scalar
 
 from .._misc import Setting, as_int, check_count, check_setting
-from ._backtracking import AbstractBacktracking
+from ._backtracking import AbstractDecreaseBacktracking
 from ._decrease import accepts_max_steps
 
 
 @accepts_max_steps
-class StochasticArmijo(AbstractBacktracking):
+class StochasticArmijo(AbstractDecreaseBacktracking):
     """Backtracking on the Armijo condition of the step's mini-batch, with the step size
     carried over from step to step: SGD with Armijo line-search (SLS) of Vaswani, Mishkin,
     Laradji, Schmidt, Gidel & Lacoste-Julien, "Painless Stochastic Gradient: Interpolation,
