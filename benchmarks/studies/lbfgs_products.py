@@ -36,14 +36,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-import peers as peers_mod  # noqa: E402
-import problems as problems_mod  # noqa: E402
-import speed  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
+import jaxsearch as js
+from benchmarks import output, peers as peers_mod, problems as problems_mod
+from benchmarks.suite import speed
 
 FN = problems_mod._ext_rosenbrock
 
@@ -119,7 +114,7 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--xla-flags", nargs="*", default=None, help="XLA_FLAGS settings to compare")
     p.add_argument("--small-only", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--out", default=str(output.RESULTS))
     args = p.parse_args(argv)
     if args.small_only:  # a subprocess of --xla-flags
         print(json.dumps(small_wall(200)))

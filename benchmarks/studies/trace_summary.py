@@ -40,13 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-import peers as peers_mod  # noqa: E402
-import problems as problems_mod  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
+import jaxsearch as js
+from benchmarks import output, peers as peers_mod, problems as problems_mod
 
 
 def programs():
@@ -217,7 +212,7 @@ def summarise(name, call, top: int) -> list[str]:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--top", type=int, default=15)
-    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--out", default=str(output.RESULTS))
     p.add_argument("--compile-of", type=int, default=None, metavar="E", help="n = 2^E")
     p.add_argument("--networks", action="store_true", help="networks.py's steps and MLP runs")
     p.add_argument("--quick", action="store_true", help="with --networks: their small sizes")

@@ -6,18 +6,13 @@ float64, gtol = 1e-6 and scipy's default ftol on both sides; one evaluation = va
 gradient together. A first look only: the full benchmark suite is tracked in the issues.
 """
 
-import pathlib
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
 import jaxsearch as js
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from tests.problems import (  # noqa: E402
+from tests.problems import (
     logistic,
     logistic_data,
     quadratic,

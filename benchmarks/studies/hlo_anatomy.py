@@ -15,18 +15,13 @@ import collections
 import gzip
 import pathlib
 import re
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-import problems as problems_mod  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
+import jaxsearch as js
+from benchmarks import problems as problems_mod
 
 VIEWS = {"get-tuple-element", "parameter", "tuple", "bitcast", "constant"}  # no kernel of theirs
 SHAPE = re.compile(r"= (\w+)\[([\d,]*)\]")

@@ -37,22 +37,20 @@ import pathlib
 import sys
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "examples"))
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 
-import equinox as eqx  # noqa: E402
-import fresh_fit  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import pinn_burgers  # noqa: E402
-import speed  # noqa: E402  (it also switches the persistent compile cache off)
-from engine import MLP, pinn_loss  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
-from jaxsearch import _pipeline  # noqa: E402
-from jaxsearch._compile import _cost, _programs  # noqa: E402
+import jaxsearch as js
+from benchmarks import output
+from benchmarks.studies.engine import MLP, pinn_loss
+from benchmarks.suite import (
+    fresh_fit,
+    speed,  # it also switches the persistent compile cache off
+)
+from examples import pinn_burgers
+from jaxsearch import _pipeline
+from jaxsearch._compile import _cost, _programs
 
 TRAIN_STEP_TARGET = 1.1
 
@@ -380,7 +378,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--only", default="", help="runs,calibration,train_step (default: all)")
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--out", default=str(output.RESULTS))
     args = parser.parse_args(argv)
     only = set(filter(None, args.only.split(","))) or {"runs", "calibration", "train_step"}
     meta = {

@@ -21,12 +21,11 @@ whose f differs by more than 1e-6 relative (scipy's callback against `history=Tr
 first whose evaluation count differs. With bounds the default line search is MoreThuente,
 scipy's dcsrch; `--with-zoom` adds `Zoom` columns, a rerun with `js.Zoom()` (the default
 without bounds), to show what the line search changes.
-Writes benchmarks/results/bounded_vs_scipy.md.
+Writes benchmarks/results/bounded_vs_scipy_<backend>.md and .json.
 """
 
 import argparse
 import dataclasses
-import pathlib
 import time
 import warnings
 
@@ -39,8 +38,8 @@ import numpy as np  # noqa: E402
 import scipy.optimize  # noqa: E402
 
 import jaxsearch as js  # noqa: E402
+from benchmarks import output  # noqa: E402
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "bounded_vs_scipy.md"
 X_TOL = 1e-6  # issue 9: solutions match to 1e-6
 F_TOL = 1e-8  # relative: "f agrees" where x does not (non-unique minimisers)
 EVAL_RATIO = 1.2
@@ -336,7 +335,7 @@ def main():
     parser.add_argument("--only", help="comma-separated problem names")
     parser.add_argument("--max-steps", type=int, default=15000)
     parser.add_argument("--scipy-timeout", type=float, default=10.0, help="seconds")
-    parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--out", default=str(output.RESULTS), help="output directory")
     parser.add_argument(
         "--with-zoom",
         action="store_true",
@@ -377,8 +376,8 @@ def main():
         )
         jax.clear_caches()  # one compiled program per problem: keep the memory maps bounded
     text = markdown(rows, skipped, settings, time.perf_counter() - start)
-    ns.out.parent.mkdir(parents=True, exist_ok=True)
-    ns.out.write_text(text)
+    data = {"settings": settings, "rows": rows, "skipped": skipped}
+    output.write(ns.out, output.stem("bounded_vs_scipy"), text, data)
     print(text[text.index("## Summary") :])
 
 

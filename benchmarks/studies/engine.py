@@ -68,18 +68,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jcore
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+import jaxsearch as js
+from benchmarks import output, peers as peers_mod, problems as problems_mod
+from benchmarks.studies.unrolled_lbfgs import UnrolledLBFGS
+from benchmarks.suite import (
+    fresh_fit,
+    speed,  # its measuring helpers; it also switches the compile cache off
+)
+from jaxsearch._compile import _programs
 
-import fresh_fit  # noqa: E402
-import peers as peers_mod  # noqa: E402
-import problems as problems_mod  # noqa: E402
-import speed  # noqa: E402  (its measuring helpers; it also switches the compile cache off)
-from unrolled_lbfgs import UnrolledLBFGS  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
-from jaxsearch._compile import _programs  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository: `python -m` in a child
 
 CONTROL_FLOW = ("while", "cond", "scan")
 INLINE_FLOPS = 1000  # XLA's PjRt CPU client: a "cheap" program runs on the calling thread
@@ -274,8 +272,10 @@ def small_synchronous(reps: int) -> dict | None:
     row. None off a CPU."""
     if jax.default_backend() != "cpu":
         return None
-    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--small-synchronous"]
-    done = subprocess.run([*command, str(reps)], capture_output=True, text=True, check=True)
+    command = [sys.executable, "-m", "benchmarks.studies.engine", "--small-synchronous"]
+    done = subprocess.run(
+        [*command, str(reps)], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -894,7 +894,7 @@ def markdown(data: dict, meta: dict) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--out", default=str(output.RESULTS))
     parser.add_argument("--only", default="", help="comma list of rows (default: all)")
     parser.add_argument("--small-synchronous", type=int, metavar="REPS", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
