@@ -1,4 +1,6 @@
-"""Evaluations of jaxsearch's default solver (L-BFGS + Zoom) next to scipy's L-BFGS-B.
+"""How many evaluations does jaxsearch's default solver (L-BFGS + Zoom) take next to scipy's
+L-BFGS-B on the test problems of tests/problems.py?
+Date: 2026-11-29, commit e31768c
 
     python benchmarks/compare_scipy.py
 

@@ -1,6 +1,7 @@
-"""Both sides of the lean compile options: the compile time they save and the run time they
-may add, measured against what `compiler_options="auto"` chose, and the compile of a training
-step under `js.jit` against `step` called directly.
+"""What do the lean compile options save and cost? Both sides: the compile time they save and
+the run time they may add, measured against what `compiler_options="auto"` chose, and the
+compile of a training step under `js.jit` against `step` called directly.
+Date: 2026-12-07, commit bd53de1
 
     python benchmarks/compile_options.py                  # every section (about 10 min, 2 CPUs)
     python benchmarks/compile_options.py --reps 2 --only runs
@@ -375,7 +376,7 @@ def markdown(data: dict, meta: dict) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--only", default="", help="runs,calibration,train_step (default: all)")
     parser.add_argument("--out", default=str(output.RESULTS))

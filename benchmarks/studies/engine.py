@@ -1,4 +1,6 @@
-"""The compiled engine around the algorithms, side by side with optax.lbfgs, in one run.
+"""What does the compiled engine around the algorithms cost, side by side with optax.lbfgs, in
+one run?
+Date: 2026-12-07, commit bd53de1
 
     python benchmarks/engine.py              # CPU: n = 1e5 / 1e6 rows; GPU: 1e6 and 1e7 too
     python benchmarks/engine.py --quick      # smaller sizes (a couple of minutes on 2 CPUs)
@@ -892,7 +894,7 @@ def markdown(data: dict, meta: dict) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(output.RESULTS))
     parser.add_argument("--only", default="", help="comma list of rows (default: all)")

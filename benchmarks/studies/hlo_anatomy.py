@@ -1,5 +1,6 @@
-"""What the compiled L-BFGS run holds at n-vector size: XLA's buffers and the instructions that
-write n-sized arrays, per L-BFGS form.
+"""What does the compiled L-BFGS run hold at n-vector size? XLA's buffers and the instructions
+that write n-sized arrays, per L-BFGS form.
+Date: 2026-12-04, commit 6f325ea
 
     python benchmarks/hlo_anatomy.py --n 1000000 --out /tmp/anatomy
 

@@ -1,4 +1,5 @@
 """Does the compact representation of L-BFGS beat the two-loop recursion? (issue 5)
+Date: 2026-12-07, commit e365f29
 
     python benchmarks/lbfgs_forms.py                 # n = 1e5, 1e6, 1e7; m = 10; float32
     python benchmarks/lbfgs_forms.py --n 1000000 --m 5,10,20
@@ -170,7 +171,7 @@ def auto_rows(sizes, batches, reps: int, emit) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", default="100000,1000000,10000000")
     parser.add_argument("--m", default="10")
     parser.add_argument("--reps", type=int, default=20)

@@ -1,4 +1,6 @@
-"""L-BFGS's forms on an accelerator: the compact form and the two-loop recursion, against optax.
+"""How do L-BFGS's forms fare on an accelerator? The compact form and the two-loop recursion,
+against optax.
+Date: 2026-12-05, commit 4b46a57
 
     python benchmarks/lbfgs_products.py --out /tmp/products     # meant for a GPU
     python benchmarks/lbfgs_products.py --quick                 # n = 1e5 only (a CPU check)

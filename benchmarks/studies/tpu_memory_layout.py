@@ -1,6 +1,7 @@
-"""What one slot of an L-BFGS memory costs on an accelerator by the buffer's shape: a circular
-buffer of m = 10 slots of n = 2^20 float32 elements, as (m, n) (jaxsearch's and optax's
-layout) and as (m, n / 128, 128), each slot a whole (8, 128)-tiled array on a TPU.
+"""What does one slot of an L-BFGS memory cost on an accelerator, by the buffer's shape? A
+circular buffer of m = 10 slots of n = 2^20 float32 elements, as (m, n) (jaxsearch's and
+optax's layout) and as (m, n / 128, 128), each slot a whole (8, 128)-tiled array on a TPU.
+Date: 2026-12-07, commit d6dd97a
 
     python benchmarks/tpu_memory_layout.py
 

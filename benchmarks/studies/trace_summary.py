@@ -1,4 +1,6 @@
-"""Where a compiled run's time goes: a `jax.profiler` trace of one call, summed by event name.
+"""Where does a compiled run's time go? A `jax.profiler` trace of one call, summed by event
+name.
+Date: 2026-12-07, commit 2848ffe
 
     python benchmarks/trace_summary.py --out /tmp/trace      # 2-D Rosenbrock and n = 1e6
 
