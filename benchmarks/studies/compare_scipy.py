@@ -2,7 +2,7 @@
 L-BFGS-B on the test problems of tests/problems.py?
 Date: 2026-11-29, commit e31768c
 
-    python benchmarks/compare_scipy.py
+    python -m benchmarks.studies.compare_scipy
 
 float64, gtol = 1e-6 and scipy's default ftol on both sides; one evaluation = value and
 gradient together. A first look only: the full benchmark suite is tracked in the issues.

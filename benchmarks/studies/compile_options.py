@@ -3,9 +3,9 @@ the run time they may add, measured against what `compiler_options="auto"` chose
 compile of a training step under `js.jit` against `step` called directly.
 Date: 2026-12-07, commit bd53de1
 
-    python benchmarks/compile_options.py                  # every section (about 10 min, 2 CPUs)
-    python benchmarks/compile_options.py --reps 2 --only runs
-    python benchmarks/compile_options.py --out /tmp/compile_options
+    python -m benchmarks.studies.compile_options  # every section (about 10 min, 2 CPUs)
+    python -m benchmarks.studies.compile_options --reps 2 --only runs
+    python -m benchmarks.studies.compile_options --out /tmp/compile_options
 
 Sections (`--only`):
 
@@ -387,7 +387,9 @@ def main(argv=None):
         "cpu_count": os.cpu_count(),
         "jax": jax.__version__,
         "load_before": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-        "command": " ".join(["python", "benchmarks/compile_options.py", *(argv or sys.argv[1:])]),
+        "command": " ".join(
+            ["python", "-m", "benchmarks.studies.compile_options", *(argv or sys.argv[1:])]
+        ),
     }
     data: dict = {}
     for name, section in (

@@ -2,9 +2,9 @@
 one run?
 Date: 2026-12-07, commit bd53de1
 
-    python benchmarks/engine.py              # CPU: n = 1e5 / 1e6 rows; GPU: 1e6 and 1e7 too
-    python benchmarks/engine.py --quick      # smaller sizes (a couple of minutes on 2 CPUs)
-    python benchmarks/engine.py --out /tmp/engine
+    python -m benchmarks.studies.engine          # CPU: n = 1e5 / 1e6 rows; GPU: 1e6 and 1e7 too
+    python -m benchmarks.studies.engine --quick  # smaller sizes (a couple of minutes on 2 CPUs)
+    python -m benchmarks.studies.engine --out /tmp/engine
 
 Rows (issue 17's table), each a ratio measured in this process:
 
@@ -48,8 +48,9 @@ Rows (issue 17's table), each a ratio measured in this process:
                  2m + 6;
   variants       L-BFGS's forms inside the engine: the two-loop recursion (`fori_loop`s, the
                  CPU's default), the compact form (`LBFGS(form="compact")`, the default
-                 elsewhere) and the two-loop recursion unrolled (benchmarks/unrolled_lbfgs.py):
-                 control flow, bytes, compile, and the 2-D and extended Rosenbrock walls.
+                 elsewhere) and the two-loop recursion unrolled
+                 (benchmarks/studies/unrolled_lbfgs.py): control flow, bytes, compile, and the
+                 2-D and extended Rosenbrock walls.
 
 Writes engine_<backend>.json and engine_<backend>.md to --out and prints the markdown.
 """
@@ -912,7 +913,7 @@ def main(argv=None):
         "jax": jax.__version__,
         "optax": optax.__version__,
         "cpu": platform.processor() or platform.machine(),
-        "command": " ".join(["python", "benchmarks/engine.py", *(argv or sys.argv[1:])]),
+        "command": " ".join(["python", "benchmarks/studies/engine.py", *(argv or sys.argv[1:])]),
     }
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,8 @@ Each t0 is planted as the state's previous decrease t0 |g0|^2 / 2, which the sol
 (3.60) initial step turns into t0. Prints evaluations (in all, and in the first step) per
 problem, then the summary:
 
-    python benchmarks/first_step.py --max-n 12
-    python benchmarks/first_step.py --max-n 1000 --problems FLETCHCR
+    python -m benchmarks.studies.first_step --max-n 12
+    python -m benchmarks.studies.first_step --max-n 1000 --problems FLETCHCR
 """
 
 import argparse

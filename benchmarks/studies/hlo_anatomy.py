@@ -2,7 +2,7 @@
 that write n-sized arrays, per L-BFGS form.
 Date: 2026-12-04, commit 6f325ea
 
-    python benchmarks/hlo_anatomy.py --n 1000000 --out /tmp/anatomy
+    python -m benchmarks.studies.hlo_anatomy --n 1000000 --out /tmp/anatomy
 
 For `Solver(LBFGS(form=...))` on extended Rosenbrock (float32) under `jax.jit`: XLA's memory
 analysis of the whole run in n-vectors, and, in the optimised HLO, every instruction outside

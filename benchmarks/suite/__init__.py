@@ -2,11 +2,11 @@
 comparison, each written with jaxsearch's public names only and each writing
 `benchmarks/results/<name>_<backend>[_<tag>].md` and `.json` (`benchmarks.output`).
 
-    python -m benchmarks.suite --list               # the comparisons
-    python -m benchmarks.suite                      # all of them, in turn (hours)
-    python -m benchmarks.suite --quick              # each in its quick mode, into /tmp
+    python -m benchmarks.suite --list   # the comparisons
+    python -m benchmarks.suite          # all of them, in turn (hours)
+    python -m benchmarks.suite --quick  # each in its quick mode, into /tmp
     python -m benchmarks.suite --only speed,batched
-    python -m benchmarks.suite.speed --help         # one of them, with its own options
+    python -m benchmarks.suite.speed --help  # one of them, with its own options
 """
 
 # name: what `--quick` passes to it (each module's own quick mode where it has one)

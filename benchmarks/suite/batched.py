@@ -1,7 +1,7 @@
 """Many small problems at once: problems solved per second, plain `vmap(run)` against its peers.
 
-    python benchmarks/batched.py                    # 10,000 problems, every row
-    python benchmarks/batched.py --quick --out /tmp/batched   # 1,000 problems, a few minutes
+    python -m benchmarks.suite.batched                             # 10,000 problems, every row
+    python -m benchmarks.suite.batched --quick --out /tmp/batched  # 1,000 problems, a few minutes
 
 The batch: 2-D Rosenbrock-like problems f(x; a, b) = (a - x_1)^2 + b (x_2 - x_1^2)^2 with
 a ~ U[0.5, 1.5], b = 10^U[0, 3] and x0 ~ U[-2, 2]^2 (seeded), float64, to |g|_inf <= gtol: their

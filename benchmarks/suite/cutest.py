@@ -1,8 +1,8 @@
 """Run jaxsearch next to scipy, optax, jaxopt and optimistix; write table, summary, profile, JSON.
 
-    python benchmarks/run.py                     # all sif2jax problems with n <= 2000, both dtypes
-    python benchmarks/run.py --quick             # a handful of small problems
-    python benchmarks/run.py --large --problems LOGREG --dtype float32
+    python -m benchmarks.suite.cutest          # all sif2jax problems with n <= 2000, both dtypes
+    python -m benchmarks.suite.cutest --quick  # a handful of small problems
+    python -m benchmarks.suite.cutest --large --problems LOGREG --dtype float32
 
 Success is judged here, the same for every solver: the infinity norm of the gradient,
 re-evaluated in float64 at the returned point, is at most `--gtol`. Evaluations are counted

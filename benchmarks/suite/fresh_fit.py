@@ -1,9 +1,9 @@
 """The user's loop: fits of a Poisson GLM, each with a new closure, as a GLM library runs them.
 
-    python benchmarks/fresh_fit.py              # float32 and float64, both GLMs, 10 fits
-    python benchmarks/fresh_fit.py --quick      # float32, the small GLM, 3 fits (< 2 min, 2 CPUs)
-    python benchmarks/fresh_fit.py --fits 5 --dtypes float64 --out /tmp/fresh_fit
-    python benchmarks/fresh_fit.py --vmap       # 10 single-neuron models under jax.vmap
+    python -m benchmarks.suite.fresh_fit          # float32 and float64, both GLMs, 10 fits
+    python -m benchmarks.suite.fresh_fit --quick  # float32, the small GLM, 3 fits (< 2 min, 2 CPUs)
+    python -m benchmarks.suite.fresh_fit --fits 5 --dtypes float64 --out /tmp/fresh_fit
+    python -m benchmarks.suite.fresh_fit --vmap  # 10 single-neuron models under jax.vmap
 
 A downstream neural-GLM library builds, for every `fit`, the penalised loss as a new Python
 closure over its regulariser and observation model, then calls the solver on it (issue 35,
@@ -329,11 +329,7 @@ def fit_traced(solver: str, fn, params, X, y, tol):
 
 def run_child(spec: dict, flag: str = "--child") -> dict:
     command = [sys.executable, "-m", "benchmarks.suite.fresh_fit", flag, json.dumps(spec)]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         return {**spec, "error": done.stderr.strip().splitlines()[-20:]}
     return json.loads(done.stdout.strip().splitlines()[-1])

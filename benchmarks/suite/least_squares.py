@@ -5,9 +5,9 @@ directions js.GaussNewton and js.LevenbergMarquardt with their default searches 
 Backtracking; fn returns r itself), the latter from its default first radius (MINPACK's,
 factor=1.0) and from the damping tau (js.LevenbergMarquardt(factor=None), `jaxsearch-lm-tau`).
 
-    python benchmarks/least_squares.py                       # all 8 problems x 2 starts
-    python benchmarks/least_squares.py --quick               # MGH09 and BoxBOD
-    python benchmarks/least_squares.py --problems Thurber,Rat43
+    python -m benchmarks.suite.least_squares          # all 8 problems x 2 starts
+    python -m benchmarks.suite.least_squares --quick  # MGH09 and BoxBOD
+    python -m benchmarks.suite.least_squares --problems Thurber,Rat43
 
 The problems are benchmarks/nist_problems.py (NIST StRD nonlinear regression,
 https://www.itl.nist.gov/div898/strd/nls/nls_main.shtml: MGH09, Thurber, BoxBOD, Rat42, MGH10,

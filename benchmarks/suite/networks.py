@@ -1,10 +1,10 @@
 """Issue 48's accelerator rows that engine.py does not hold: networks and large L-BFGS runs,
 each jaxsearch against optax.lbfgs in the same process, float32.
 
-    python benchmarks/networks.py --quick                  # small sizes (CPU, a minute)
-    python benchmarks/networks.py --out benchmarks/results # full sizes (a GPU or a TPU)
-    python benchmarks/networks.py --only step,mlp
-    python benchmarks/networks.py --only rosen --sizes 20 --out benchmarks/results/n20
+    python -m benchmarks.suite.networks --quick  # small sizes (CPU, a minute)
+    python -m benchmarks.suite.networks --out benchmarks/results # full sizes (a GPU or a TPU)
+    python -m benchmarks.suite.networks --only step,mlp
+    python -m benchmarks.suite.networks --only rosen --sizes 20 --out benchmarks/results/n20
 
 Rows (`--only`):
 

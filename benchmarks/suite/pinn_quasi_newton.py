@@ -10,10 +10,10 @@ state (bit for bit the run it would have been), and after each chunk the loss, t
 error against the exact (Cole-Hopf) solution, the evaluations and the wall (compile excluded:
 the first chunk's compile seconds, from `jax.monitoring`, are subtracted) are recorded.
 
-    python benchmarks/pinn_quasi_newton.py                     # 4000 steps per method
-    python benchmarks/pinn_quasi_newton.py --quick             # fewer points and steps
-    python benchmarks/pinn_quasi_newton.py --interior 10000    # the papers' number of points
-    python benchmarks/pinn_quasi_newton.py --out /tmp/pinn --tag 10k --interior 10000
+    python -m benchmarks.suite.pinn_quasi_newton                   # 4000 steps per method
+    python -m benchmarks.suite.pinn_quasi_newton --quick           # fewer points and steps
+    python -m benchmarks.suite.pinn_quasi_newton --interior 10000  # the papers' number of points
+    python -m benchmarks.suite.pinn_quasi_newton --out /tmp/pinn --tag 10k --interior 10000
 
 GN-CG is `js.GaussNewtonCG` (matrix-free Gauss-Newton) with `Zoom` on the same loss written
 as residuals (`residuals`: 0.5 |r|^2 = loss / 2), `--gn-steps` steps (default 200) in chunks
@@ -23,7 +23,7 @@ VJP pairs of CG. GN is dense `js.GaussNewton` (J from n JVPs, an SVD: the exact 
 the same way. Neither runs by default (`--methods`). For a comparison at equal wall, give
 L-BFGS as many steps as fill GN-CG's wall:
 
-    python benchmarks/pinn_quasi_newton.py --methods GN-CG,L-BFGS --steps 20000 --chunk 500
+    python -m benchmarks.suite.pinn_quasi_newton --methods GN-CG,L-BFGS --steps 20000 --chunk 500
 """
 
 import argparse

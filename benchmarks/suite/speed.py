@@ -1,9 +1,9 @@
 """Compile cost, run cost, memory and small-problem latency of jaxsearch next to its peers.
 
-    python benchmarks/speed.py                 # GPU: full sizes; CPU: quick sizes
-    python benchmarks/speed.py --quick         # quick sizes everywhere (a few minutes on 2 CPUs)
-    python benchmarks/speed.py --full          # full sizes on CPU too
-    python benchmarks/speed.py --only compile,small --out /tmp/speed
+    python -m benchmarks.suite.speed          # GPU: full sizes; CPU: quick sizes
+    python -m benchmarks.suite.speed --quick  # quick sizes everywhere (a few minutes on 2 CPUs)
+    python -m benchmarks.suite.speed --full   # full sizes on CPU too
+    python -m benchmarks.suite.speed --only compile,small --out /tmp/speed
 
 Sections (`--only`), each a table of measured ratios against their targets:
 

@@ -29,9 +29,9 @@ from the same state each time, the least over `--rounds` rounds in which the met
 turns (so that a busy machine slows them alike). Also the wall of one value-and-gradient and
 of one value on a batch.
 
-    python benchmarks/stochastic.py              # about 4 minutes on 2 CPU cores
-    python benchmarks/stochastic.py --seeds 0 1 2 3 4 --epochs 20
-    python benchmarks/stochastic.py --tables benchmarks/results/stochastic.json
+    python -m benchmarks.suite.stochastic  # about 4 minutes on 2 CPU cores
+    python -m benchmarks.suite.stochastic --seeds 0 1 2 3 4 --epochs 20
+    python -m benchmarks.suite.stochastic --tables benchmarks/results/stochastic.json
 
 Writes benchmarks/results/stochastic_<backend>.json and .md (the tables of docs/benchmarks.md,
 which it prints).
