@@ -64,13 +64,13 @@ def examples(session):
 @nox.session
 def bench(session):
     """Benchmarks against scipy, optax, jaxopt, optimistix: problems solved and evaluations
-    (`benchmarks/run.py`, given the session's arguments, e.g. `nox -s bench -- --quick`), then
-    compile, run and memory costs (`benchmarks/speed.py`), then the compiled engine against
-    optax.lbfgs (`benchmarks/engine.py`)."""
+    (`python -m benchmarks.suite.cutest`, given the session's arguments, e.g. `nox -s bench --
+    --quick`), then compile, run and memory costs (`python -m benchmarks.suite.speed`), then the
+    compiled engine against optax.lbfgs (`python -m benchmarks.studies.engine`)."""
     session.install(".[bench]")
-    session.run("python", "benchmarks/run.py", *session.posargs)
-    session.run("python", "benchmarks/speed.py")
-    session.run("python", "benchmarks/engine.py")
+    session.run("python", "-m", "benchmarks.suite.cutest", *session.posargs)
+    session.run("python", "-m", "benchmarks.suite.speed")
+    session.run("python", "-m", "benchmarks.studies.engine")
 
 
 @nox.session

@@ -9,9 +9,9 @@
 # registry; carry the folder with the tree). They are installed into a temporary folder put on
 # PYTHONPATH with the repository root, never into the machine's Python. Then: the device and
 # the versions (OUT_DIR/environment.txt), the tier (`pytest -m accelerator tests/accelerator`,
-# OUT_DIR/accelerator.xml and .log), and the benchmarks (benchmarks/tpu_vmap_failures.py,
-# `benchmarks/engine.py --quick`, benchmarks/networks.py, into OUT_DIR). PYTEST_ARGS go to
-# pytest (e.g. `-k vmap`).
+# OUT_DIR/accelerator.xml and .log), and the benchmarks (`python -m
+# benchmarks.studies.tpu_vmap_failures`, `python -m benchmarks.studies.engine --quick`, `python -m
+# benchmarks.suite.networks`, into OUT_DIR). PYTEST_ARGS go to pytest (e.g. `-k vmap`).
 #
 # Exits with the tier's status: 0 when it passed, 3 when the default backend is the CPU (the
 # tier would only be skipped; JAXSEARCH_ACCELERATOR_ON_CPU=1 runs it there at small sizes). A
@@ -83,14 +83,14 @@ tier=${PIPESTATUS[0]}
 echo "tier: exit status $tier" | tee -a "$OUT_DIR/summary.txt"
 
 if [[ ${BENCH:-$([[ $backend == cpu ]] && echo 0 || echo 1)} == 1 ]]; then
-    timeout "${BENCH_TIMEOUT:-600}" "$PY" benchmarks/tpu_vmap_failures.py 2>&1 |
+    timeout "${BENCH_TIMEOUT:-600}" "$PY" -m benchmarks.studies.tpu_vmap_failures 2>&1 |
         tee "$OUT_DIR/tpu_vmap_failures.txt"
-    echo "tpu_vmap_failures.py: exit status ${PIPESTATUS[0]}" | tee -a "$OUT_DIR/summary.txt"
-    timeout "${BENCH_TIMEOUT:-600}" "$PY" benchmarks/engine.py --quick --out "$OUT_DIR/engine" \
+    echo "studies.tpu_vmap_failures: exit status ${PIPESTATUS[0]}" | tee -a "$OUT_DIR/summary.txt"
+    timeout "${BENCH_TIMEOUT:-600}" "$PY" -m benchmarks.studies.engine --quick --out "$OUT_DIR/engine" \
         2>&1 | tee "$OUT_DIR/engine.log"
-    echo "engine.py --quick: exit status ${PIPESTATUS[0]}" | tee -a "$OUT_DIR/summary.txt"
-    timeout "${BENCH_TIMEOUT:-600}" "$PY" benchmarks/networks.py --out "$OUT_DIR/networks" \
+    echo "studies.engine --quick: exit status ${PIPESTATUS[0]}" | tee -a "$OUT_DIR/summary.txt"
+    timeout "${BENCH_TIMEOUT:-600}" "$PY" -m benchmarks.suite.networks --out "$OUT_DIR/networks" \
         2>&1 | tee "$OUT_DIR/networks.log"
-    echo "networks.py: exit status ${PIPESTATUS[0]}" | tee -a "$OUT_DIR/summary.txt"
+    echo "suite.networks: exit status ${PIPESTATUS[0]}" | tee -a "$OUT_DIR/summary.txt"
 fi
 exit "$tier"

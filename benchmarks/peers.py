@@ -51,8 +51,8 @@ def jaxsearch_configs(cfg: Config) -> dict[str, js.Solver]:
 
 def second_order_configs(cfg: Config) -> dict[str, js.Solver]:
     """jaxsearch's dense and Hessian-free second-order directions, each with its default
-    search (`Zoom`): run only when `--solvers` names them (`run.py`), as Newton forms an n x n
-    Hessian every step."""
+    search (`Zoom`): run only when `--solvers` names them (`suite/cutest.py`), as Newton forms
+    an n x n Hessian every step."""
     common = dict(gtol=cfg.gtol, ftol=cfg.ftol, max_steps=cfg.max_steps)
     return {
         "jaxsearch-newton": js.Solver(js.Newton(), **common),
@@ -74,7 +74,7 @@ INITIAL_STEPS = {
 
 def initial_step_configs(cfg: Config) -> dict[str, js.Solver]:
     """L-BFGS and nonlinear CG (each with `Zoom`) under every initial-step rule, named
-    `jaxsearch-{lbfgs,cg}-init-<rule>`: run only when `--solvers` names them (`run.py`)."""
+    `jaxsearch-{lbfgs,cg}-init-<rule>`: run only when `--solvers` names them (`suite/cutest.py`)."""
     common = dict(gtol=cfg.gtol, ftol=cfg.ftol, max_steps=cfg.max_steps)
     configs = {}
     for direction_name, direction in (("lbfgs", js.LBFGS), ("cg", js.NonlinearCG)):

@@ -1,9 +1,9 @@
 """Same answers across a restructuring: record a fixed set of float64 runs through the public
 API, then compare another tree's record with it bit for bit.
 
-    python3 benchmarks/same_answers.py record before.npz     # in the old tree
-    python3 benchmarks/same_answers.py record after.npz      # in the new tree
-    python3 benchmarks/same_answers.py compare before.npz after.npz
+    python3 -m benchmarks.same_answers record before.npz  # in the old tree
+    python3 -m benchmarks.same_answers record after.npz   # in the new tree
+    python3 -m benchmarks.same_answers compare before.npz after.npz
 
 The set: every direction x every search (a fixed step with steepest descent only) on three
 problems (extended Rosenbrock, a pytree of mixed shapes, an ill-conditioned quadratic), plus

@@ -26,7 +26,7 @@ from ._result import Result
 LANES = 1024  # the pool's default width
 SHRINK = 4  # the tail's widths: the pool's width divided by 4, 16, ...
 # ... down to no fewer lanes than this: below about 200 problems, XLA's CPU code sums a small
-# reduction under `vmap` in another order than over wider batches (benchmarks/batched.py's
+# reduction under `vmap` in another order than over wider batches (benchmarks/suite/batched.py's
 # decay fits: 93 of 128 values of fn differ in the last bits from a batch of 10,000's).
 NARROWEST = 256
 REPORT = Report(batched=True)  # as `run` under `jax.vmap`: the search's state unpacked
@@ -58,7 +58,7 @@ def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) ->
     of a problem's multiply-adds differently in the last few places of a loop and from one
     program to another, so that its last bits depend on its place in the batch and on the
     program: even `jax.jit(jax.vmap(run))` on the batch in another order differs in the last
-    bits for some problems, and so do some of `batched_run`'s (`benchmarks/batched.py`
+    bits for some problems, and so do some of `batched_run`'s (`benchmarks/suite/batched.py`
     counts the problems that match).
 
     Compiles one program per (solver, fn, B, W, value_dtype, avals of x0s and args): new

@@ -37,7 +37,7 @@ DEFAULT_SEARCHES: dict[type, tuple[Callable[[], AbstractLineSearch], ...]] = {
     # for the trust region's rejected steps, which a monotone Armijo test does (Moré's steps
     # never raise f; the rounding allowance of epsilon > 0 averages |f| over iterates that
     # fall by orders of magnitude, and under the former damping rule it accepted a rise on
-    # MGH10 from start 1 that lost the run). NIST StRD (benchmarks/least_squares.py): 15 of
+    # MGH10 from start 1 that lost the run). NIST StRD (benchmarks/suite/least_squares.py): 15 of
     # 16 runs solved. No bounds either.
     LevenbergMarquardt: (lambda: Backtracking(epsilon=0.0),) * 2,
 }

@@ -1,22 +1,15 @@
 """The benchmark runner's evaluation counter (benchmarks/problems.py) agrees with the solvers'
 own counts: it is how every solver's evaluations are compared (issue 4)."""
 
-import importlib.util
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
 import jaxsearch as js
+from benchmarks import problems as benchmark_problems, summary as benchmark_summary
 
 from .problems import rosenbrock
-
-_PATH = pathlib.Path(__file__).parent.parent / "benchmarks" / "problems.py"
-_spec = importlib.util.spec_from_file_location("benchmark_problems", _PATH)
-benchmark_problems = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(benchmark_problems)
 
 
 def _objective(x, args):
@@ -52,12 +45,6 @@ def test_counter_matches_scipy():
             f, np.array([-1.2, 1.0]), jac=True, method="L-BFGS-B", options=dict(gtol=1e-6)
         )
         assert counter.read() == (reference.nfev, reference.nfev)
-
-
-_SUMMARY_PATH = pathlib.Path(__file__).parent.parent / "benchmarks" / "summary.py"
-_spec = importlib.util.spec_from_file_location("benchmark_summary", _SUMMARY_PATH)
-benchmark_summary = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(benchmark_summary)
 
 
 def _row(solved, f, evals=10, iterations=8, compile_s=None, baseline=None):

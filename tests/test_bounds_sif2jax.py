@@ -1,6 +1,6 @@
 """L-BFGS-B on bound-constrained CUTEst problems from sif2jax, against scipy's L-BFGS-B (issue 9):
 the same minimiser to 1e-6 in float64, at most 1.2x scipy's evaluations (+2), and a returned
-point in the box. The full sweep is benchmarks/bounded_vs_scipy.py.
+point in the box. The full sweep is benchmarks/suite/bounded_vs_scipy.py.
 
 The problems are a few of sif2jax's `bounded_minimisation_problems` on which the default
 solver takes scipy's path to a unique minimiser (see the benchmark's table); between them

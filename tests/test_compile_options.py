@@ -2,7 +2,7 @@
 (`jaxsearch._compile._cost`, `jaxsearch._compile._programs`), and `js.jit`, which compiles a
 training step with the options `step` gets. Structure only (which options reach the compiler,
 how many compiles, what the cost counter counts): the timings are in
-benchmarks/compile_options.py."""
+benchmarks/studies/compile_options.py."""
 
 import math
 

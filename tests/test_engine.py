@@ -72,7 +72,7 @@ def test_the_search_state_is_updated_in_few_kernels(search):
     than 8 operands into a concatenation, and runs no multi-output fusion). Carried one array
     per scalar, the loop's body had 81, 81 and 75 kernels and copies (L-BFGS, 2-D Rosenbrock);
     packed, 60, 59 and 56, and the 2-D Rosenbrock run 1.70 to 1.99 times optax's loop's
-    wall against 2.31 to 2.46 (benchmarks/engine.py, "small")."""
+    wall against 2.31 to 2.46 (benchmarks/studies/engine.py, "small")."""
     assert loop_body_kernels(js.Solver(js.LBFGS(), getattr(js, search)())) <= 66
 
 
@@ -88,7 +88,7 @@ def _loop_concatenations(jaxpr) -> int:
 def test_a_vmapped_run_carries_the_search_unpacked():
     """Under `jax.vmap` the search's scalars are vectors and the loop's branches become
     selects, which XLA:CPU compiles far slower on packed buffers (the vmapped GLM of
-    benchmarks/fresh_fit.py: 8.4 s packed against 5.9 s): there the loop packs nothing."""
+    benchmarks/suite/fresh_fit.py: 8.4 s packed against 5.9 s): there the loop packs nothing."""
     solver = js.Solver()
     single = jax.make_jaxpr(lambda x: solver.run(rosenbrock, x).params)(jnp.zeros(2))
     batched = jax.make_jaxpr(jax.vmap(lambda x: solver.run(rosenbrock, x).params))(

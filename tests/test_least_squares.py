@@ -5,8 +5,6 @@ step), on the NIST StRD problems of higher difficulty against NIST's certified v
 low precision and mixed dtypes, under vmap, resumed, with history, aux and bounds, and by the
 errors of a residual fn given to another direction."""
 
-import importlib.util
-import pathlib
 from typing import ClassVar
 
 import equinox as eqx
@@ -18,16 +16,10 @@ import scipy.optimize
 
 import jaxsearch as js
 import jaxsearch.internal as jsi
+from benchmarks import nist_problems as nist
 from jaxsearch.testing import check_direction
 
 from .helpers import LEAST_SQUARES
-
-_spec = importlib.util.spec_from_file_location(
-    "_nist_problems", pathlib.Path(__file__).parents[1] / "benchmarks" / "nist_problems.py"
-)
-assert _spec is not None and _spec.loader is not None
-nist = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(nist)
 
 TIGHT = dict(gtol=1e-12, ftol=0.0)
 # The least-squares directions, and LM from the damping tau (`factor=None`; the default
@@ -574,7 +566,7 @@ def test_bennett5_in_few_steps(start):
     difficulty, a long flat valley) reaches the certified values within 25 steps from both
     starts from the `tau` start (Nielsen's gain-ratio rule, which keeps lambda where rho is
     near 1/2, took 319 and 374 steps; optimistix's LM 808 and 1354; the default's first
-    radius, |D^(1/2) x0|, creeps along the valley: benchmarks/least_squares.py)."""
+    radius, |D^(1/2) x0|, creeps along the valley: benchmarks/suite/least_squares.py)."""
     problem = nist.PROBLEMS["Bennett5"]
     with jax.enable_x64(True):
         solver = js.Solver(js.LevenbergMarquardt(factor=None), gtol=0.0, ftol=0.0, max_steps=25)

@@ -3,18 +3,12 @@ parameters the residual sum of squares, in NumPy float64, equals NIST's certifie
 significant digits or better (relative difference <= 5e-9), and the counts of observations and
 parameters are NIST's. Source: https://www.itl.nist.gov/div898/strd/nls/nls_main.shtml."""
 
-import importlib.util
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-_PATH = pathlib.Path(__file__).parent.parent / "benchmarks" / "nist_problems.py"
-_spec = importlib.util.spec_from_file_location("benchmark_nist_problems", _PATH)
-nist = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(nist)
+from benchmarks import nist_problems as nist
 
 # name -> (observations, parameters), from the header of NIST's file ("Data:", "Model:").
 NIST_SIZES = {

@@ -197,7 +197,7 @@ def test_selected_vmapped_run_has_no_gather_or_scatter(selected, form):
 @pytest.mark.parametrize("n", [3, 3000], ids=["small", "large"])
 def test_tpu_path_writes_without_scatter(selected, n):
     """On the TPU's path a vmapped write is no scatter at any size: a vmapped scatter in a
-    while loop wrote wrong rows there, in bounds too (benchmarks/tpu_vmap_failures.py)."""
+    while loop wrote wrong rows there, in bounds too (benchmarks/studies/tpu_vmap_failures.py)."""
     buffers = jnp.zeros((4, 7, n), jnp.float32)
     write = jax.vmap(_slots.with_slot)
     jaxpr = jax.make_jaxpr(write)(buffers, jnp.arange(4), jnp.ones((4, n)), jnp.ones(4, bool))
@@ -209,7 +209,7 @@ def test_tpu_path_writes_without_scatter(selected, n):
 def test_tpu_path_writes_by_select_even_where_the_slot_is_shared(selected, batched):
     """On the TPU's path a write is a select over the whole buffer even where the slot index
     is not batched: a slice written in place there made the MLP run of
-    benchmarks/networks.py 58% slower on a TPU v5e (0.106 to 0.168 s; `_slots`' docstring)."""
+    benchmarks/suite/networks.py 58% slower on a TPU v5e (0.106 to 0.168 s; `_slots`' docstring)."""
     m, n = 7, 3000
     write = _slots.with_slot
     arguments = (jnp.zeros((m, n)), jnp.int32(2), jnp.ones(n), jnp.bool_(True))

@@ -7,7 +7,7 @@ emitter and LLVM at -O1. The solver's scalar logic and small vectors run no slow
 transcendental functions (tanh, exp, sin, ...) inside a network: up to 1.5 times the
 default program's run time, for a tanh MLP (a least squares' matrix-vector products: 1.08
 times). The estimate is an envelope of the extra time
-measured inside `run` (`benchmarks/compile_options.py`, calibration rows) on a 2-core
+measured inside `run` (`benchmarks/studies/compile_options.py`, calibration rows) on a 2-core
 AMD EPYC: nanoseconds per operation of fn's jaxpr, counted once per equation (a `scan`'s
 body once per trip, a `while`'s body and each branch of a `cond` once), and per parameter for
 the solver's own vector work.

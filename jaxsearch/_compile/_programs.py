@@ -18,7 +18,7 @@ the call top to bottom), and how it is compiled.
   `LEAN_SAVES_SECONDS` off a run's compile, and run the solver's own logic no slower, but an
   objective's elementwise work, a network's tanh most of all, can run up to 1.5 times slower.
   So a step is priced at `EVALUATIONS_PER_STEP` evaluations, each slowed by what
-  `jaxsearch._cost` estimates from fn's jaxpr (`benchmarks/compile_options.py` measures both
+  `jaxsearch._cost` estimates from fn's jaxpr (`benchmarks/studies/compile_options.py` measures both
   sides). A run does not know how many steps it will take, so "auto" rents before it buys
   (the ski rental rule, Karlin, Manasse, McGeoch & Owicki 1994): the steps of a run numbered
   below `lean_steps` from its fresh state, those whose price adds up to the saving, run lean,
@@ -62,9 +62,9 @@ DONATE_BYTES = 1 << 20
 LEAN_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
 # The compile time they take off a run's program: 0.9 s for sum(x^2) on a loaded 2-core AMD
 # EPYC, 1.7 to 1.9 s for sum(x^2) and a Poisson GLM on 2 idle cores of another EPYC
-# (benchmarks/compile_options.py, "runs"); the least of them.
+# (benchmarks/studies/compile_options.py, "runs"); the least of them.
 LEAN_SAVES_SECONDS = 0.9
-EVALUATIONS_PER_STEP = 2  # L-BFGS averages 1.1 to 1.2 (benchmarks/compile_options.py)
+EVALUATIONS_PER_STEP = 2  # L-BFGS averages 1.1 to 1.2 (benchmarks/studies/compile_options.py)
 HORIZON = 1000  # steps at which "auto" prices a run it cannot cut in two (`run_options`)
 LEAN_ITEMS = tuple(sorted(LEAN_OPTIONS.items()))  # as `setting` gives them
 _lean_options_supported = True  # until this jaxlib refuses one of them

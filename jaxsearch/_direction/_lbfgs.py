@@ -16,7 +16,7 @@ from ._preconditioner import Preconditioner, check_fits, check_preconditioner, p
 
 _FORMS = ("auto", "two_loop", "compact")
 # Where "auto" takes the compact form on a CPU or a TPU: from params of COMPACT_FROM
-# elements on, the compact form's run is the faster (benchmarks/lbfgs_forms.py --auto, its
+# elements on, the compact form's run is the faster (benchmarks/studies/lbfgs_forms.py --auto, its
 # results in benchmarks/results/lbfgs_forms_auto_*.md). Below it the two-loop recursion
 # compiles faster and runs as fast or faster. A GPU takes the compact form at every size.
 COMPACT_FROM = 5000
@@ -54,7 +54,7 @@ class LBFGS(AbstractDirection):
       waits for its predicate on the host), except on a CPU or a TPU (jax's default
       backend) for params of fewer than `COMPACT_FROM` = 5000 elements in all, where the
       two-loop recursion compiles faster and runs as fast or faster
-      (benchmarks/lbfgs_forms.py --auto).
+      (benchmarks/studies/lbfgs_forms.py --auto).
 
     The form is chosen once, by `init`, and the state's class records it: `compute`,
     `update` and `reset` continue a state in the form it was made with, and never look at

@@ -235,7 +235,7 @@ def _memory_times(buffers: PyTree, vectors: list[PyTree], dtype) -> Array:
     measured slower on both backends: XLA's CPU product of an (m, n) and an (n, k) matrix runs
     several times slower than k of them, and on an H200 the stacking copies the vectors and
     the skinny product runs below bandwidth: extended Rosenbrock n = 1e7, 71 ms against 47 ms,
-    `benchmarks/lbfgs_products.py`.)"""
+    `benchmarks/studies/lbfgs_products.py`.)"""
     total = jnp.zeros((), dtype)
     for i, b in enumerate(leaves(buffers)):
         work = at_least_float32(b.dtype)
@@ -260,7 +260,7 @@ def _memory_products(left: PyTree, right: PyTree, dtype) -> Array:
     that XLA fuses into one reduction. (As matrix products, XLA's GPU compiler merged S'Y and
     Y'Y into one cuBLAS product of [S; Y] padded to a multiple of its split: 69 n-vectors of
     peak memory for the compact form's run at n = 1e6 on an H200 against 32 fused,
-    `benchmarks/hlo_anatomy.py`; fused, XLA's CPU compiler keeps the m x m x n product: 126
+    `benchmarks/studies/hlo_anatomy.py`; fused, XLA's CPU compiler keeps the m x m x n product: 126
     n-vectors of temporaries at m = 10 against 29 as matrix products, tests/test_engine.py.)"""
     total = jnp.zeros((), dtype)
     for a, b in zip(leaves(left), leaves(right), strict=True):

@@ -186,7 +186,7 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
     and |D^(1/2) s| recorded by `update`.
 
     The default, `factor=1.0`, solves all 16 of NIST's higher-difficulty runs in float64
-    (benchmarks/least_squares.py), MGH10, y = b1 exp(b2 / (x + b3)), from start 1 among them,
+    (benchmarks/suite/least_squares.py), MGH10, y = b1 exp(b2 / (x + b3)), from start 1 among them,
     which the `tau` start does not: its first, nearly steepest-descent step leads the next to
     b1 < 0, where the model is below the positive data everywhere, and the run ends at the
     flat asymptote b2 -> -inf. The `tau` start takes fewer evaluations on Bennett5.

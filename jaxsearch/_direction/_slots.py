@@ -6,14 +6,14 @@ its own `head`, it becomes a gather or a scatter over the whole batch. On a TPU 
 0.10.2) these were slow (10^4 vmapped 2-D Rosenbrock problems: 1.7 s a run, 0.005 s with
 selects), and a vmapped scatter inside a `lax.while_loop` wrote wrong rows: with
 `mode="drop"` from 30,920 buffer rows on, and in bounds too at 4000 problems of (10, 1000)
-buffers (`benchmarks/tpu_vmap_failures.py`; benchmarks/results/tpu_vmap_failures_tpu.md).
+buffers (`benchmarks/studies/tpu_vmap_failures.py`; benchmarks/results/tpu_vmap_failures_tpu.md).
 
 So on a TPU every write is a select over the slots (a masked replace), whatever the size
 and whether or not vmap batches the slot index: it reads and writes the whole buffer, and is
 right under any vmap. A write of one row in place where the index is not batched (a
 `custom_vmap` rule) was tried and measured against it on a TPU v5e: 8% faster a step for
 L-BFGS at n = 2^20 (one 1-D leaf, 1.20 to 1.10 ms), 58% slower for the whole MLP run of
-benchmarks/networks.py (six 2-D leaves, about five evaluations a step: 0.106 to 0.168 s).
+benchmarks/suite/networks.py (six 2-D leaves, about five evaluations a step: 0.106 to 0.168 s).
 A read is a masked sum over the slots for a buffer of at most `SELECT_LIMIT` elements, and a
 slice above (vmapped gathers read right).
 On other backends reads and writes are slices, as before: on a CPU the gathers are fast and

@@ -1,6 +1,8 @@
-"""Where a compiled run's time goes: a `jax.profiler` trace of one call, summed by event name.
+"""Where does a compiled run's time go? A `jax.profiler` trace of one call, summed by event
+name.
+Date: 2026-12-07, commit 2848ffe
 
-    python benchmarks/trace_summary.py --out /tmp/trace      # 2-D Rosenbrock and n = 1e6
+    python -m benchmarks.studies.trace_summary --out /tmp/trace  # 2-D Rosenbrock and n = 1e6
 
 For each program (the default jaxsearch `run` on extended Rosenbrock, float32, at n = 2 to
 |g|_inf <= 1e-5 and at n = 1e6 to 1e-3, each under `jax.jit`, against optax.lbfgs's jitted loop
@@ -13,14 +15,14 @@ call's wall, each lane's busy time (union of its events), and the top events by 
 that the launch and synchronisation overhead (wall minus device busy) is visible. Writes
 trace_<backend>.md.
 
-    python benchmarks/trace_summary.py --compile-of 20 --out /tmp/trace
+    python -m benchmarks.studies.trace_summary --compile-of 20 --out /tmp/trace
 
 instead traces the compile (XLA's passes, as the compiler's own trace events) of the default
 `run` in jit at n = 2^20 and of optax's loop at that n, and lists the events by total time:
 which pass a compile's seconds go to, and whether that grows with n. Writes
 compile_trace_<backend>_<e>.md.
 
-    python benchmarks/trace_summary.py --networks [--quick] --out /tmp/trace
+    python -m benchmarks.studies.trace_summary --networks [--quick] --out /tmp/trace
 
 traces networks.py's training steps (a block of 5 steps of each) and its MLP runs instead
 (trace_networks_<backend>.md).
@@ -40,13 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-import peers as peers_mod  # noqa: E402
-import problems as problems_mod  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
+import jaxsearch as js
+from benchmarks import output, peers as peers_mod, problems as problems_mod
 
 
 def programs():
@@ -217,7 +214,7 @@ def summarise(name, call, top: int) -> list[str]:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--top", type=int, default=15)
-    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--out", default=str(output.RESULTS))
     p.add_argument("--compile-of", type=int, default=None, metavar="E", help="n = 2^E")
     p.add_argument("--networks", action="store_true", help="networks.py's steps and MLP runs")
     p.add_argument("--quick", action="store_true", help="with --networks: their small sizes")
@@ -229,7 +226,7 @@ def main(argv=None):
         f"({getattr(device, 'device_kind', device)})",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; jax {jax.__version__}; "
-        f"command: `python benchmarks/trace_summary.py {shown}`",
+        f"command: `python -m benchmarks.studies.trace_summary {shown}`",
         "",
     ]
     compiling = args.compile_of is not None

@@ -1,10 +1,11 @@
-"""Both sides of the lean compile options: the compile time they save and the run time they
-may add, measured against what `compiler_options="auto"` chose, and the compile of a training
-step under `js.jit` against `step` called directly.
+"""What do the lean compile options save and cost? Both sides: the compile time they save and
+the run time they may add, measured against what `compiler_options="auto"` chose, and the
+compile of a training step under `js.jit` against `step` called directly.
+Date: 2026-12-07, commit bd53de1
 
-    python benchmarks/compile_options.py                  # every section (about 10 min, 2 CPUs)
-    python benchmarks/compile_options.py --reps 2 --only runs
-    python benchmarks/compile_options.py --out /tmp/compile_options
+    python -m benchmarks.studies.compile_options  # every section (about 10 min, 2 CPUs)
+    python -m benchmarks.studies.compile_options --reps 2 --only runs
+    python -m benchmarks.studies.compile_options --out /tmp/compile_options
 
 Sections (`--only`):
 
@@ -37,22 +38,20 @@ import pathlib
 import sys
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "examples"))
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 
-import equinox as eqx  # noqa: E402
-import fresh_fit  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import pinn_burgers  # noqa: E402
-import speed  # noqa: E402  (it also switches the persistent compile cache off)
-from engine import MLP, pinn_loss  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
-from jaxsearch import _pipeline  # noqa: E402
-from jaxsearch._compile import _cost, _programs  # noqa: E402
+import jaxsearch as js
+from benchmarks import output
+from benchmarks.studies.engine import MLP, pinn_loss
+from benchmarks.suite import (
+    fresh_fit,
+    speed,  # it also switches the persistent compile cache off
+)
+from examples import pinn_burgers
+from jaxsearch import _pipeline
+from jaxsearch._compile import _cost, _programs
 
 TRAIN_STEP_TARGET = 1.1
 
@@ -377,10 +376,10 @@ def markdown(data: dict, meta: dict) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--only", default="", help="runs,calibration,train_step (default: all)")
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--out", default=str(output.RESULTS))
     args = parser.parse_args(argv)
     only = set(filter(None, args.only.split(","))) or {"runs", "calibration", "train_step"}
     meta = {
@@ -388,7 +387,9 @@ def main(argv=None):
         "cpu_count": os.cpu_count(),
         "jax": jax.__version__,
         "load_before": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-        "command": " ".join(["python", "benchmarks/compile_options.py", *(argv or sys.argv[1:])]),
+        "command": " ".join(
+            ["python", "-m", "benchmarks.studies.compile_options", *(argv or sys.argv[1:])]
+        ),
     }
     data: dict = {}
     for name, section in (

@@ -1,9 +1,9 @@
 """The user's loop: fits of a Poisson GLM, each with a new closure, as a GLM library runs them.
 
-    python benchmarks/fresh_fit.py              # float32 and float64, both GLMs, 10 fits
-    python benchmarks/fresh_fit.py --quick      # float32, the small GLM, 3 fits (< 2 min, 2 CPUs)
-    python benchmarks/fresh_fit.py --fits 5 --dtypes float64 --out /tmp/fresh_fit
-    python benchmarks/fresh_fit.py --vmap       # 10 single-neuron models under jax.vmap
+    python -m benchmarks.suite.fresh_fit          # float32 and float64, both GLMs, 10 fits
+    python -m benchmarks.suite.fresh_fit --quick  # float32, the small GLM, 3 fits (< 2 min, 2 CPUs)
+    python -m benchmarks.suite.fresh_fit --fits 5 --dtypes float64 --out /tmp/fresh_fit
+    python -m benchmarks.suite.fresh_fit --vmap  # 10 single-neuron models under jax.vmap
 
 A downstream neural-GLM library builds, for every `fit`, the penalised loss as a new Python
 closure over its regulariser and observation model, then calls the solver on it (issue 35,
@@ -59,13 +59,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # the jaxsearch of this checkout
+import jaxsearch as js
+from benchmarks import output
+from benchmarks.suite.stochastic import cpu_model
 
-import jaxsearch as js  # noqa: E402
-
-sys.path.insert(0, str(HERE))
-from stochastic import cpu_model  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository: `python -m` in a child
+# What `compiler_options="auto"` picks on a CPU below 1 MiB of x0 and args (the library's own
+# constant is private; tests/test_benchmarks_layout.py checks that the two agree).
+LEAN_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
 
 PROBLEMS = {  # name: (samples, features, neurons)
     "GLM 10000 x 40 x 10": (10_000, 40, 10),
@@ -171,8 +172,6 @@ def fit(solver: str, fn, params, X, y, tol):
     if solver == "jaxsearch":
         return fit_jaxsearch(fn, params, X, y, tol)
     if solver == "jaxsearch-lean":  # what "auto" picks on a CPU below 1 MiB of x0 and args
-        from jaxsearch._compile._programs import LEAN_OPTIONS
-
         return fit_jaxsearch(fn, params, X, y, tol, LEAN_OPTIONS)
     return _fit_optimistix(solver, fn, params, X, y, tol)
 
@@ -329,14 +328,8 @@ def fit_traced(solver: str, fn, params, X, y, tol):
 
 
 def run_child(spec: dict, flag: str = "--child") -> dict:
-    command = [sys.executable, str(pathlib.Path(__file__).resolve()), flag, json.dumps(spec)]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])
-        ),
-    }
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    command = [sys.executable, "-m", "benchmarks.suite.fresh_fit", flag, json.dumps(spec)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         return {**spec, "error": done.stderr.strip().splitlines()[-20:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -498,7 +491,7 @@ def main(argv=None):
     parser.add_argument("--fits", type=int, default=None, help="fits per loop (default 10)")
     parser.add_argument("--dtypes", default=None, help="comma list (default float32,float64)")
     parser.add_argument("--solvers", default=",".join(SOLVERS), help="comma list")
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--out", default=str(output.RESULTS))
     parser.add_argument(
         "--vmap", action="store_true", help="only the vmapped fit: its first call's compile"
     )
@@ -526,7 +519,6 @@ def main(argv=None):
     dtypes = (args.dtypes or ("float32" if args.quick else "float32,float64")).split(",")
     problems = QUICK_PROBLEMS if args.quick else tuple(PROBLEMS)
     solvers = [s for s in args.solvers.split(",") if s]
-    suffix = "_quick" if args.quick else ""
     meta = {
         "backend": jax.default_backend(),
         "cpu": cpu_model(),
@@ -539,11 +531,13 @@ def main(argv=None):
         "tol": {d: TOL[d] for d in dtypes},
         "max_steps": MAX_STEPS,
         "load_before": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-        "command": " ".join(["python", "benchmarks/fresh_fit.py", *(argv or sys.argv[1:])]),
+        "command": " ".join(
+            ["python", "-m", "benchmarks.suite.fresh_fit", *(argv or sys.argv[1:])]
+        ),
     }
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"fresh_fit_{meta['backend']}{suffix}"
+    stem = output.stem("fresh_fit", meta["backend"], "quick" if args.quick else None)
     data: dict = {}
     for dtype in dtypes:
         for problem in problems:
@@ -554,11 +548,9 @@ def main(argv=None):
                 data[key][solver] = measure(dtype, problem, solver, fits)
                 print(f"  {key} | {solver}: {time.perf_counter() - t0:.1f} s", flush=True)
                 meta["load_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
-                (out / f"{stem}.json").write_text(
-                    json.dumps({"meta": meta, "data": data}, indent=1)
-                )
+                output.write_json(out, stem, {"meta": meta, "data": data})
     text = markdown(data, meta)
-    (out / f"{stem}.md").write_text(text)
+    output.write(out, stem, text, {"meta": meta, "data": data})
     print(text)
 
 

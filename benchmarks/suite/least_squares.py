@@ -5,9 +5,9 @@ directions js.GaussNewton and js.LevenbergMarquardt with their default searches 
 Backtracking; fn returns r itself), the latter from its default first radius (MINPACK's,
 factor=1.0) and from the damping tau (js.LevenbergMarquardt(factor=None), `jaxsearch-lm-tau`).
 
-    python benchmarks/least_squares.py                       # all 8 problems x 2 starts
-    python benchmarks/least_squares.py --quick               # MGH09 and BoxBOD
-    python benchmarks/least_squares.py --problems Thurber,Rat43
+    python -m benchmarks.suite.least_squares          # all 8 problems x 2 starts
+    python -m benchmarks.suite.least_squares --quick  # MGH09 and BoxBOD
+    python -m benchmarks.suite.least_squares --problems Thurber,Rat43
 
 The problems are benchmarks/nist_problems.py (NIST StRD nonlinear regression,
 https://www.itl.nist.gov/div898/strd/nls/nls_main.shtml: MGH09, Thurber, BoxBOD, Rat42, MGH10,
@@ -38,7 +38,7 @@ num_fun_evals). Timing, in two more runs of fresh closures without the counting 
 (jax.clear_caches() first): `wall_s`, the second call; `compile_s`, the first call minus the
 second (for scipy: the jit of r and of jax.jacfwd(r)).
 
-Writes benchmarks/results/least_squares_cpu.md and .json (--out to change): per problem and
+Writes benchmarks/results/least_squares_<backend>.md and .json (--out to change): per problem and
 start a table, the summary (solved counts; medians over the runs that every solver solves),
 the command, the machine and the versions.
 """
@@ -46,7 +46,6 @@ the command, the machine and the versions.
 import argparse
 import dataclasses
 import functools
-import importlib.util
 import json
 import math
 import pathlib
@@ -65,21 +64,8 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # the jaxsearch of this checkout
-
 import jaxsearch as js  # noqa: E402
-
-
-def _load(name):
-    """This folder's module `name` under a private name."""
-    spec = importlib.util.spec_from_file_location(f"_benchmarks_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-nist = _load("nist_problems")
+from benchmarks import nist_problems as nist, output  # noqa: E402
 
 SOLVED_RTOL = 5e-7  # |b_i - b*_i| <= SOLVED_RTOL |b*_i| for every i: 6 significant digits
 LRE_CAP = 11.0  # NIST certifies 11 digits
@@ -519,9 +505,8 @@ def write_outputs(out_dir: pathlib.Path, meta, problems, results, solvers) -> st
             ]
             lines += run_table(rows)
     text = "\n".join(lines) + "\n"
-    (out_dir / "least_squares_cpu.md").write_text(text)
     data = {"meta": meta, "summary": summary, "results": results}
-    (out_dir / "least_squares_cpu.json").write_text(json.dumps(data, indent=1, default=str))
+    output.write(out_dir, output.stem("least_squares"), text, data)
     return "\n".join(summary_table(summary))
 
 
@@ -532,7 +517,7 @@ def parse_args(argv=None):
     p.add_argument("--solvers", default=None, help="comma-separated solver name substrings")
     p.add_argument("--max-steps", type=int, default=Settings.max_steps)
     p.add_argument("--max-nfev", type=int, default=Settings.max_nfev)
-    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--out", default=str(output.RESULTS))
     return p.parse_args(argv)
 
 
@@ -553,7 +538,7 @@ def main(argv=None):
     out_dir = pathlib.Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {
-        "command": "python benchmarks/least_squares.py " + " ".join(sys.argv[1:] or []),
+        "command": "python -m benchmarks.suite.least_squares " + " ".join(sys.argv[1:] or []),
         "cpu": _cpu(),
         "processor": platform.processor(),
         "machine": platform.machine(),
@@ -576,7 +561,7 @@ def main(argv=None):
     meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     text = write_outputs(out_dir, meta, problems, results, solvers)
     print("\n## Summary\n\n" + text)
-    print(f"\nwrote {out_dir}/least_squares_cpu.md and .json")
+    print(f"\nwrote {out_dir}/{output.stem('least_squares')}.md and .json")
     return 0
 
 

@@ -1,13 +1,12 @@
-"""Evaluations of jaxsearch's default solver (L-BFGS + Zoom) next to scipy's L-BFGS-B.
+"""How many evaluations does jaxsearch's default solver (L-BFGS + Zoom) take next to scipy's
+L-BFGS-B on the test problems of tests/problems.py?
+Date: 2026-11-29, commit e31768c
 
-    python benchmarks/compare_scipy.py
+    python -m benchmarks.studies.compare_scipy
 
 float64, gtol = 1e-6 and scipy's default ftol on both sides; one evaluation = value and
 gradient together. A first look only: the full benchmark suite is tracked in the issues.
 """
-
-import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -15,9 +14,7 @@ import numpy as np
 import scipy.optimize
 
 import jaxsearch as js
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from tests.problems import (  # noqa: E402
+from tests.problems import (
     logistic,
     logistic_data,
     quadratic,

@@ -1,8 +1,8 @@
 """Run jaxsearch next to scipy, optax, jaxopt and optimistix; write table, summary, profile, JSON.
 
-    python benchmarks/run.py                     # all sif2jax problems with n <= 2000, both dtypes
-    python benchmarks/run.py --quick             # a handful of small problems
-    python benchmarks/run.py --large --problems LOGREG --dtype float32
+    python -m benchmarks.suite.cutest          # all sif2jax problems with n <= 2000, both dtypes
+    python -m benchmarks.suite.cutest --quick  # a handful of small problems
+    python -m benchmarks.suite.cutest --large --problems LOGREG --dtype float32
 
 Success is judged here, the same for every solver: the infinity norm of the gradient,
 re-evaluated in float64 at the returned point, is at most `--gtol`. Evaluations are counted
@@ -22,7 +22,6 @@ configuration loses), `skipped_problems`.
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import math
 import pathlib
@@ -37,22 +36,14 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # the jaxsearch of this checkout
+from benchmarks import (  # noqa: E402
+    output,
+    peers as peers_mod,
+    problems as problems_mod,
+    profile as profile_mod,
+    summary as summary_mod,
+)
 
-
-def _load(name):
-    """This folder's module `name` under a private name (`profile` is also a stdlib module)."""
-    spec = importlib.util.spec_from_file_location(f"_benchmarks_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-peers_mod = _load("peers")
-problems_mod = _load("problems")
-profile_mod = _load("profile")
-summary_mod = _load("summary")
 js = peers_mod.js
 
 DENSE_MAX_N = 5000  # dense BFGS (n x n matrix) is skipped above this size
@@ -81,7 +72,7 @@ def parse_args(argv=None):
         help="seconds; a first (compiling) solve slower than this is not re-run, "
         "and the solver is skipped on that problem in the other dtype",
     )
-    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--out", default=str(output.RESULTS))
     p.add_argument(
         "--update",
         action="store_true",
@@ -220,7 +211,6 @@ def write_outputs(out_dir, dtype, meta, problems, rows_by_problem, solver_names,
                 f"- {item['problem']}: {item['evals']} evaluations vs scipy {item['scipy_evals']}"
             )
     text = "\n".join(lines) + "\n"
-    (out_dir / f"{dtype}.md").write_text(text)
     costs = {
         name: {
             s: (r["evals"] if r.get("solved") else None)
@@ -232,7 +222,7 @@ def write_outputs(out_dir, dtype, meta, problems, rows_by_problem, solver_names,
     if rows_by_problem:
         profile_mod.plot(
             costs,
-            str(out_dir / f"{dtype}_profile.png"),
+            str(out_dir / f"{output.stem('cutest', tag=dtype)}_profile.png"),
             f"Performance profile on evaluations, {dtype}, {len(costs)} problems",
         )
     data = {
@@ -242,7 +232,7 @@ def write_outputs(out_dir, dtype, meta, problems, rows_by_problem, solver_names,
         "skipped_problems": skipped,
         "results": rows_by_problem,
     }
-    (out_dir / f"{dtype}.json").write_text(json.dumps(data, indent=1, default=str))
+    output.write(out_dir, output.stem("cutest", tag=dtype), text, data)
     return text, summary
 
 
@@ -311,7 +301,10 @@ def main(argv=None):
         }
         rows_by_problem, names = {}, solver_names
         if a.update:  # the other solvers' rows come from the last full run
-            kept = json.loads((out_dir / f"{dtype}.json").read_text())
+            kept_path = out_dir / f"{output.stem('cutest', tag=dtype)}.json"
+            if not kept_path.exists():  # a run from before the suite's names: <dtype>.json
+                kept_path = out_dir / f"{dtype}.json"
+            kept = json.loads(kept_path.read_text())
             meta["updated"] = {"solvers": solver_names, "kept_meta": kept["meta"]}
             old = kept["results"]
             names = list(kept["summary"]) + [s for s in solver_names if s not in kept["summary"]]
@@ -345,7 +338,8 @@ def main(argv=None):
         )
         print(f"\n## {dtype}\n" + "\n".join(summary_mod.summary_table(summary)), flush=True)
     for dtype in dtypes:
-        print(f"\nwrote {out_dir}/{dtype}.md, {dtype}.json, {dtype}_profile.png")
+        stem = output.stem("cutest", tag=dtype)
+        print(f"\nwrote {out_dir}/{stem}.md, {stem}.json, {stem}_profile.png")
     return 0
 
 

@@ -1,8 +1,9 @@
-"""Issue 48, item 1: `jax.jit(jax.vmap(run))` of many 2-D Rosenbrock problems on a TPU, and
-the pure-JAX program that showed why.
+"""Does `jax.jit(jax.vmap(run))` of many 2-D Rosenbrock problems end right on a TPU, and why
+did it not? (issue 48, item 1) The library's runs, and the pure-JAX program that showed why.
+Date: 2026-12-06, commit e24e4e7
 
-    python benchmarks/tpu_vmap_failures.py            # both parts
-    python benchmarks/tpu_vmap_failures.py --only xla # the pure-JAX reproduction alone
+    python -m benchmarks.studies.tpu_vmap_failures  # both parts
+    python -m benchmarks.studies.tpu_vmap_failures --only xla # the pure-JAX reproduction alone
 
 Part 1 (`library`): L-BFGS, both forms, m = 10 and 20, vmapped over B problems: how many end
 other than converged, the first such index, and the wall of a second call. Before the fix

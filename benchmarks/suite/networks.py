@@ -1,10 +1,10 @@
 """Issue 48's accelerator rows that engine.py does not hold: networks and large L-BFGS runs,
 each jaxsearch against optax.lbfgs in the same process, float32.
 
-    python benchmarks/networks.py --quick                  # small sizes (CPU, a minute)
-    python benchmarks/networks.py --out benchmarks/results # full sizes (a GPU or a TPU)
-    python benchmarks/networks.py --only step,mlp
-    python benchmarks/networks.py --only rosen --sizes 20 --out benchmarks/results/n20
+    python -m benchmarks.suite.networks --quick  # small sizes (CPU, a minute)
+    python -m benchmarks.suite.networks --out benchmarks/results # full sizes (a GPU or a TPU)
+    python -m benchmarks.suite.networks --only step,mlp
+    python -m benchmarks.suite.networks --only rosen --sizes 20 --out benchmarks/results/n20
 
 Rows (`--only`):
 
@@ -34,7 +34,6 @@ cut off by a time limit keeps its rows.
 import argparse
 import functools
 import json
-import pathlib
 import sys
 import time
 
@@ -43,14 +42,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-
-import peers as peers_mod  # noqa: E402
-import problems as problems_mod  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
+import jaxsearch as js
+from benchmarks import output, peers as peers_mod, problems as problems_mod
 
 
 def timed(call) -> float:
@@ -406,19 +399,19 @@ def markdown(data: dict, meta: str) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default="/tmp/jaxsearch-networks")
+    parser.add_argument("--out", default=str(output.RESULTS))
     parser.add_argument("--only", default="", help="comma list of rows (default: all)")
     parser.add_argument("--bandwidth", type=float, default=819.0, help="GB/s for the floor")
     parser.add_argument(
         "--sizes", default="", help="rosen row: comma list of exponents e, n = 2^e (20,22,24)"
     )
     options = parser.parse_args(argv)
-    out = pathlib.Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
     backend = jax.default_backend()
+    given = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python -m benchmarks.suite.networks", *given])
     meta = (
         f"jax {jax.__version__}, optax {optax.__version__}, {jax.devices()[0].device_kind}; "
-        f"`python benchmarks/networks.py {' '.join(argv if argv is not None else sys.argv[1:])}`"
+        f"`{command}`"
     )
     data: dict = {}
     for name, row in ROWS.items():
@@ -433,8 +426,7 @@ def main(argv=None):
                 data[name] = row(options.quick)
         except Exception as error:  # a row that fails is reported; the others still run
             data[name] = {"error": f"{type(error).__name__}: {error}"}
-        (out / f"networks_{backend}.json").write_text(json.dumps(data, indent=1, default=str))
-        (out / f"networks_{backend}.md").write_text(markdown(data, meta))
+        output.write(options.out, output.stem("networks", backend), markdown(data, meta), data)
     print(markdown(data, meta))
 
 

@@ -1,8 +1,9 @@
-"""What one slot of an L-BFGS memory costs on an accelerator by the buffer's shape: a circular
-buffer of m = 10 slots of n = 2^20 float32 elements, as (m, n) (jaxsearch's and optax's
-layout) and as (m, n / 128, 128), each slot a whole (8, 128)-tiled array on a TPU.
+"""What does one slot of an L-BFGS memory cost on an accelerator, by the buffer's shape? A
+circular buffer of m = 10 slots of n = 2^20 float32 elements, as (m, n) (jaxsearch's and
+optax's layout) and as (m, n / 128, 128), each slot a whole (8, 128)-tiled array on a TPU.
+Date: 2026-12-07, commit d6dd97a
 
-    python benchmarks/tpu_memory_layout.py
+    python -m benchmarks.studies.tpu_memory_layout
 
 Per slot access, in a `lax.fori_loop` of 50 in one program (no dispatch): a row written in
 place (`dynamic_update_index_in_dim`), a row read into a dot product, a row read into an axpy;

@@ -1,7 +1,9 @@
-"""L-BFGS's two-loop recursion unrolled in Python (m is static), as a variant for
-benchmarks/engine.py: no loop over the memory, but 4m vector passes in the program. Not part
-of the library: on the CPU it compiled slower than the `fori_loop`s and ran no faster
-(benchmarks/HISTORY.md, rounds 1 and 5)."""
+"""Does L-BFGS's two-loop recursion compile or run faster unrolled in Python (m is static)?
+The variant here, for benchmarks/studies/engine.py: no loop over the memory, but 4m vector
+passes in the program. Not part of the library: on the CPU it compiled slower than the
+`fori_loop`s and ran no faster (benchmarks/HISTORY.md, rounds 1 and 5).
+Date: 2026-12-07, commit f9fc49c
+"""
 
 import jax.numpy as jnp
 import jax.tree_util as jtu

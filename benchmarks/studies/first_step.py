@@ -1,4 +1,5 @@
-"""Experiment: the first line search's initial trial for L-BFGS + Zoom.
+"""Which initial trial should the first line search of L-BFGS + Zoom take?
+Date: 2026-11-30, commit 57ac30f
 
 The first step has no curvature information. jaxsearch, like L-BFGS-B, tries a step of unit
 length, t0 = 1 / |g0| along d = -g0 ("unit"). The alternatives, each as a first trial t0:
@@ -13,8 +14,8 @@ Each t0 is planted as the state's previous decrease t0 |g0|^2 / 2, which the sol
 (3.60) initial step turns into t0. Prints evaluations (in all, and in the first step) per
 problem, then the summary:
 
-    python benchmarks/first_step.py --max-n 12
-    python benchmarks/first_step.py --max-n 1000 --problems FLETCHCR
+    python -m benchmarks.studies.first_step --max-n 12
+    python -m benchmarks.studies.first_step --max-n 1000 --problems FLETCHCR
 """
 
 import argparse
@@ -54,7 +55,7 @@ def solve(solver, problem, x0, state):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-n", type=int, default=12)
     parser.add_argument("--gtol", type=float, default=1e-5)
     parser.add_argument("--problems", default=None, help="comma-separated names (default: all)")

@@ -1,8 +1,10 @@
-"""L-BFGS's forms on an accelerator: the compact form and the two-loop recursion, against optax.
+"""How do L-BFGS's forms fare on an accelerator? The compact form and the two-loop recursion,
+against optax.
+Date: 2026-12-05, commit 4b46a57
 
-    python benchmarks/lbfgs_products.py --out /tmp/products     # meant for a GPU
-    python benchmarks/lbfgs_products.py --quick                 # n = 1e5 only (a CPU check)
-    python benchmarks/lbfgs_products.py --xla-flags "" " --xla_gpu_enable_command_buffer="
+    python -m benchmarks.studies.lbfgs_products --out /tmp/products  # meant for a GPU
+    python -m benchmarks.studies.lbfgs_products --quick              # n = 1e5 only (a CPU check)
+    python -m benchmarks.studies.lbfgs_products --xla-flags "" " --xla_gpu_enable_command_buffer="
 
 For the default `Solver()` on extended Rosenbrock (float32, |g|_inf <= 1e-3):
 
@@ -21,7 +23,7 @@ added this paragraph the compact form stacked its vectors into one product off a
 benchmarks/results/lbfgs_products_gpu_before.json holds that variant's H200 figures ("compact,
 stacked") beside the per-vector products ("compact, per vector") that replaced it;
 lbfgs_products_gpu.json is this script's run after that change and after the rebuild of S'Y and
-Y'Y became a reduction (`_lbfgs_compact._memory_products`, see benchmarks/hlo_anatomy.py).
+Y'Y became a reduction (`_lbfgs_compact._memory_products`, see benchmarks/studies/hlo_anatomy.py).
 """
 
 import argparse
@@ -36,14 +38,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-import peers as peers_mod  # noqa: E402
-import problems as problems_mod  # noqa: E402
-import speed  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
+import jaxsearch as js
+from benchmarks import output, peers as peers_mod, problems as problems_mod
+from benchmarks.suite import speed
 
 FN = problems_mod._ext_rosenbrock
 
@@ -119,7 +116,7 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--xla-flags", nargs="*", default=None, help="XLA_FLAGS settings to compare")
     p.add_argument("--small-only", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--out", default=str(output.RESULTS))
     args = p.parse_args(argv)
     if args.small_only:  # a subprocess of --xla-flags
         print(json.dumps(small_wall(200)))
@@ -148,7 +145,7 @@ def main(argv=None):
         "device": getattr(device, "device_kind", str(device)),
         "jax": jax.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "command": "benchmarks/lbfgs_products.py " + " ".join(sys.argv[1:]),
+        "command": "benchmarks/studies/lbfgs_products.py " + " ".join(sys.argv[1:]),
     }
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

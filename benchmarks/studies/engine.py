@@ -1,8 +1,10 @@
-"""The compiled engine around the algorithms, side by side with optax.lbfgs, in one run.
+"""What does the compiled engine around the algorithms cost, side by side with optax.lbfgs, in
+one run?
+Date: 2026-12-07, commit bd53de1
 
-    python benchmarks/engine.py              # CPU: n = 1e5 / 1e6 rows; GPU: 1e6 and 1e7 too
-    python benchmarks/engine.py --quick      # smaller sizes (a couple of minutes on 2 CPUs)
-    python benchmarks/engine.py --out /tmp/engine
+    python -m benchmarks.studies.engine          # CPU: n = 1e5 / 1e6 rows; GPU: 1e6 and 1e7 too
+    python -m benchmarks.studies.engine --quick  # smaller sizes (a couple of minutes on 2 CPUs)
+    python -m benchmarks.studies.engine --out /tmp/engine
 
 Rows (issue 17's table), each a ratio measured in this process:
 
@@ -46,8 +48,9 @@ Rows (issue 17's table), each a ratio measured in this process:
                  2m + 6;
   variants       L-BFGS's forms inside the engine: the two-loop recursion (`fori_loop`s, the
                  CPU's default), the compact form (`LBFGS(form="compact")`, the default
-                 elsewhere) and the two-loop recursion unrolled (benchmarks/unrolled_lbfgs.py):
-                 control flow, bytes, compile, and the 2-D and extended Rosenbrock walls.
+                 elsewhere) and the two-loop recursion unrolled
+                 (benchmarks/studies/unrolled_lbfgs.py): control flow, bytes, compile, and the
+                 2-D and extended Rosenbrock walls.
 
 Writes engine_<backend>.json and engine_<backend>.md to --out and prints the markdown.
 """
@@ -68,18 +71,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jcore
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+import jaxsearch as js
+from benchmarks import output, peers as peers_mod, problems as problems_mod
+from benchmarks.studies.unrolled_lbfgs import UnrolledLBFGS
+from benchmarks.suite import (
+    fresh_fit,
+    speed,  # its measuring helpers; it also switches the compile cache off
+)
+from jaxsearch._compile import _programs
 
-import fresh_fit  # noqa: E402
-import peers as peers_mod  # noqa: E402
-import problems as problems_mod  # noqa: E402
-import speed  # noqa: E402  (its measuring helpers; it also switches the compile cache off)
-from unrolled_lbfgs import UnrolledLBFGS  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
-from jaxsearch._compile import _programs  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository: `python -m` in a child
 
 CONTROL_FLOW = ("while", "cond", "scan")
 INLINE_FLOPS = 1000  # XLA's PjRt CPU client: a "cheap" program runs on the calling thread
@@ -274,8 +275,10 @@ def small_synchronous(reps: int) -> dict | None:
     row. None off a CPU."""
     if jax.default_backend() != "cpu":
         return None
-    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--small-synchronous"]
-    done = subprocess.run([*command, str(reps)], capture_output=True, text=True, check=True)
+    command = [sys.executable, "-m", "benchmarks.studies.engine", "--small-synchronous"]
+    done = subprocess.run(
+        [*command, str(reps)], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -892,9 +895,9 @@ def markdown(data: dict, meta: dict) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--out", default=str(output.RESULTS))
     parser.add_argument("--only", default="", help="comma list of rows (default: all)")
     parser.add_argument("--small-synchronous", type=int, metavar="REPS", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -910,7 +913,7 @@ def main(argv=None):
         "jax": jax.__version__,
         "optax": optax.__version__,
         "cpu": platform.processor() or platform.machine(),
-        "command": " ".join(["python", "benchmarks/engine.py", *(argv or sys.argv[1:])]),
+        "command": " ".join(["python", "benchmarks/studies/engine.py", *(argv or sys.argv[1:])]),
     }
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

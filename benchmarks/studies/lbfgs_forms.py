@@ -1,9 +1,10 @@
 """Does the compact representation of L-BFGS beat the two-loop recursion? (issue 5)
+Date: 2026-12-07, commit e365f29
 
-    python benchmarks/lbfgs_forms.py                 # n = 1e5, 1e6, 1e7; m = 10; float32
-    python benchmarks/lbfgs_forms.py --n 1000000 --m 5,10,20
-    python benchmarks/lbfgs_forms.py --in-solver      # whole L-BFGS runs, n = 1e5, 1e6
-    python benchmarks/lbfgs_forms.py --auto --out benchmarks/results/lbfgs_forms_auto_tpu.md
+    python -m benchmarks.studies.lbfgs_forms  # n = 1e5, 1e6, 1e7; m = 10; float32
+    python -m benchmarks.studies.lbfgs_forms --n 1000000 --m 5,10,20
+    python -m benchmarks.studies.lbfgs_forms --in-solver  # whole L-BFGS runs, n = 1e5, 1e6
+    python -m benchmarks.studies.lbfgs_forms --auto --out benchmarks/results/lbfgs_forms_auto_tpu.md
 
 `--auto` measures what `LBFGS(form="auto")` decides by, on this backend: for extended
 Rosenbrock from n = 2 to 2^20 (`--n`, default 2,100,1000,10000,100000,1048576), the first
@@ -170,7 +171,7 @@ def auto_rows(sizes, batches, reps: int, emit) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", default="100000,1000000,10000000")
     parser.add_argument("--m", default="10")
     parser.add_argument("--reps", type=int, default=20)
@@ -189,7 +190,7 @@ def main(argv=None):
         if sizes == parser.get_default("n"):
             sizes = "2,100,1000,10000,100000,1048576"
         batches = ((10_000, 2), (1_000, 100), (100, 10_000))
-        command = "python benchmarks/lbfgs_forms.py " + " ".join(argv or sys.argv[1:])
+        command = "python -m benchmarks.studies.lbfgs_forms " + " ".join(argv or sys.argv[1:])
         limit = f"; SELECT_LIMIT {_slots.SELECT_LIMIT}" if jax.default_backend() == "tpu" else ""
         lines = [f'# L-BFGS forms for "auto"\n\n{head}{limit}; `{command}`\n']
 

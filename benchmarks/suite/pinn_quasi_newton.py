@@ -10,10 +10,10 @@ state (bit for bit the run it would have been), and after each chunk the loss, t
 error against the exact (Cole-Hopf) solution, the evaluations and the wall (compile excluded:
 the first chunk's compile seconds, from `jax.monitoring`, are subtracted) are recorded.
 
-    python benchmarks/pinn_quasi_newton.py                     # 4000 steps per method
-    python benchmarks/pinn_quasi_newton.py --quick             # fewer points and steps
-    python benchmarks/pinn_quasi_newton.py --interior 10000    # the papers' number of points
-    python benchmarks/pinn_quasi_newton.py --out benchmarks/results/pinn_quasi_newton_cpu
+    python -m benchmarks.suite.pinn_quasi_newton                   # 4000 steps per method
+    python -m benchmarks.suite.pinn_quasi_newton --quick           # fewer points and steps
+    python -m benchmarks.suite.pinn_quasi_newton --interior 10000  # the papers' number of points
+    python -m benchmarks.suite.pinn_quasi_newton --out /tmp/pinn --tag 10k --interior 10000
 
 GN-CG is `js.GaussNewtonCG` (matrix-free Gauss-Newton) with `Zoom` on the same loss written
 as residuals (`residuals`: 0.5 |r|^2 = loss / 2), `--gn-steps` steps (default 200) in chunks
@@ -23,25 +23,20 @@ VJP pairs of CG. GN is dense `js.GaussNewton` (J from n JVPs, an SVD: the exact 
 the same way. Neither runs by default (`--methods`). For a comparison at equal wall, give
 L-BFGS as many steps as fill GN-CG's wall:
 
-    python benchmarks/pinn_quasi_newton.py --methods GN-CG,L-BFGS --steps 20000 --chunk 500
+    python -m benchmarks.suite.pinn_quasi_newton --methods GN-CG,L-BFGS --steps 20000 --chunk 500
 """
 
 import argparse
-import json
-import pathlib
 import platform
-import sys
 import time
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
 
-
 import jaxsearch as js  # noqa: E402
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
-import pinn_burgers as pinn  # noqa: E402
+from benchmarks import output  # noqa: E402
+from examples import pinn_burgers as pinn  # noqa: E402
 
 METHODS = {
     "L-BFGS": lambda: js.LBFGS(),
@@ -147,7 +142,10 @@ def main():
     parser.add_argument("--methods", default="L-BFGS,BFGS,SSBFGS,SSBroyden")
     parser.add_argument("--gn-steps", type=int, default=200, help="GN(-CG)'s steps")
     parser.add_argument("--gn-chunk", type=int, default=10, help="GN(-CG)'s steps per chunk")
-    parser.add_argument("--out", default=None, help="write OUT.json and OUT.md")
+    parser.add_argument("--out", default=str(output.RESULTS), help="output directory")
+    parser.add_argument(
+        "--tag", default=None, help="pinn_quasi_newton_<backend>_<tag>.md (default: quick or none)"
+    )
     options = parser.parse_args()
     sizes = dict(pinn.QUICK if options.quick else pinn.FULL)
     sizes["interior"] = options.interior or sizes["interior"]
@@ -183,7 +181,7 @@ def main():
         [
             f"Burgers PINN, float64, {sizes['interior']} interior points, after {adam['steps']} "
             f"Adam steps (loss {adam['loss']:.3e}, relative L2 error {adam['error']:.3e}); "
-            f"{machine}; `python benchmarks/pinn_quasi_newton.py"
+            f"{machine}; `python -m benchmarks.suite.pinn_quasi_newton"
             + (" --quick" if options.quick else "")
             + (f" --interior {options.interior}" if options.interior else "")
             + (
@@ -204,11 +202,10 @@ def main():
         ]
     )
     print(text)
-    if options.out:
-        out = pathlib.Path(options.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps(dict(adam=adam, results=results), indent=1))
-        out.with_suffix(".md").write_text(text + "\n")
+    tag = options.tag or ("quick" if options.quick else None)
+    stem = output.stem("pinn_quasi_newton", tag=tag)
+    md, _ = output.write(options.out, stem, text + "\n", dict(adam=adam, results=results))
+    print(f"wrote {md} and .json")
 
 
 if __name__ == "__main__":

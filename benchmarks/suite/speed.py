@@ -1,9 +1,9 @@
 """Compile cost, run cost, memory and small-problem latency of jaxsearch next to its peers.
 
-    python benchmarks/speed.py                 # GPU: full sizes; CPU: quick sizes
-    python benchmarks/speed.py --quick         # quick sizes everywhere (a few minutes on 2 CPUs)
-    python benchmarks/speed.py --full          # full sizes on CPU too
-    python benchmarks/speed.py --only compile,small --out /tmp/speed
+    python -m benchmarks.suite.speed          # GPU: full sizes; CPU: quick sizes
+    python -m benchmarks.suite.speed --quick  # quick sizes everywhere (a few minutes on 2 CPUs)
+    python -m benchmarks.suite.speed --full   # full sizes on CPU too
+    python -m benchmarks.suite.speed --only compile,small --out /tmp/speed
 
 Sections (`--only`), each a table of measured ratios against their targets:
 
@@ -29,7 +29,6 @@ import argparse
 import dataclasses
 import functools
 import gc
-import json
 import math
 import pathlib
 import platform
@@ -50,14 +49,8 @@ import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # the jaxsearch of this checkout
-
 import jaxsearch as js  # noqa: E402
-
-sys.path.insert(0, str(HERE))  # this folder's peers.py and problems.py
-import peers as peers_mod  # noqa: E402
-import problems as problems_mod  # noqa: E402
+from benchmarks import output, peers as peers_mod, problems as problems_mod  # noqa: E402
 
 SECTIONS = ("compile", "run", "memory", "small")  # the order of the report
 # Memory runs first: the process's peak RSS and the device's peak are process-lifetime peaks.
@@ -829,7 +822,7 @@ def parse_args(argv=None):
     size.add_argument("--quick", action="store_true", help="quick sizes (default on CPU)")
     size.add_argument("--full", action="store_true", help="full sizes (default on GPU/TPU)")
     p.add_argument("--only", default=",".join(SECTIONS), help="comma list of " + ",".join(SECTIONS))
-    p.add_argument("--out", default=str(HERE / "results"), help="output directory")
+    p.add_argument("--out", default=str(output.RESULTS), help="output directory")
     a = p.parse_args(argv)
     a.sections = [s.strip() for s in a.only.split(",") if s.strip()]
     unknown = set(a.sections) - set(SECTIONS)
@@ -879,9 +872,7 @@ def main(argv=None):
 
 def write(out_dir, backend, meta, results) -> str:
     text = markdown(meta, results)
-    (out_dir / f"speed_{backend}.md").write_text(text)
-    data = {"meta": meta, "results": results}
-    (out_dir / f"speed_{backend}.json").write_text(json.dumps(data, indent=1, default=str))
+    output.write(out_dir, output.stem("speed", backend), text, {"meta": meta, "results": results})
     return text
 
 

@@ -1,7 +1,8 @@
-"""What the compiled L-BFGS run holds at n-vector size: XLA's buffers and the instructions that
-write n-sized arrays, per L-BFGS form.
+"""What does the compiled L-BFGS run hold at n-vector size? XLA's buffers and the instructions
+that write n-sized arrays, per L-BFGS form.
+Date: 2026-12-04, commit 6f325ea
 
-    python benchmarks/hlo_anatomy.py --n 1000000 --out /tmp/anatomy
+    python -m benchmarks.studies.hlo_anatomy --n 1000000 --out /tmp/anatomy
 
 For `Solver(LBFGS(form=...))` on extended Rosenbrock (float32) under `jax.jit`: XLA's memory
 analysis of the whole run in n-vectors, and, in the optimised HLO, every instruction outside
@@ -15,18 +16,13 @@ import collections
 import gzip
 import pathlib
 import re
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-import problems as problems_mod  # noqa: E402
-
-import jaxsearch as js  # noqa: E402
+import jaxsearch as js
+from benchmarks import problems as problems_mod
 
 VIEWS = {"get-tuple-element", "parameter", "tuple", "bitcast", "constant"}  # no kernel of theirs
 SHAPE = re.compile(r"= (\w+)\[([\d,]*)\]")

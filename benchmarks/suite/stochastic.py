@@ -29,18 +29,18 @@ from the same state each time, the least over `--rounds` rounds in which the met
 turns (so that a busy machine slows them alike). Also the wall of one value-and-gradient and
 of one value on a batch.
 
-    python benchmarks/stochastic.py              # about 4 minutes on 2 CPU cores
-    python benchmarks/stochastic.py --seeds 0 1 2 3 4 --epochs 20
-    python benchmarks/stochastic.py --tables benchmarks/results/stochastic.json
+    python -m benchmarks.suite.stochastic  # about 4 minutes on 2 CPU cores
+    python -m benchmarks.suite.stochastic --seeds 0 1 2 3 4 --epochs 20
+    python -m benchmarks.suite.stochastic --tables benchmarks/results/stochastic.json
 
-Writes benchmarks/results/stochastic.json and prints the tables of docs/benchmarks.md.
+Writes benchmarks/results/stochastic_<backend>.json and .md (the tables of docs/benchmarks.md,
+which it prints).
 """
 
 import argparse
 import json
 import pathlib
 import platform
-import re
 import sys
 import time
 
@@ -51,10 +51,8 @@ import numpy as np
 import optax
 from jax import lax
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # the jaxsearch of this checkout
-
-import jaxsearch as js  # noqa: E402
+import jaxsearch as js
+from benchmarks import output
 
 DIM, CLASSES, SEPARATION = 20, 10, 1.2
 SIZES = (DIM, 64, 64, CLASSES)
@@ -306,36 +304,38 @@ def mean_std(mean: float, std: float) -> str:
     return f"{mean:.1e} ± {std:.0e}"
 
 
-def print_tables(meta, runs):
+def tables(meta, runs) -> str:
     """The tables of docs/benchmarks.md from a results file's `meta` and `runs`."""
+    lines = []
     last, shown = meta["epochs"] - 1, meta["shown"]
-    print(f"\nAfter {meta['epochs']} epochs, mean ± std over seeds {meta['seeds']}:\n")
-    print("| method | training loss | test accuracy | evaluations per step | ms per epoch |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    lines.append(f"\nAfter {meta['epochs']} epochs, mean ± std over seeds {meta['seeds']}:\n")
+    lines.append("| method | training loss | test accuracy | evaluations per step | ms per epoch |")
+    lines.append("| --- | ---: | ---: | ---: | ---: |")
     for name in shown:
         s = runs[name]["summary"]
-        print(
+        lines.append(
             f"| {name} | {mean_std(s['loss_mean'][last], s['loss_std'][last])} | "
             f"{s['accuracy_mean'][last]:.3f} ± {s['accuracy_std'][last]:.3f} | "
             f"{s['evals_per_step']:.2f} | {s['epoch_wall'] * 1e3:.1f} |"
         )
     epochs_shown = [e for e in SHOWN_EPOCHS if e <= meta["epochs"]]
-    print("\nTraining loss after each epoch, mean ± std over the seeds:\n")
-    print("| method | " + " | ".join(f"epoch {e}" for e in epochs_shown) + " |")
-    print("| --- |" + " ---: |" * len(epochs_shown))
+    lines.append("\nTraining loss after each epoch, mean ± std over the seeds:\n")
+    lines.append("| method | " + " | ".join(f"epoch {e}" for e in epochs_shown) + " |")
+    lines.append("| --- |" + " ---: |" * len(epochs_shown))
     for name in shown:
         s = runs[name]["summary"]
         cells = [mean_std(s["loss_mean"][e - 1], s["loss_std"][e - 1]) for e in epochs_shown]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     walls = meta["evaluation_walls"]
-    print(
+    lines.append(
         f"\nOne batch of {meta['batch']}: value and gradient "
         f"{walls['value_and_grad'] * 1e6:.0f} us, value {walls['value'] * 1e6:.0f} us"
     )
     for family in ("optax.sgd", "optax.adam"):
         rates = [k for k, v in runs.items() if v["family"] == family]
         finals = (f"{runs[k]['lr']:g}: {runs[k]['summary']['loss_mean'][last]:.3g}" for k in rates)
-        print(f"{family} sweep, final training loss: " + ", ".join(finals))
+        lines.append(f"{family} sweep, final training loss: " + ", ".join(finals))
+    return "\n".join(lines)
 
 
 def main(argv=None):
@@ -344,12 +344,12 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--rounds", type=int, default=15, help="timing rounds (least wall kept)")
-    p.add_argument("--out", default=str(HERE / "results" / "stochastic.json"))
+    p.add_argument("--out", default=str(output.RESULTS), help="output directory")
     p.add_argument("--tables", metavar="JSON", help="print the tables of a results file and exit")
     args = p.parse_args(argv)
     if args.tables:
         results = json.loads(pathlib.Path(args.tables).read_text())
-        print_tables(results["meta"], results["runs"])
+        print(tables(results["meta"], results["runs"]))
         return
 
     data = mixture(0)
@@ -418,15 +418,13 @@ def main(argv=None):
     batch = (jnp.asarray(x_train[: args.batch]), jnp.asarray(y_train[: args.batch]))
     evaluation = evaluation_walls(batch)
     shown = [best["optax.sgd"], best["optax.adam"], *directions, *hand_written]
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(
         task=(
             f"10 classes x 2 Gaussian clusters in {DIM}-d (separation {SEPARATION}), "
             f"{NUM_TRAIN} train / {NUM_TEST} test, MLP 20-64-64-10 tanh"
         ),
         command=" ".join(
-            ["python benchmarks/stochastic.py", *(sys.argv[1:] if argv is None else argv)]
+            ["python -m benchmarks.suite.stochastic", *(sys.argv[1:] if argv is None else argv)]
         ),
         batch=args.batch,
         epochs=args.epochs,
@@ -443,12 +441,12 @@ def main(argv=None):
         machine=platform.platform(),
         cpu=cpu_model(),
     )
-    text = json.dumps(dict(meta=meta, runs=runs), indent=1)
-    # one line per list of numbers
-    text = re.sub(r"\[\s+([-0-9.e,\s]+?)\s+\]", lambda m: "[" + " ".join(m[1].split()) + "]", text)
-    out.write_text(text)
-    print_tables(meta, runs)
-    print(f"wrote {out}")
+    text = tables(meta, runs)
+    md, _ = output.write(
+        args.out, output.stem("stochastic"), text + "\n", dict(meta=meta, runs=runs), True
+    )
+    print(text)
+    print(f"wrote {md} and .json")
 
 
 if __name__ == "__main__":

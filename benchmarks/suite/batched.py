@@ -1,7 +1,7 @@
 """Many small problems at once: problems solved per second, plain `vmap(run)` against its peers.
 
-    python benchmarks/batched.py                    # 10,000 problems, every row
-    python benchmarks/batched.py --quick --out /tmp/batched   # 1,000 problems, a few minutes
+    python -m benchmarks.suite.batched                             # 10,000 problems, every row
+    python -m benchmarks.suite.batched --quick --out /tmp/batched  # 1,000 problems, a few minutes
 
 The batch: 2-D Rosenbrock-like problems f(x; a, b) = (a - x_1)^2 + b (x_2 - x_1^2)^2 with
 a ~ U[0.5, 1.5], b = 10^U[0, 3] and x0 ~ U[-2, 2]^2 (seeded), float64, to |g|_inf <= gtol: their
@@ -23,8 +23,6 @@ Writes batched_<backend>.json and .md to --out and prints the markdown.
 """
 
 import argparse
-import json
-import pathlib
 import platform
 import sys
 import time
@@ -36,9 +34,8 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
 import jaxsearch as js  # noqa: E402
+from benchmarks import output  # noqa: E402
 
 GTOL = 1e-6
 MAX_STEPS = 1000
@@ -314,7 +311,7 @@ def main(argv=None):
     p.add_argument("--scipy", type=int, default=200, help="problems in scipy's loop (0: none)")
     p.add_argument("--skip", default="", help="comma list of: batched,optax,optimistix")
     p.add_argument("--quick", action="store_true", help="--batch 1000 --reps 1 --scipy 20")
-    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--out", default=str(output.RESULTS))
     args = p.parse_args(argv)
     if args.quick:
         args.batch, args.reps, args.scipy = 1000, 1, min(args.scipy, 20)
@@ -342,7 +339,8 @@ def main(argv=None):
         device=getattr(device, "device_kind", str(device)),
         jax=jax.__version__,
         machine=platform.processor() or platform.machine(),
-        command="benchmarks/batched.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        command="python -m benchmarks.suite.batched "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
         batch=args.batch,
         problem=PROBLEM_TEXT[args.problem],
         evals_mean=base["evals_mean"],
@@ -352,13 +350,9 @@ def main(argv=None):
         steps_max=base["steps_max"],
     )
     text = markdown(meta, rows)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"batched_{meta['backend']}" + (
-        "" if args.problem == "rosenbrock" else f"_{args.problem}"
-    )
-    (out / f"{stem}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
-    (out / f"{stem}.md").write_text(text)
+    tag = None if args.problem == "rosenbrock" else args.problem
+    stem = output.stem("batched", meta["backend"], tag)
+    output.write(args.out, stem, text, dict(meta=meta, rows=rows))
     print(text)
 
 
