@@ -50,8 +50,8 @@ from benchmarks.suite import (
     speed,  # it also switches the persistent compile cache off
 )
 from examples import pinn_burgers
-from jaxsearch import _pipeline
 from jaxsearch._compile import _cost, _programs
+from jaxsearch._history import Report
 
 TRAIN_STEP_TARGET = 1.1
 
@@ -124,7 +124,7 @@ def problems() -> dict:
 def auto_choice(solver, fn, x0, args) -> str:
     """What "auto" does with a plain fresh run: "lean", "default", or "lean K steps, then
     default" (`jaxsearch._compile._programs.run_options`)."""
-    chosen, rented = _programs.run_options("auto", solver, fn, x0, args, _pipeline.Report(), None)
+    chosen, rented = _programs.run_options("auto", solver, fn, x0, args, Report(), None)
     if rented:
         return f"lean {rented} steps, then default"
     return "default" if chosen is None else "lean"
