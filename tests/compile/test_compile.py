@@ -21,6 +21,8 @@ these programs already in the same worker process (each test here compiles progr
 own: solver settings, objective and dtypes differ).
 """
 
+import itertools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -81,21 +83,28 @@ def train_step_f64(solver, params, state):
 def covering_cells() -> list[tuple[str, str, Setting]]:
     """(direction, search, setting) cells that cover every pair of the three: every direction
     with every line search of the registry (tests/helpers.py; FixedStep with every direction
-    too, not `pairs()`) in the mixed pytree, every direction in every setting (with Zoom) and
-    every search in every setting (with L-BFGS). A recompile comes from one part's state
-    changing its avals, and the state of each part is checked in every setting; the whole
-    product (280 cells) adds no pair not seen here."""
-    by_name = {setting.name: setting for setting in SETTINGS}
-    cells = {}
-    for direction in DIRECTIONS:
-        for search in SEARCHES:
-            cells[direction, search, "mixed_bf16_f32"] = None
-        for name in by_name:
-            cells[direction, "Zoom", name] = None
-    for search in SEARCHES:
-        for name in by_name:
-            cells["LBFGS", search, name] = None
-    return [(d, s, by_name[name]) for d, s, name in cells]
+    too, not `pairs()`) once, in the setting (i + j) mod 5 for the i-th direction and the j-th
+    search. A direction meets every setting among its seven searches, a search every setting
+    among its thirteen directions (`test_cells_cover_every_pair`). A recompile comes from one
+    part's state changing its avals, and the state of each part is checked in every setting;
+    the whole product (455 cells) adds no pair not seen here."""
+    return [
+        (direction, search, SETTINGS[(i + j) % len(SETTINGS)])
+        for i, direction in enumerate(DIRECTIONS)
+        for j, search in enumerate(SEARCHES)
+    ]
+
+
+def test_cells_cover_every_pair():
+    cells = [(d, s, setting.name) for d, s, setting in covering_cells()]
+    names = [setting.name for setting in SETTINGS]
+    for first, second, every in [
+        (0, 1, itertools.product(DIRECTIONS, SEARCHES)),
+        (0, 2, itertools.product(DIRECTIONS, names)),
+        (1, 2, itertools.product(SEARCHES, names)),
+    ]:
+        assert {(cell[first], cell[second]) for cell in cells} == set(every)
+    assert len(cells) == len(DIRECTIONS) * len(SEARCHES)  # each pair of the registry once
 
 
 @pytest.mark.parametrize(
