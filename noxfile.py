@@ -27,7 +27,7 @@ def fuzz(session):
     session.install("-e", ".[test]")
     session.env["HYPOTHESIS_PROFILE"] = "fuzz"
     session.run(
-        "python", "-m", "pytest", "tests/test_properties.py", "-n", "2", "-p", "no:randomly"
+        "python", "-m", "pytest", "tests/methods/test_properties.py", "-n", "2", "-p", "no:randomly"
     )
 
 

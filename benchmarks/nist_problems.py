@@ -11,7 +11,7 @@ keep NIST's rows ("y x", in NIST's order and digits), only the spacing differs.
 
 `problem.model(b, x)` is NIST's model y = f(x; b) as a JAX function (pass `xp=np` to evaluate
 it in NumPy); `residuals(b, problem)` is y - f(x; b), the vector whose sum of squares NIST
-certifies. tests/test_nist_data.py checks every transcription: the sum of squares at the
+certifies. tests/interop/test_nist_data.py checks every transcription: the sum of squares at the
 certified parameters, in float64, equals the certified one to 8 significant digits or better.
 """
 

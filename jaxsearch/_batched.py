@@ -53,7 +53,7 @@ def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) ->
     Bit for bit where XLA computes each problem's arithmetic the same in any program and at
     any place of a batch. On XLA's CPU backend that holds where it does not contract a
     multiply and an add into a fused multiply-add (FMA): there, e.g. on x86 with
-    `XLA_FLAGS=--xla_cpu_max_isa=AVX` (tests/test_batched.py checks float64 and float32, a
+    `XLA_FLAGS=--xla_cpu_max_isa=AVX` (tests/scale/test_batched.py checks float64 and float32, a
     pytree x0 and aux). With FMA (x86 from AVX2 on, the default), XLA's CPU code rounds some
     of a problem's multiply-adds differently in the last few places of a loop and from one
     program to another, so that its last bits depend on its place in the batch and on the

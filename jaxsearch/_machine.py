@@ -16,10 +16,10 @@ _replace = dataclasses.replace
 # The search's scalars are carried packed, at most this many to a buffer: XLA:CPU fuses a
 # concatenation with the computations of its operands where it has at most 8 of them, and
 # runs no multi-output fusion, so an update costs one kernel per buffer, not one per scalar
-# (and a branch passes a buffer on in one copy). tests/test_engine.py measures it. A run under
-# `jax.vmap` (`Report.batched`) carries them unpacked: its scalars are vectors, and the
-# selects that replace its branches compile far slower on packed buffers (the vmapped GLM of
-# benchmarks/suite/fresh_fit.py: 8.4 s packed, 5.6 s not).
+# (and a branch passes a buffer on in one copy). tests/solver/test_engine.py measures it. A
+# run under `jax.vmap` (`Report.batched`) carries them unpacked: its scalars are vectors, and
+# the selects that replace its branches compile far slower on packed buffers (the vmapped GLM
+# of benchmarks/suite/fresh_fit.py: 8.4 s packed, 5.6 s not).
 PACKED_LEAVES = 8
 
 

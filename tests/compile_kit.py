@@ -1,5 +1,5 @@
-"""What the compile-once tests (test_compile.py for `step`, test_compile_run.py for `run`)
-share: the params dtype settings, the solvers, and objectives of their own.
+"""What the compile-once tests (compile/test_compile.py for `step`, compile/test_compile_run.py
+for `run`) share: the params dtype settings, the solvers, and objectives of their own.
 
 The objectives are module level and used by those tests alone: their identity is part of
 every compile key, so no other test can have compiled these programs already in the same

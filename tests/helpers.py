@@ -49,9 +49,9 @@ DIRECTIONS = {
 # engine control flow, the search matrix, adversarial objectives) are written on scalar
 # objectives. ALL_DIRECTIONS serves the tests that take either kind: the conformance kit
 # (`check_direction` checks a least-squares direction on residual problems of its own,
-# tests/test_direction_contract.py). Their residual forms of the other generic checks
+# tests/methods/test_direction_contract.py). Their residual forms of the other generic checks
 # (every dtype and a mixed pytree, resume, step loop, vmap, implicit adjoint, NIST StRD)
-# are in tests/test_least_squares.py, parametrised over this dict.
+# are in tests/methods/test_least_squares.py, parametrised over this dict.
 LEAST_SQUARES = {
     "GaussNewton": lambda: js.GaussNewton(),
     "LevenbergMarquardt": lambda: js.LevenbergMarquardt(),

@@ -83,7 +83,7 @@ def logistic_data(n=200, d=10, seed=0, dtype=np.float64):
 
 
 # A device array made without a compile (`jnp.array` of a list compiles a conversion), so that
-# importing this module compiles nothing (tests/test_accelerator_tier.py).
+# importing this module compiles nothing (tests/scale/test_accelerator_tier.py).
 QUADRATIC_WEIGHTS = jax.device_put(np.array([1.0, 3.0, 10.0], np.float32))
 
 
@@ -100,7 +100,7 @@ def nan_away_from(x, center):
 
 
 # Regression data, 30 samples of 5 features: targets B for ridge regression and 0/1 labels for
-# a logistic fit (derivatives of a solution with respect to args, test_implicit.py).
+# a logistic fit (derivatives of a solution with respect to args, solver/test_implicit.py).
 _REGRESSION_RNG = np.random.default_rng(0)
 REGRESSION_A = _REGRESSION_RNG.normal(size=(30, 5))
 REGRESSION_B = REGRESSION_A @ _REGRESSION_RNG.normal(size=5) + 0.1 * _REGRESSION_RNG.normal(size=30)

@@ -65,7 +65,7 @@ from benchmarks.suite.stochastic import cpu_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository: `python -m` in a child
 # What `compiler_options="auto"` picks on a CPU below 1 MiB of x0 and args (the library's own
-# constant is private; tests/test_benchmarks_layout.py checks that the two agree).
+# constant is private; tests/project/test_benchmarks_layout.py checks that the two agree).
 LEAN_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
 
 PROBLEMS = {  # name: (samples, features, neurons)

@@ -260,8 +260,9 @@ def _memory_products(left: PyTree, right: PyTree, dtype) -> Array:
     that XLA fuses into one reduction. (As matrix products, XLA's GPU compiler merged S'Y and
     Y'Y into one cuBLAS product of [S; Y] padded to a multiple of its split: 69 n-vectors of
     peak memory for the compact form's run at n = 1e6 on an H200 against 32 fused,
-    `benchmarks/studies/hlo_anatomy.py`; fused, XLA's CPU compiler keeps the m x m x n product: 126
-    n-vectors of temporaries at m = 10 against 29 as matrix products, tests/test_engine.py.)"""
+    `benchmarks/studies/hlo_anatomy.py`; fused, XLA's CPU compiler keeps the m x m x n product:
+    126 n-vectors of temporaries at m = 10 against 29 as matrix products,
+    tests/solver/test_engine.py.)"""
     total = jnp.zeros((), dtype)
     for a, b in zip(leaves(left), leaves(right), strict=True):
         work = at_least_float32(widest_float(a.dtype, b.dtype))

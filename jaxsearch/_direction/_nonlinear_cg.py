@@ -68,7 +68,7 @@ class NonlinearCG(AbstractDirection):
 
     With no line search given, `Solver` pairs it with `MoreThuente(gtol=0.1)`: a search close
     to a line minimisation, which the conjugacy of the directions assumes (N&W section 5.2
-    recommend c2 = 0.1). On the Rosenbrock problems of tests/test_against_scipy.py it spends
+    recommend c2 = 0.1). On the Rosenbrock problems of tests/interop/test_against_scipy.py it spends
     far fewer evaluations than with `Zoom()`'s c2 = 0.9 (91 against 400 in 2-D, 308 against
     3,630 in 10-D); on its logistic regression, a little more (25 against 22).
 

@@ -3,7 +3,7 @@
 on the default device and compiling nothing more; params sharded over a mesh of the devices
 (docs/scaling-up.md) converge like the unsharded run, where there are two devices or more.
 
-tests/test_sharding.py checks the sharded programs in depth on simulated CPU devices; here
+tests/scale/test_sharding.py checks the sharded programs in depth on simulated CPU devices; here
 the same kind of run on the real ones."""
 
 import jax
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.accelerator
 
 
 def chain(x, a):
-    """An extended Rosenbrock function, scaled by a (as tests/test_resume.py's)."""
+    """An extended Rosenbrock function, scaled by a (as tests/solver/test_resume.py's)."""
     return jnp.sum(a * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
 
 
@@ -59,7 +59,7 @@ def test_resumed_run_matches_uninterrupted(direction, compiles):
 
 def feature_loss(w, x, y):
     """Logistic regression with the features sharded: a reduction, not a dot (no
-    out_sharding to name on an explicit mesh; as tests/test_sharding.py's)."""
+    out_sharding to name on an explicit mesh; as tests/scale/test_sharding.py's)."""
     z = y * jnp.sum(x * w, axis=1)
     return jnp.mean(jnp.logaddexp(jnp.zeros((), z.dtype), -z)) + 5e-3 * jnp.sum(w * w)
 

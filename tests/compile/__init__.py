@@ -1,0 +1,1 @@
+"""Compiling: compile counts, caches, retracing, the programs and their options."""

@@ -1,0 +1,1 @@
+"""Other libraries and data: optax, optimistix, scipy, sif2jax, NIST."""

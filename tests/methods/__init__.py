@@ -1,0 +1,1 @@
+"""The methods one by one: directions, line searches, initial steps, bounds, least squares."""

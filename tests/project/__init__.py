@@ -1,0 +1,1 @@
+"""The project itself: architecture, docs, docstrings, examples, packaging, public surface."""

@@ -1,0 +1,1 @@
+"""Many problems and devices: vmap, batched runs, sharding, many processes, the accelerator tier."""

@@ -1,0 +1,1 @@
+"""The solver: run, step, results, history, statuses, stopping, resuming, errors, derivatives."""
