@@ -29,11 +29,21 @@ from ._misc import (
 
 
 class Problem(NamedTuple):
-    """What the optimality conditions at a run's solution need: the `Objective` (as the
-    solver evaluates it: its aux, its kind) and the box (None without bounds)."""
+    """What the optimality conditions at a run's solution need: the objective (as the
+    solver evaluates it: `fn`, whether it returns aux, its kind) and the box (None without
+    bounds)."""
 
     objective: Any  # an `_objective.Objective`
     box: Any
+
+    @property
+    def fn(self) -> Callable:
+        """The objective's fn, called as `fn(params, *args)`."""
+        return self.objective.fn
+
+    @property
+    def has_aux(self) -> bool:
+        return self.objective.has_aux
 
 
 class AbstractAdjoint(eqx.Module):

@@ -56,7 +56,7 @@ def test_every_public_name_is_jaxsearchs_own():
 
 
 def _documented(page: str) -> set[str]:
-    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / page).read_text()
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / page).read_text()
     return set(re.findall(r"^::: ([\w.]+)", text, re.M))
 
 
