@@ -28,6 +28,7 @@ from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from ._box import Box, gradient_norm, trial_point
+from ._contract import computed, same_avals, search_started, strongly_typed
 from ._direction import DirectionInfo
 from ._direction._base import dense_least_squares
 from ._history import FIELDS, History, Report, step_record
@@ -224,6 +225,8 @@ class Engine:
         st = _replace(st, num_fun_evals=st.num_fun_evals + counted.astype(jnp.int32))
         phi, dphi = lax.stop_gradient((value.astype(dtype), tree_dot(grad, m.d, dtype)))
         updated = linesearch.update(m.search, lax.stop_gradient(t), phi, dphi)
+        strongly_typed(linesearch, "start", m.search, "search state")  # the loop's first carry
+        same_avals(linesearch, "update", m.search, updated, "search state")
         search = select(no_trial, m.search, updated)
         trials = m.trials + (~no_trial).astype(jnp.int32)
         m = with_search(m, search, state=st, trials=trials)
@@ -249,6 +252,8 @@ class Engine:
         # For `xtol`: the largest change of a parameter, from x to this trial.
         change = tree_inf_norm(s, dtype) if self.measures_change() else None
         memory = direction.update(st.direction, s, y, dtype, accept=pair)
+        same_avals(direction, "update", st.direction, memory, "state")
+        same_avals(direction, "reset", memory, jax.eval_shape(direction.reset, memory), "state")
         memory = select(taken & ~pair, direction.reset(memory), memory)
         m = _replace(m, state=_replace(m.state, direction=memory))
         m = self.take_vectors(m, point, value, grad, aux, moved)
@@ -373,6 +378,7 @@ class Engine:
             x, st.grad, dtype, hvp, box, solver.adjoint.while_loop, residuals, m.jacobian
         )
         d, scaled, direction_state, limit = direction.compute(st.direction, info)
+        computed(direction, st.direction, st.grad, (d, scaled, direction_state, limit))
         # Not a descent direction (e.g. rounding in low precision): restart from steepest
         # descent (projected onto the box when there is one). Its slope without a box,
         # -<g, g>, is <g, -g> to the bit, and leaves -g to the select (no vector of its own).
@@ -411,6 +417,7 @@ class Engine:
         search = linesearch.start(
             st.linesearch, phi0, dphi0_search, guess, min_step, scaled, max_step=max_step
         )
+        search_started(linesearch, m.search, search)
         st = _replace(st, direction=direction_state)
         trials = jnp.zeros_like(m.trials)
         return with_search(
@@ -476,6 +483,8 @@ class Engine:
             fingerprint=st.fingerprint,
             num_foreign_params=st.num_foreign_params,
         )
+        same_avals(self.linesearch, "finish", st.linesearch, after.linesearch, "state")
+        same_avals(solver.initial_step, "update", st.initial_step, after.initial_step, "state")
         spent = self.evals_spent(m)
         status = step_status(
             cut_off=cut_off,

@@ -8,6 +8,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, PyTree, Scalar
 
+from .._contract import scalar_of
 from .._misc import Setting, check_setting, tree_inf_norm
 
 
@@ -192,6 +193,8 @@ def initial_step(
     """`rule`'s first trial step, 1 where it is not finite and positive, at most
     `max_step_size`."""
     dtype = info.dtype
-    guess = jnp.asarray(rule.first_trial(state, info)).astype(dtype)
+    guess = rule.first_trial(state, info)
+    scalar_of(rule, "first_trial", guess, dtype, "the first trial")
+    guess = jnp.asarray(guess).astype(dtype)
     guess = jnp.where(jnp.isfinite(guess) & (guess > 0), guess, jnp.ones((), dtype))
     return jnp.minimum(guess, max_step_size).astype(dtype)

@@ -1,0 +1,126 @@
+"""What a method returned against what its contract requires, checked while the solver traces
+it: a `TypeError` of a few lines that names the class, the member and the field, in place of
+JAX's error about the engine's loop. The checks read shapes, dtypes and weak types only (no
+values): they cost nothing in the compiled program. The conformance kit (`jaxsearch.testing`)
+runs the same checks."""
+
+from typing import Any
+
+import jax
+import jax.tree_util as jtu
+import numpy as np
+from jaxtyping import PyTree
+
+
+def describe(leaf: Any) -> str:
+    """A leaf's abstract value as JAX writes it (`float32[3]`, `~float32[]` weakly typed), or
+    the Python type of a leaf JAX does not take as an array."""
+    try:
+        return str(jax.typeof(leaf))
+    except TypeError:
+        return type(leaf).__name__
+
+
+def _fail(method: Any, member: str, what: str, fix: str) -> None:
+    raise TypeError(f"{type(method).__name__}.{member}: {what}.\nFix: {fix}")
+
+
+def _field(path) -> str:
+    return jtu.keystr(path) or "(the value itself)"
+
+
+def same_avals(
+    method: Any, member: str, expected: PyTree, got: PyTree, what: str, weak: bool = True
+) -> None:
+    """`got`, which `method.member` returned as `what` (e.g. "state"), has the pytree
+    structure of `expected` and, leaf by leaf, its shape, dtype and (with `weak`) weak type."""
+    want = dict(jtu.tree_flatten_with_path(expected)[0])
+    have = dict(jtu.tree_flatten_with_path(got)[0])
+    if jtu.tree_structure(expected) != jtu.tree_structure(got):
+        missing = [p for p in want if p not in have]
+        extra = [p for p in have if p not in want]
+        where = (f"field {_field(missing[0])} is missing" if missing else "fields differ") + (
+            f", field {_field(extra[0])} is new" if extra else ""
+        )
+        _fail(
+            method,
+            member,
+            f"returned a {what} of another pytree structure than the one it replaces ({where})",
+            f"return a {what} with the fields, and the pytree classes, that `init` gave it",
+        )
+    for path, leaf in have.items():
+        if _aval(leaf, weak) != _aval(want[path], weak):
+            _fail(
+                method,
+                member,
+                f"the {what}'s field {_field(path)} is {describe(leaf)} where the {what} it "
+                f"replaces has {describe(want[path])} (shape, dtype and weak type must stay)",
+                "give the field an explicit dtype and keep it (`.astype(dtype)`; "
+                "`jnp.asarray(0.0)` of a Python float is weakly typed: `jnp.zeros((), dtype)`)",
+            )
+
+
+def strongly_typed(method: Any, member: str, tree: PyTree, what: str) -> None:
+    """No leaf of `tree` (`what`, returned by `method.member`) is weakly typed or a Python
+    number: every leaf of a state carried between iterations has a fixed dtype."""
+    for path, leaf in jtu.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, bool | int | float | complex) or getattr(
+            jax.typeof(leaf), "weak_type", False
+        ):
+            _fail(
+                method,
+                member,
+                f"the {what}'s field {_field(path)} is {describe(leaf)}: weakly typed (a Python "
+                "number, or an array made from one), its dtype may change between iterations",
+                "build the field with an explicit dtype (`jnp.zeros((), dtype)`, "
+                "`jnp.asarray(value, dtype)`, `.astype(dtype)`)",
+            )
+
+
+def scalar_of(method: Any, member: str, value: Any, dtype, what: str) -> None:
+    """`value` (`what`, returned by `method.member`) is a 0-d array of `dtype`, or weakly typed
+    (a Python number: the solver casts it)."""
+    aval = jax.typeof(value)
+    if aval.shape != () or not (aval.weak_type or np.dtype(aval.dtype) == np.dtype(dtype)):
+        _fail(
+            method,
+            member,
+            f"returned {what} of {describe(value)}, where the contract requires a 0-d array "
+            f"of the scalar dtype {np.dtype(dtype).name}",
+            "return a scalar: `jnp.asarray(t, info.dtype)` (reduce a vector first)",
+        )
+
+
+def computed(method: Any, state: PyTree, grad: PyTree, out: tuple) -> None:
+    """What `compute` returned, `out` = (d, scaled, new state, limit), at a gradient `grad`
+    from `state`: d with the structure, shapes and dtypes of the gradient, a 0-d bool
+    `scaled`, a state of `state`'s avals (weak types included) and a 0-d `limit`."""
+    d, scaled, new_state, limit = out
+    same_avals(method, "compute", grad, d, "d", weak=False)
+    flag = jax.typeof(scaled)
+    if flag.shape != () or flag.dtype != np.bool_:
+        _fail(
+            method,
+            "compute",
+            f"returned `scaled` of {describe(scaled)}, where the contract requires a 0-d bool",
+            "return `jnp.asarray(flag)` of a boolean scalar",
+        )
+    same_avals(method, "compute", state, new_state, "state")
+    if jax.typeof(limit).shape != ():
+        _fail(method, "compute", f"returned `limit` of {describe(limit)}", "return a 0-d limit")
+
+
+def search_started(method: Any, before: PyTree, search: PyTree) -> None:
+    """What `start` returned: a search state with no weakly typed field, of the avals of the
+    search state `before` it (the loop carries one search state from search to search)."""
+    strongly_typed(method, "start", search, "search state")
+    same_avals(method, "start", before, search, "search state")
+
+
+def _aval(leaf: Any, weak: bool):
+    """A leaf's shape, dtype and (with `weak`) weak type; a Python value's type otherwise."""
+    try:
+        aval = jax.typeof(leaf)
+    except TypeError:
+        return type(leaf)
+    return aval.shape, np.dtype(aval.dtype), weak and aval.weak_type
