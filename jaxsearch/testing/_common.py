@@ -44,6 +44,17 @@ def abstract_values(tree: PyTree):
     return jax.tree.structure(tree), [abstract_value(x) for x in jax.tree.leaves(tree)]
 
 
+@contextlib.contextmanager
+def contract(where: str, property: str = "state structure"):
+    """The solver's own trace-time checks (`jaxsearch/_contract.py`) inside the block, their
+    TypeError (which names the class, the member and the field) turned into the kit's
+    AssertionError on the `property`; `where` says on what the check ran (e.g. "float32")."""
+    try:
+        yield
+    except TypeError as error:
+        raise AssertionError(f"{property} ({where}): {error}") from None
+
+
 def require(ok, who: str, what: str, fix: str) -> None:
     if not ok:
         raise AssertionError(f"{who}: {what}. Fix: {fix}")

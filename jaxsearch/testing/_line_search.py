@@ -1,5 +1,6 @@
 """The conformance kit for a line search: `check_line_search`, `drive` and the kit's lines."""
 
+import dataclasses
 import math
 
 import equinox as eqx
@@ -7,11 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._contract import same_avals, strongly_typed
 from .._direction import Gradient
 from .._linesearch import AbstractLineSearch
 from .._misc import at_least_float32, widest_float
 from .._solver import Solver
-from ._common import abstract_values, counting_compiles, require, scoped_x64
+from ._common import abstract_values, contract, counting_compiles, require, scoped_x64
 
 
 def _quadratic(t):  # minimum at 2
@@ -68,8 +70,11 @@ def drive(search: AbstractLineSearch, phi, dtype, guess=1.0, max_step=None, min_
     phi0, dphi0 = phi(0.0)
     cap_given = None if max_step is None else c(max_step)
     record = _start(search, search.init(dtype), c(phi0), c(dphi0), c(guess), c(min_step), cap_given)
-    started = abstract_values(record)
-    cap = min(float(search.max_step_size), math.inf if max_step is None else max_step)
+    with contract(np.dtype(dtype).name):
+        strongly_typed(search, "start", record, "search state")
+    # the cap as the search's dtype holds it: no trial may exceed it by even one ulp
+    cap = float(c(min(float(search.max_step_size), math.inf if max_step is None else max_step)))
+    caps = f"max_step_size = {float(search.max_step_size)}, max_step = {max_step}, guess {guess}"
     trials: list[float] = []
     values: list[tuple] = []
     while not bool(record.done):
@@ -90,24 +95,41 @@ def drive(search: AbstractLineSearch, phi, dtype, guess=1.0, max_step=None, min_
             "propose only trials in (0, cap]; guard interpolated trials",
         )
         require(
-            tf <= cap * (1 + 1e-6) and tf >= min_step * (1 - 1e-6),
+            tf <= cap and tf >= min_step * (1 - 1e-6),
             who,
-            f"cap rules: trial t = {tf} lies outside [min_step, cap] = [{min_step}, {cap}]",
-            "clip every trial to [search.min_step, search.max_step] (`capped_start` gives the "
-            "first; see `AbstractLineSearch.start`)",
+            f"cap rules: trial {len(trials) + 1}, t = {tf}, lies outside [min_step, cap] = "
+            f"[{min_step}, {cap}] on {phi.__name__.lstrip('_')} ({caps}; trials before: "
+            f"{[float(t) for t in trials][-4:]})",
+            "clip every trial to [search.min_step, search.max_step], the trials that extend "
+            "the bracket too (`capped_start` gives the first; see `AbstractLineSearch.start`)",
         )
         trials.append(t)
         values.append(phi(tf))
+        before = record
         record = _update(search, record, t, c(values[-1][0]), c(values[-1][1]))
-        require(
-            abstract_values(record) == started,
-            who,
-            "state structure: `update` returned a state whose structure, shapes, dtypes or weak "
-            f"types differ from `start`'s ({abstract_values(record)} != {started})",
-            "give every field the dtype `start` gave it (`after_trial` casts step sizes; cast "
-            "your own fields with .astype)",
-        )
+        with contract(np.dtype(dtype).name):
+            same_avals(search, "update", before, record, "search state")
+    require(
+        float(record.step) <= cap,
+        who,
+        f"cap rules: the accepted step {float(record.step)} exceeds the cap {cap} ({caps})",
+        "accept only a trial in [search.min_step, search.max_step]",
+    )
     return trials, values, record
+
+
+def _with_static_cap(search: AbstractLineSearch, cap: float) -> AbstractLineSearch | None:
+    """`search` with the static cap `max_step_size` = `cap`, where it is a field holding a
+    Python number (None otherwise: a property, or an array)."""
+    fields = {field.name for field in dataclasses.fields(search)}
+    value = getattr(search, "max_step_size", None)
+    if (
+        "max_step_size" not in fields
+        or isinstance(value, bool)
+        or not isinstance(value, int | float)
+    ):
+        return None
+    return eqx.tree_at(lambda s: s.max_step_size, search, cap)
 
 
 def _check_ending(search, trials, values, record, phi, who):
@@ -150,16 +172,17 @@ def _check_driven(search: AbstractLineSearch, dtype) -> None:
     cap = static_cap / 2 if math.isfinite(static_cap) else 0.5
     with counting_compiles() as compiles:
         for phi in (*LINES, _nowhere_finite):
-            for options in ({}, {"guess": 5.0, "max_step": cap}, {"guess": 5.0, "min_step": 1e-2}):
+            for options in (
+                {},
+                {"guess": 5.0, "max_step": cap},
+                {"guess": 0.3 * cap, "max_step": cap},  # the search grows its trials to the cap
+                {"guess": 5.0, "min_step": 1e-2},
+            ):
                 trials, values, record = drive(search, phi, dtype, **options)
                 _check_ending(search, trials, values, record, phi, who)
                 between = search.init(dtype)
-                require(
-                    abstract_values(search.finish(between, record)) == abstract_values(between),
-                    who,
-                    "state structure: `finish` returned a state whose avals differ from `init`'s",
-                    "give the state between searches fixed dtypes (no Python floats)",
-                )
+                with contract(np.dtype(dtype).name):
+                    same_avals(search, "finish", between, search.finish(between, record), "state")
                 if phi is _nowhere_finite:
                     require(
                         float(record.step) == 0,
@@ -176,6 +199,12 @@ def _check_driven(search: AbstractLineSearch, dtype) -> None:
             f"one compile: driving the search again compiled {len(compiles) - first} more programs",
             "keep the state's avals fixed (see the structure check) and settings hashable",
         )
+    # A static cap, below the first guess and above it: no trial beyond it.
+    capped = _with_static_cap(search, cap)
+    if capped is not None:
+        for phi in LINES:
+            for guess in (5.0, 0.3 * cap):
+                drive(capped, phi, dtype, guess=guess)
     # A cap below the resolution, not positive or NaN: no trial, no step.
     for bad in (cap / 10, 0.0, math.nan):
         trials, _, record = drive(search, _quadratic, dtype, max_step=bad, min_step=cap / 5)
@@ -230,7 +259,8 @@ def _check_in_solver(search: AbstractLineSearch) -> None:
         "single": jnp.asarray(base[4:], jnp.float32),
     }
     target = jnp.asarray(0.25, jnp.float32)
-    result = solver.run(_fn, params, target)
+    with contract("in Solver.run, mixed float16, bfloat16 and float32 params"):
+        result = solver.run(_fn, params, target)
     require(
         abstract_values(result.state)
         == abstract_values(solver.init(params, fn=_fn, args=(target,))),

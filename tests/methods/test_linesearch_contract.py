@@ -62,8 +62,15 @@ class _Halving(js.AbstractLineSearch):
         if self.flaw == "budget":
             give_up = jnp.array(False)  # halves for ever
         trial = jnp.where(ok, t, t / 2)
+        done = ok | give_up
+        if self.flaw in ("uncapped", "uncapped-static"):  # doubles while phi falls, unclipped
+            below = t < search.max_step  # stops growing at the cap, past it by then
+            if self.flaw == "uncapped-static":  # grows only where no dynamic cap binds
+                below = below & (search.max_step >= self.max_step_size)
+            grow = ok & (dphi < 0) & below & ~give_up
+            trial, done = jnp.where(grow, 2 * t, trial), done & ~grow
         search = jsi.after_trial(
-            search, trial=trial, done=ok | give_up, step=jnp.where(ok, t, 0), success=ok
+            search, trial=trial, done=done, step=jnp.where(ok, t, 0), success=ok
         )
         if self.flaw == "dtype":  # the state's dtype changes
             search = eqx.tree_at(lambda s: s.trial, search, trial.astype(jnp.float16))
@@ -86,14 +93,37 @@ def test_the_kit_passes_a_sound_search_written_from_public_names():
     "flaw, message",
     [
         ("nan", "a non-finite trial was accepted"),
-        ("cap", "cap rules: trial t = .* lies outside"),
+        ("cap", r"cap rules: trial \d+, t = .* lies outside"),
         ("budget", "trial budget: the search did not end within max_trials = 20"),
-        ("dtype", "state structure: `update` returned a state whose .* dtypes"),
+        (
+            "dtype",
+            r"state structure \(float32\): _Halving.update: the search state's field \.trial "
+            r"is float16\[\] where the search state it replaces has float32\[\]",
+        ),
     ],
 )
 def test_the_kit_catches_a_broken_search(flaw, message):
     with pytest.raises(AssertionError, match=message):
         check_line_search(_Halving(flaw=flaw))
+
+
+def test_the_kit_catches_a_search_that_grows_its_trials_past_the_cap():
+    """Issue 50: a search that doubles its trial while phi falls, unclipped, passes where every
+    search starts at its cap; the kit starts some below it, under a dynamic cap and a static
+    one, and names the class and the trial."""
+    with pytest.raises(AssertionError) as caught:
+        check_line_search(_Halving(flaw="uncapped"))
+    message = str(caught.value)
+    assert len(message) < 800
+    assert message.startswith("_Halving (float32): cap rules: trial 3, t = ")
+    assert "lies outside [min_step, cap]" in message
+
+
+def test_the_kit_checks_the_static_cap_below_the_first_guess():
+    """The same search with the dynamic cap clipped but not the static one: caught by the
+    searches the kit builds with a smaller `max_step_size`."""
+    with pytest.raises(AssertionError, match=r"cap rules: trial \d+, .*max_step_size = 0\.5, "):
+        check_line_search(_Halving(flaw="uncapped-static"))
 
 
 def test_the_kit_catches_a_search_that_never_ends():
