@@ -103,7 +103,15 @@ class AbstractDirection(eqx.Module):
 
     @abc.abstractmethod
     def reset(self, state: PyTree) -> PyTree:
-        """Forget accumulated information (used when d fails to be a descent direction)."""
+        """Forget the pairs, momentum or memory of earlier steps. The solver resets the state
+        that `compute` returned where its d is not a descent direction (and steps along -g).
+
+        After `reset`, `compute` at x and g gives the d it gives there from `init`'s state,
+        but for what a reset may keep: a positive scale of d (`LBFGS` keeps its gamma) or a
+        diagonal preconditioner (`Preconditioned` keeps its second moments). So where d from
+        `init`'s state is steepest descent, d after `reset` is a positive multiple of -g
+        (each element within its rounding); elsewhere it is d from `init`'s state or a
+        positive diagonal scaling of -g. `jaxsearch.testing.check_direction` checks this."""
 
     @abc.abstractmethod
     def gradient_replaced(self, state: PyTree) -> PyTree:

@@ -8,9 +8,17 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
+from .._contract import same_avals
 from .._direction import AbstractDirection, AbstractLeastSquares, DirectionInfo
 from .._misc import at_least_float32, widest_float
-from ._common import abstract_values, counting_compiles, param_cases, require, scoped_x64
+from ._common import (
+    abstract_values,
+    contract,
+    counting_compiles,
+    param_cases,
+    require,
+    scoped_x64,
+)
 
 
 def _quadratic_problem(n: int, seed: int):
@@ -83,8 +91,7 @@ def _check_direction_at(direction: AbstractDirection, name, x64, params, seed) -
         n = sum(leaf.size for leaf in jax.tree.leaves(x))
         a64, b64 = _quadratic_problem(n, seed)
         a, b = jnp.asarray(a64, dtype), jnp.asarray(b64, dtype)
-        state = direction.init(x, dtype)
-        started = abstract_values(state)
+        state = initial = direction.init(x, dtype)
         with counting_compiles() as compiles:
             for k in range(4):
                 grad, d, scaled, new_state, limit = _compute(direction, state, x, a, b, dtype)
@@ -97,14 +104,8 @@ def _check_direction_at(direction: AbstractDirection, name, x64, params, seed) -
                     f"quadratic (cos(g, d) = {cos:.3g})",
                     "return d with <g, d> < 0 (keep the curvature pairs you use with s'y > 0)",
                 )
-                for state_after in (new_state,):
-                    require(
-                        abstract_values(state_after) == started,
-                        who,
-                        "state structure: `compute` changed the state's structure, shapes, "
-                        "dtypes or weak types",
-                        "give every leaf of `init`'s state an explicit dtype and keep it",
-                    )
+                with contract(name + " params"):
+                    same_avals(direction, "compute", initial, new_state, "state")
                 kept = _advance(direction, new_state, x, grad, d, a, b, dtype, jnp.array(False))[1]
                 require(
                     _same(kept, new_state),
@@ -115,13 +116,8 @@ def _check_direction_at(direction: AbstractDirection, name, x64, params, seed) -
                 )
                 computed_at = (x, new_state)  # the engine resets the state `compute` returned
                 x, state = _advance(direction, new_state, x, grad, d, a, b, dtype, jnp.array(True))
-                require(
-                    abstract_values(state) == started,
-                    who,
-                    "state structure: `update` changed the state's structure, shapes, dtypes or "
-                    f"weak types ({abstract_values(state)} != {started})",
-                    "cast every updated leaf to the dtype `init` gave it",
-                )
+                with contract(name + " params"):
+                    same_avals(direction, "update", initial, state, "state")
                 if k == 0:
                     first = len(compiles)
             require(
@@ -131,26 +127,77 @@ def _check_direction_at(direction: AbstractDirection, name, x64, params, seed) -
                 "(the state holds Python numbers, or changed avals)",
                 "make every leaf of the state a JAX array of fixed dtype (no Python numbers)",
             )
-        # `reset` restarts: where a fresh state gives steepest descent at g, so does the state
-        # `compute` returned at g once reset (as the engine resets it when d is no descent).
+        # `reset` forgets (the engine resets the state `compute` returned at g when d is no
+        # descent direction): compute at g from the reset state is compute from `init`'s.
         x, computed = computed_at
         reset, replaced = _reset_and_replaced(direction, computed)
-        grad, d, *_ = _compute(direction, direction.init(x, dtype), x, a, b, dtype)
-        if _cosine(grad, d) < -1 + 1e-3:
-            grad, d, *_ = _compute(direction, reset, x, a, b, dtype)
-            cos = _cosine(grad, d)
-            require(
-                cos < -1 + 1e-3,
-                who,
-                "reset: after `reset`, compute must give steepest descent (a positive multiple "
-                f"of -g) as it does from `init` at the same point; cos(g, d) = {cos:.6f}",
-                "forget every accumulated curvature pair or memory in `reset`",
-            )
+        with contract(name + " params"):
+            same_avals(direction, "reset", initial, reset, "state")
+            same_avals(direction, "gradient_replaced", initial, replaced, "state")
+        grad, fresh, *_ = _compute(direction, direction.init(x, dtype), x, a, b, dtype)
+        d = _compute(direction, reset, x, a, b, dtype)[1]
+        _check_reset(who, grad, fresh, d)
+
+
+def _multiple(grad: PyTree, d: PyTree) -> tuple[bool, float]:
+    """Whether d = -c g for one c > 0, each element to within two roundings of its leaf's
+    dtype and of the most precise leaf's (where c is read off); and the largest relative
+    difference of an element of d from -c g (inf where d is 0 or not finite off g's zeros)."""
+    leaves = [
+        (np.asarray(g, np.float64).ravel(), np.asarray(p, np.float64).ravel(), _eps(g))
+        for g, p in zip(jax.tree.leaves(grad), jax.tree.leaves(d), strict=True)
+    ]
+    if any(np.any(p[g == 0] != 0) or not np.all(np.isfinite(p)) for g, p, _ in leaves):
+        return False, math.inf
+    g, p, eps_ref = min(leaves, key=lambda leaf: leaf[2])
+    ratios = -p[g != 0] / g[g != 0]
+    c = float(np.median(ratios)) if ratios.size else 1.0
+    if c <= 0:
+        return False, math.inf
+    gaps = [(np.abs(-p[g != 0] / g[g != 0] - c) / c, eps) for g, p, eps in leaves]
+    ok = all(np.all(gap <= 2 * (eps + eps_ref)) for gap, eps in gaps)
+    return ok, max((float(np.max(gap, initial=0.0)) for gap, _ in gaps), default=0.0)
+
+
+def _eps(x) -> float:
+    return float(jnp.finfo(x.dtype).eps)
+
+
+def _diagonal(grad: PyTree, d: PyTree) -> bool:
+    """Whether d = -P g for a positive diagonal P: each element of d of the sign of -g, and 0
+    where g is 0."""
+    return all(
+        np.array_equal(np.sign(np.asarray(p, np.float64)), -np.sign(np.asarray(g, np.float64)))
+        for g, p in zip(jax.tree.leaves(grad), jax.tree.leaves(d), strict=True)
+    )
+
+
+def _check_reset(who: str, grad: PyTree, fresh: PyTree, d: PyTree) -> None:
+    """d, from `reset`'s state at g, is `fresh`, from `init`'s, up to what a reset may keep."""
+    if _same(fresh, d):
+        return
+    fix = (
+        "forget in `reset` every pair, momentum or memory of earlier steps (a scale such as "
+        "L-BFGS's gamma, or a diagonal preconditioner, may be kept)"
+    )
+    if _multiple(grad, fresh)[0]:
+        ok, gap = _multiple(grad, d)
         require(
-            abstract_values(reset) == started and abstract_values(replaced) == started,
+            ok,
             who,
-            "state structure: `reset` or `gradient_replaced` changed the state's avals",
-            "return a state of the same structure and dtypes",
+            "reset: from `init`'s state `compute` gives steepest descent, a positive multiple "
+            "of -g; from the state after `reset` at the same point it must too, to the rounding "
+            f"of each element, but an element of d is {gap:.2g} (relative) off -c g",
+            fix,
+        )
+    else:
+        require(
+            _diagonal(grad, d),
+            who,
+            "reset: after `reset`, `compute` gives neither the d it gives from `init`'s state "
+            "at the same point nor a positive diagonal scaling of -g (a kept preconditioner): "
+            f"cos(g, d) = {_cosine(grad, d):.7f}",
+            fix,
         )
 
 
@@ -376,9 +423,14 @@ def check_direction(direction: AbstractDirection) -> None:
     - the state keeps the structure, shapes, dtypes and weak types of `init`'s through
       `compute`, `update`, `reset` and `gradient_replaced`, and later steps compile nothing;
     - `update(..., accept=False)` returns the state unchanged;
-    - where `compute` from `init`'s state gives steepest descent at g, so does `compute` at g
-      from `reset` of the state `compute` returned there (the engine resets that state when
-      d is not a descent direction, and steps along -g).
+    - `compute` at g from `reset` of the state `compute` returned there (the engine resets
+      that state when d is not a descent direction) gives the d it gives from `init`'s state,
+      or, up to what a reset may keep (see `AbstractDirection.reset`): where `init`'s gives
+      a positive multiple of -g, a positive multiple of -g, each element within two
+      roundings of its dtype; otherwise, a positive diagonal scaling of -g (each element of
+      the sign of -g's).
+
+    A state that changes its avals fails naming the member and the field (its pytree path).
 
     A least-squares direction (an `AbstractLeastSquares`) is checked instead on residual
     problems r(x) = A x - b + c (A x)^2 / 2 (A of n + 4 rows, condition number about 30): a

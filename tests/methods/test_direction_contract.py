@@ -74,13 +74,25 @@ def test_the_kit_passes_a_sound_direction_written_from_public_names():
     [
         ("ascent", "descent: d is not a descent direction"),
         ("accept", r"update\(accept=False\) changed the state"),
-        ("reset", "reset: after `reset`, compute must give steepest descent"),
+        ("reset", "reset: from `init`'s state `compute` gives steepest descent"),
         ("retrace", "one compile: later steps compiled"),
     ],
 )
 def test_the_kit_catches_a_broken_direction(flaw, message):
     with pytest.raises(AssertionError, match=message):
         check_direction(_Momentum(flaw=flaw))
+
+
+def test_the_kit_catches_a_light_heavy_ball_whose_reset_forgets_nothing():
+    """Issue 50: with beta = 0.05, d after `reset` is about 1.5% off -g, which passed a
+    tolerance on cos(g, d); the kit asks for -g (times a kept scale) to each element's
+    rounding, as every built-in direction gives."""
+    with pytest.raises(AssertionError) as caught:
+        check_direction(_Momentum(flaw="reset", beta=0.05))
+    message = str(caught.value)
+    assert len(message) < 800
+    assert message.startswith("_Momentum (float16 params): reset: ")
+    assert "after `reset`" in message
 
 
 MEMORYLESS = {"Gradient", "Newton", "NewtonCG", "GaussNewton", "GaussNewtonCG"}
