@@ -404,6 +404,8 @@ class Engine:
             st.step_size,
             x,
             d,
+            st.grad,
+            st.prev_value,
         )
         guess = initial_step(solver.initial_step, st.initial_step, first, linesearch.max_step_size)
         phi0, min_step = st.value.astype(dtype), tree_min_step(x, d, dtype)
@@ -472,6 +474,7 @@ class Engine:
             direction=st.direction,
             linesearch=self.linesearch.finish(st.linesearch, search),
             prev_decrease=jnp.where(moved, guess_decrease, st.prev_decrease),
+            prev_value=jnp.where(moved, st.value.astype(dtype), st.prev_value),
             initial_step=solver.initial_step.update(st.initial_step, search.step, m.dphi0, moved),
             step_size=jnp.where(moved, search.step, 0).astype(dtype),
             num_steps=st.num_steps + 1,

@@ -156,6 +156,7 @@ def build_state(solver, search, diff, value_dtype, aux_shapes) -> SolverState:
         direction=solver.direction.init(diff, dtype),
         linesearch=search.init(dtype),
         prev_decrease=scalar(jnp.nan, dtype),
+        prev_value=scalar(jnp.nan, dtype),
         initial_step=solver.initial_step.init(dtype),
         step_size=scalar(0, dtype),
         num_steps=scalar(0, jnp.int32),

@@ -47,6 +47,7 @@ class SolverState(eqx.Module):
     direction: PyTree
     linesearch: PyTree
     prev_decrease: Scalar  # f_{k-1} - f_k of the last step, for the next guess; NaN at first
+    prev_value: Scalar  # f_{k-1}: f where the last step that moved started; NaN before one
     initial_step: PyTree  # the state of the solver's initial-step rule (`AbstractInitialStep`)
     step_size: (
         Scalar  # the last step's accepted step size along its direction; 0 if it did not move

@@ -25,7 +25,12 @@ class InitialStepInfo(eqx.Module):
       3.60 (see `InitialQuadratic`); NaN before the first step;
     - `prev_step`: the last step's accepted step size, 0 where it did not move (and before
       the first step);
-    - `x`, `d`: the point and the direction (pytrees), for rules that need their norms.
+    - `x`, `d`: the point and the direction (pytrees), for rules that need their norms;
+    - `grad`: the gradient of f at x (a pytree like `x`);
+    - `prev_value`: f_{k-1}, f at the iterate before x (where the last step that moved
+      started), exactly as evaluated there; NaN before the first step. With `value` it gives
+      the last decrease f_{k-1} - f_k unclipped (`prev_decrease` is clipped), as scipy's
+      rule min(1, 1.01 * 2 (f_{k-1} - f_k) / -phi'(0)) needs.
     """
 
     scaled: Bool[Array, ""]
@@ -36,6 +41,8 @@ class InitialStepInfo(eqx.Module):
     prev_step: Scalar
     x: PyTree
     d: PyTree
+    grad: PyTree
+    prev_value: Scalar
 
     @property
     def dtype(self):

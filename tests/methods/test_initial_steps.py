@@ -25,6 +25,8 @@ def info(
     prev_step=0.0,
     x=(1.0, -2.0),
     d=(0.5, 0.25),
+    grad=(-1.0, -0.5),
+    prev_value=np.nan,
 ):
     return jsi.InitialStepInfo(
         jnp.array(scaled),
@@ -35,6 +37,8 @@ def info(
         f32(prev_step),
         jnp.asarray(x, jnp.float32),
         jnp.asarray(d, jnp.float32),
+        jnp.asarray(grad, jnp.float32),
+        f32(prev_value),
     )
 
 
