@@ -36,7 +36,7 @@ def same_avals(
     structure of `expected` and, leaf by leaf, its shape, dtype and (with `weak`) weak type."""
     want = dict(jtu.tree_flatten_with_path(expected)[0])
     have = dict(jtu.tree_flatten_with_path(got)[0])
-    if jtu.tree_structure(expected) != jtu.tree_structure(got):
+    if str(jtu.tree_structure(expected)) != str(jtu.tree_structure(got)):
         missing = [p for p in want if p not in have]
         extra = [p for p in have if p not in want]
         where = (f"field {_field(missing[0])} is missing" if missing else "fields differ") + (

@@ -53,10 +53,17 @@ class AbstractInitialStep(eqx.Module):
     """How the first trial step of each line search is chosen.
 
     A subclass implements `init`, `first_trial` and `update` (Equinox's abstract/final rule).
-    Whatever `first_trial` returns, the solver takes 1 where it is not finite and positive,
-    and at most the search's `max_step_size`; the search then caps it at its own limits
-    (`AbstractLineSearch.start`). Numeric settings may be Python numbers or 0-d arrays (a
-    sweep reuses one compiled program).
+    Numeric settings may be Python numbers or 0-d arrays (a sweep reuses one compiled
+    program). Check a rule with `jaxsearch.testing.check_initial_step`.
+
+    `first_trial` returns a 0-d array of `info.dtype` (or a weakly typed scalar, which the
+    solver casts to it): anything else (a vector, another dtype) is refused while the solver
+    traces the rule, with a TypeError that names the class and `first_trial`. Its value must be
+    positive and finite, which only a run can tell: the kit checks it on ordinary inputs, and
+    at run time the solver replaces a trial that is not finite and positive (NaN, inf, 0 or
+    negative) by 1, silently, then takes at most the search's `max_step_size`; the search
+    caps it at its own limits (`AbstractLineSearch.start`). The state of `init` and `update`
+    keeps its structure, shapes and dtypes, with no weakly typed leaf.
     """
 
     @abc.abstractmethod

@@ -9,6 +9,9 @@ import pytest
 
 import jaxsearch as js
 import jaxsearch.internal as jsi
+import jaxsearch.testing
+
+from .test_docs import PAGES
 
 
 def test_the_kit_is_in_internal_and_not_among_the_users_names():
@@ -75,4 +78,16 @@ def test_the_api_reference_has_a_page_for_each_audience():
     assert {f"jaxsearch.{name}" for name in public - bases} <= users
     assert {f"jaxsearch.{name}" for name in bases} <= authors
     assert {f"jaxsearch.internal.{name}" for name in jsi.KIT} <= authors
-    assert {"jaxsearch.testing.check_direction", "jaxsearch.testing.check_line_search"} <= authors
+    assert {f"jaxsearch.testing.{name}" for name in jaxsearch.testing.__all__} <= authors
+
+
+def test_the_authors_guide_covers_the_whole_kit():
+    """docs/extending.md mentions every name of the author's kit and every check of the
+    conformance kit, and the docs tests run its code blocks (`tests/project/test_docs.py`)."""
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text()
+    names = [*jsi.KIT, *jaxsearch.testing.__all__]
+    missing = [name for name in names if not re.search(rf"(?<!\w){name}\b", text)]
+    assert not missing
+    assert "docs/extending.md" in PAGES and "```python" in text
+    for field in ("grad", "prev_value"):  # what `InitialStepInfo` hands a rule
+        assert f"`{field}`" in text
