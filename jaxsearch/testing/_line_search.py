@@ -289,10 +289,15 @@ def check_line_search(search: AbstractLineSearch) -> None:
     Driven by hand on closed-form lines (quadratic, quartic, exp(-t), lines that turn NaN or
     inf beyond a point, one finite nowhere but at 0), in float32 and float64:
 
-    - the state has the structure, shapes, dtypes and weak types of `start`'s after every
-      `update`, and driving it again compiles nothing;
-    - it ends within `max_trials` updates; every trial is positive, finite and within
-      [min_step, cap];
+    - `start`'s state has no weakly typed field, and every `update` returns the structure,
+      shapes, dtypes and weak types of the state it replaces (a failure names the field);
+      driving it again compiles nothing;
+    - it ends within `max_trials` updates; every trial, and the accepted step, is positive,
+      finite and within [min_step, cap], the cap as the search's dtype holds it: searches
+      start above their cap, and below it (a first guess of 0.3 cap), under a dynamic cap
+      and, where `max_step_size` is a field holding a Python number, under a static one (the
+      search rebuilt with `eqx.tree_at`), so that a search that grows its trials must clip
+      them;
     - a step > 0 is the last trial, with a finite value and slope (and no rise of f where
       `monotone`); `success` only with a step; no step where nothing is finite;
     - the cap rules of `AbstractLineSearch.start`: a cap below the resolution, <= 0 or NaN

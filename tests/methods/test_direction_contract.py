@@ -11,7 +11,7 @@ import jax.tree_util as jtu
 import pytest
 
 import jaxsearch as js
-from jaxsearch.testing import check_direction
+from jaxsearch.testing import _direction, check_direction
 
 from ..helpers import ALL_DIRECTIONS
 
@@ -93,6 +93,34 @@ def test_the_kit_catches_a_light_heavy_ball_whose_reset_forgets_nothing():
     assert len(message) < 800
     assert message.startswith("_Momentum (float16 params): reset: ")
     assert "after `reset`" in message
+
+
+@pytest.mark.parametrize(
+    "name, kept",
+    [
+        ("LBFGS", lambda g, d: _direction._multiple(g, d)[0]),
+        ("Preconditioned", _direction._diagonal),
+    ],
+)
+def test_what_a_reset_may_keep(name, kept):
+    """`AbstractDirection.reset`: L-BFGS keeps its scale gamma through a reset (d is then a
+    multiple of -g other than `init`'s), `Preconditioned` its second moments (a diagonal
+    scaling of -g other than `init`'s)."""
+    direction = ALL_DIRECTIONS[name]()
+    a, b = (jnp.asarray(v, jnp.float32) for v in _direction._quadratic_problem(6, 0))
+    x = jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32)
+    state = direction.init(x, jnp.float32)
+    for _ in range(3):
+        grad, d, _, state, _ = _direction._compute(direction, state, x, a, b, jnp.float32)
+        x, state = _direction._advance(
+            direction, state, x, grad, d, a, b, jnp.float32, jnp.array(True)
+        )
+    grad, _, _, state, _ = _direction._compute(direction, state, x, a, b, jnp.float32)
+    reset = direction.reset(state)
+    fresh = _direction._compute(direction, direction.init(x, jnp.float32), x, a, b, jnp.float32)
+    after = _direction._compute(direction, reset, x, a, b, jnp.float32)
+    assert not _direction._same(fresh[1], after[1])
+    assert kept(grad, after[1])
 
 
 MEMORYLESS = {"Gradient", "Newton", "NewtonCG", "GaussNewton", "GaussNewtonCG"}

@@ -67,7 +67,9 @@ def test_scipy_s_rule_gives_scipy_s_trials_on_rosenbrock(direction):
     class Watched(Scipy):
         def first_trial(self, state, info):
             t = super().first_trial(state, info)
-            jax.debug.callback(lambda *v: seen.append([float(a) for a in v]), t, info.slope)
+            g_norm = jnp.linalg.norm(info.grad)
+            fields = (t, info.slope, info.value, info.prev_value, g_norm)
+            jax.debug.callback(lambda *v: seen.append([float(a) for a in v]), *fields)
             return t
 
     with jax.enable_x64(True):
@@ -75,12 +77,21 @@ def test_scipy_s_rule_gives_scipy_s_trials_on_rosenbrock(direction):
         solver = js.Solver(direction, js.Zoom(), initial_step=Watched())
         state = solver.init(x)
         values = [float(_rosenbrock(x))]
-        g0 = np.linalg.norm(np.asarray(jax.grad(_rosenbrock)(x)))
+        g_norms = []
         for _ in range(25):
+            g_norms.append(float(jnp.linalg.norm(jax.grad(_rosenbrock)(x))))
             x, state = solver.step(_rosenbrock, x, state)
             values.append(float(state.value))
     assert len(seen) == 25 and values[-1] < values[0]
-    trials, slopes = np.array(seen).T
+    trials, slopes, value, prev_value, g_norm = np.array(seen).T
+    # what InitialStepInfo hands the rule: f_k, f_{k-1} (NaN at first) and the gradient at x_k
+    # (f(x_0) as the solver's program evaluates it may differ in its last bit from ours)
+    np.testing.assert_allclose(value[0], values[0], rtol=1e-15)
+    values[0] = value[0]
+    np.testing.assert_array_equal(value, values[:-1])
+    np.testing.assert_array_equal(prev_value, [np.nan, *values[:-2]])
+    np.testing.assert_allclose(g_norm, g_norms, rtol=1e-13)  # the gradient, to its rounding
+    g0 = g_norms[0]
     prev = np.array([values[0] + g0 / 2, *values[:-2]])
     expected = np.minimum(1.0, 1.01 * 2 * (np.array(values[:-1]) - prev) / slopes)
     expected = np.where(expected < 0, 1.0, expected)
@@ -118,6 +129,28 @@ def test_the_kit_catches_a_broken_rule(rule, message):
         check_initial_step(rule)
     assert len(str(caught.value)) < 800
     assert type(rule).__name__ in str(caught.value)
+
+
+def test_a_python_number_is_a_first_trial_and_another_dtype_is_refused():
+    """A weakly typed first trial (a Python float) is cast to the scalar dtype; a float32
+    trial where the scalar dtype is float64 is refused, naming the class and member."""
+
+    class Quarter(Returns):
+        def first_trial(self, state, info):
+            return self.trial  # a Python float
+
+    solver = js.Solver(js.Gradient(), js.Backtracking(), initial_step=Quarter(0.25), max_steps=3)
+    result = solver.run(lambda x: jnp.sum(x**2), jnp.ones(3), history=True)
+    np.testing.assert_array_equal(result.history.to_numpy()["step_size"], [0.25] * 3)
+    check_initial_step(Quarter(0.25))
+
+    class Narrow(Returns):
+        def first_trial(self, state, info):
+            return jnp.asarray(self.trial, jnp.float32)
+
+    with jax.enable_x64(True):
+        with pytest.raises(TypeError, match=r"Narrow\.first_trial: .*float32\[\].* float64"):
+            js.Solver(initial_step=Narrow(0.25)).run(lambda x: jnp.sum(x**2), jnp.ones(3))
 
 
 def test_a_rule_that_returns_a_vector_is_refused_before_it_runs():
