@@ -64,9 +64,8 @@ def strongly_typed(method: Any, member: str, tree: PyTree, what: str) -> None:
     """No leaf of `tree` (`what`, returned by `method.member`) is weakly typed or a Python
     number: every leaf of a state carried between iterations has a fixed dtype."""
     for path, leaf in jtu.tree_flatten_with_path(tree)[0]:
-        if isinstance(leaf, bool | int | float | complex) or getattr(
-            jax.typeof(leaf), "weak_type", False
-        ):
+        aval = _aval(leaf, weak=True)
+        if isinstance(leaf, bool | int | float | complex) or (isinstance(aval, tuple) and aval[2]):
             _fail(
                 method,
                 member,
