@@ -126,6 +126,24 @@ def test_a_rule_whose_state_changes_dtype_is_refused_naming_the_field():
     _refused(solver, "_Count.update", "['searches']", "float32[]", "int32[]")
 
 
+class _Half(js.AbstractMemorylessDirection):
+    """Steepest descent in float16 whatever the params' dtype: a d unlike the gradient."""
+
+    supports_bounds: ClassVar[bool] = False
+
+    def init(self, params, dtype):
+        return None
+
+    def compute(self, state, info):
+        d = jax.tree.map(lambda g: -g.astype(jnp.float16), info.grad)
+        return d, jnp.array(False), state, jnp.full((), jnp.inf, info.dtype)
+
+
+def test_a_direction_unlike_the_gradient_is_refused_naming_the_leaf():
+    solver = js.Solver(_Half(), js.Zoom())
+    _refused(solver, "_Half.compute", "d's field", "float16[3]", "float32[3]")
+
+
 def test_the_sound_search_runs():
     result = js.Solver(js.LBFGS(), _Halving(), max_steps=200).run(rosenbrock, X0)
     assert bool(result.value < 1e-6)
