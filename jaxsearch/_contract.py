@@ -30,10 +30,18 @@ def _field(path) -> str:
 
 
 def same_avals(
-    method: Any, member: str, expected: PyTree, got: PyTree, what: str, weak: bool = True
+    method: Any,
+    member: str,
+    expected: PyTree,
+    got: PyTree,
+    what: str,
+    weak: bool = True,
+    like: str | None = None,
 ) -> None:
     """`got`, which `method.member` returned as `what` (e.g. "state"), has the pytree
-    structure of `expected` and, leaf by leaf, its shape, dtype and (with `weak`) weak type."""
+    structure of `expected` and, leaf by leaf, its shape, dtype and (with `weak`) weak type;
+    `like` names `expected` in the message (default: the `what` that `got` replaces)."""
+    like = f"the {what} it replaces" if like is None else like
     want = dict(jtu.tree_flatten_with_path(expected)[0])
     have = dict(jtu.tree_flatten_with_path(got)[0])
     if str(jtu.tree_structure(expected)) != str(jtu.tree_structure(got)):
@@ -45,7 +53,7 @@ def same_avals(
         _fail(
             method,
             member,
-            f"returned a {what} of another pytree structure than the one it replaces ({where})",
+            f"returned a {what} of another pytree structure than {like} ({where})",
             f"return a {what} with the fields, and the pytree classes, that `init` gave it",
         )
     for path, leaf in have.items():
@@ -53,8 +61,8 @@ def same_avals(
             _fail(
                 method,
                 member,
-                f"the {what}'s field {_field(path)} is {describe(leaf)} where the {what} it "
-                f"replaces has {describe(want[path])} (shape, dtype and weak type must stay)",
+                f"the {what}'s field {_field(path)} is {describe(leaf)} where {like} has "
+                f"{describe(want[path])} (shape, dtype and weak type must stay)",
                 "give the field an explicit dtype and keep it (`.astype(dtype)`; "
                 "`jnp.asarray(0.0)` of a Python float is weakly typed: `jnp.zeros((), dtype)`)",
             )
@@ -95,7 +103,7 @@ def computed(method: Any, state: PyTree, grad: PyTree, out: tuple) -> None:
     from `state`: d with the structure, shapes and dtypes of the gradient, a 0-d bool
     `scaled`, a state of `state`'s avals (weak types included) and a 0-d `limit`."""
     d, scaled, new_state, limit = out
-    same_avals(method, "compute", grad, d, "d", weak=False)
+    same_avals(method, "compute", grad, d, "d", weak=False, like="the gradient")
     flag = jax.typeof(scaled)
     if flag.shape != () or flag.dtype != np.bool_:
         _fail(
