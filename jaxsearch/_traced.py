@@ -184,6 +184,7 @@ def raise_on_failure(solver, diff, status, failures: tuple, state: SolverState, 
         state.step_size,
         tree_all_finite(x),
         jnp.isfinite(state.value),
+        state.search_end,
     )
     ends = [(s, c) for s in failures for c in CAUSES.get(s, (Cause.NONE,))]
     statuses = jnp.array([int(s) for s, _ in ends], jnp.int32)

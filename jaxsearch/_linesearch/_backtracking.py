@@ -54,20 +54,40 @@ class AbstractBacktracking(AbstractLineSearch):
 
     def passes(self, search, t, phi, dphi) -> Bool[Array, ""]:
         """Armijo's test at trial t against `reference`, or the slope test where
-        `lost_in_rounding`; False where phi(t) or phi'(t) is not finite."""
+        `lost_in_rounding`; False where phi(t) or phi'(t) is not finite. On a trial judged
+        on f alone (`value_only_trial`) the value test alone."""
         lost = self.lost_in_rounding(search, t, phi, dphi)
         test = armijo(self.reference(search), search.dphi0, t, phi, self.c1)
         decrease = jnp.where(lost, slope_armijo(search.dphi0, dphi, self.c1), test)
-        return decrease & jnp.isfinite(dphi)
+        judged = decrease & jnp.isfinite(dphi)
+        if self.slope_needed(search) is None:
+            return judged
+        return jnp.where(self.value_only_trial(search, dphi), test, judged)
+
+    def value_only_trial(self, search, dphi) -> Bool[Array, ""]:
+        """Whether the trial just evaluated came without its slope (phi'(t) = NaN, where
+        `slope_needed` said it needs none)."""
+        needed = self.slope_needed(search)
+        if needed is None:
+            return jnp.array(False)
+        return ~needed & jnp.isnan(dphi)
+
+    def slope_wanted(self, search, t, phi, dphi) -> Bool[Array, ""]:
+        """Whether a trial judged on f alone needs its slope after all: f changed by less than
+        its rounding error there (`lost_in_rounding` of the values), so the search asks the
+        solver for the same trial again, with its slope."""
+        lost = self.lost_in_rounding(search, t, phi, jnp.zeros_like(dphi))
+        return self.value_only_trial(search, dphi) & lost
 
     def update(self, search, t, phi, dphi):
-        accept = self.passes(search, t, phi, dphi)
+        again = self.slope_wanted(search, t, phi, dphi)
+        accept = self.passes(search, t, phi, dphi) & ~again
         num_trials = search.num_trials + 1
         shrunk = (t * self.shrink).astype(t.dtype)
-        give_up = ~accept & ((num_trials >= self.max_trials) | (shrunk < search.min_step))
+        give_up = ~accept & ~again & ((num_trials >= self.max_trials) | (shrunk < search.min_step))
         return after_trial(
             search,
-            trial=jnp.where(accept, t, shrunk),
+            trial=jnp.where(accept | again, t, shrunk),
             done=accept | give_up,
             step=jnp.where(accept, t, 0),
             success=accept,
@@ -157,6 +177,16 @@ class Backtracking(AbstractDecreaseBacktracking):
     the test is on the slope instead, phi'(t) <= (2 c1 - 1) phi'(0) (`lost_in_rounding`,
     Hager & Zhang 2005, section 4). `epsilon = 0` gives the textbook test.
 
+    `slopes="first"` evaluates f alone (no gradient: one forward pass of fn) at every trial
+    after the first, where Armijo's test needs no slope, as jaxopt's Armijo backtracking
+    does: a step that backtracks k times then costs one evaluation of f and its gradient,
+    k of f alone and, for the trial it accepts, one more of f and its gradient, where
+    `"every"` (the default) costs k + 1 of f and its gradient. Worth it where the gradient
+    costs more than f and steps often backtrack twice or more (gradient descent on a stiff
+    f); a quasi-Newton direction's unit step is mostly accepted at once, where it changes
+    nothing. A trial whose change of f is lost in rounding is evaluated again with its slope
+    (`AbstractLineSearch.slope_needed`). Counted apart in `Result.num_grad_evals`.
+
     A step accepted on its slope may raise f within the allowance above: the search is
     `monotone` only with `epsilon = 0`. `max_step_size` (default +inf, no cap) and numeric
     settings given as arrays: see `AbstractLineSearch`.
@@ -168,11 +198,22 @@ class Backtracking(AbstractDecreaseBacktracking):
     growth: Setting | None = None
     max_step_size: Setting = float("inf")
     epsilon: Setting | None = None
+    slopes: str = eqx.field(static=True, default="every")
 
     evaluates_each_step: ClassVar[bool] = False
 
+    def slope_needed(self, search) -> Bool[Array, ""] | None:
+        if self.slopes == "every":
+            return None
+        return search.num_trials == 0
+
     def __check_init__(self):
         name = "Backtracking"
+        if self.slopes not in ("every", "first"):
+            raise ValueError(
+                f"{name}: slopes must be 'every' (every trial evaluates f and its gradient) or "
+                f"'first' (trials after the first evaluate f alone), got {self.slopes!r}."
+            )
         check_setting(name, "c1", self.c1, lambda v: 0 < v < 1, "lie in (0, 1)")
         check_setting(name, "shrink", self.shrink, lambda v: 0 < v < 1, "lie in (0, 1)")
         if self.growth is not None:

@@ -152,7 +152,8 @@ def trials_before_fallback(max_trials: int) -> int:
 
 
 class AbstractLineSearch(eqx.Module):
-    """A line search over phi(t) = f(x + t d) that sees value *and* slope at every trial.
+    """A line search over phi(t) = f(x + t d) that sees value *and* slope at every trial (or
+    the value alone at the trials it says need no slope, `slope_needed`).
 
     Subclasses are immutable configuration. Integer and other structural settings are static
     fields; numeric settings may be Python numbers (hashed: equal searches share compiled
@@ -163,7 +164,9 @@ class AbstractLineSearch(eqx.Module):
     A subclass implements the abstract members below and nothing else (Equinox's
     abstract/final rule): `max_step_size` (a field or property), `evaluates_each_step` (a
     class attribute), `max_trials`, `monotone`, `allowance`, `init`, `start`, `update`,
-    `finish`. Check it with `jaxsearch.testing.check_line_search`.
+    `finish`; and where it judges some trials on f alone, the one optional member,
+    `slope_needed` (by default every trial needs its slope). Check it with
+    `jaxsearch.testing.check_line_search`.
 
     `max_step_size` caps every trial. The built-in searches default it to +inf (no cap):
     their first trial is the solver's scale-free guess, so multiplying f by a constant
@@ -178,6 +181,8 @@ class AbstractLineSearch(eqx.Module):
     # before every search, as after `Solver.reevaluate`, rather than starting from those
     # the state caches (on the previous step's args). `run`, whose args do not change, and
     # the optax transformation given f and its gradient at params, do not evaluate again.
+    # Such a search's failure is part of its method (it carries what it learnt to the next
+    # search): `run` then goes on after a step that took no step, as a loop of `step`s does.
     evaluates_each_step: eqx.AbstractClassVar[bool]
 
     @property
@@ -251,6 +256,22 @@ class AbstractLineSearch(eqx.Module):
         Non-finite values must never be accepted; a search ends within `max_trials` calls;
         when it ends with `step > 0`, `step` is the t of the last call; the result has the
         structure, shapes and dtypes of `search` (the solver runs this in a loop)."""
+
+    def slope_needed(self, search: SearchState) -> Bool[Array, ""] | None:
+        """Whether the next trial, `search.trial`, needs its slope phi'(t). An optional
+        member: the default, None, says every trial does.
+
+        A search that returns a boolean array lets the solver evaluate f alone (one forward
+        pass of fn, no gradient) where it is False, and hand `update` phi'(t) = NaN there.
+        Where `update` then asks for the same trial again, the solver evaluates it with its
+        slope (so a search that finds it needs the slope after all, e.g. where the change of f
+        is lost in rounding, asks for t once more); where such a trial ends the search with
+        `step` = t, the solver evaluates f and its gradient there before the step ends, and
+        takes no step where that slope is not finite. Both evaluations count in
+        `num_fun_evals`, and those with a gradient in `num_grad_evals`. Under `jax.vmap`, and
+        with a dense least-squares direction or fn's own gradient, every trial has its
+        slope."""
+        return None
 
     @abc.abstractmethod
     def finish(self, state: PyTree, search: SearchState) -> PyTree:
