@@ -189,3 +189,18 @@ def test_pytree_params_and_args():
     assert bool(result.success)
     assert float(result.value) < float(fn(params, target))
     np.testing.assert_allclose(result.grad["a"], jax.grad(fn)(result.params, target)["a"])
+
+
+def test_in_low_precision_the_step_is_at_least_float32():
+    """bfloat16 params, f in float32: the step in float32 (the scalar dtype), params and grad
+    in bfloat16."""
+
+    def fn(x):
+        return rosenbrock(x.astype(jnp.float32))
+
+    x = jnp.asarray([-1.2, 1.0], jnp.bfloat16)
+    result = js.Zoom().run(fn, x, -jax.grad(fn)(x))
+    assert bool(result.success)
+    assert result.step.dtype == jnp.float32 and result.value.dtype == jnp.float32
+    assert result.params.dtype == jnp.bfloat16 and result.grad.dtype == jnp.bfloat16
+    assert float(result.value) < float(fn(x))
