@@ -184,7 +184,7 @@ def test_wolfe_curvature_is_on_slopes_also_where_values_are_lost(condition):
 def test_a_backtracking_wolfe_search_only_shrinks_where_zoom_expands():
     """phi = (t - 100)^2: every trial up to 1 is too short for the curvature condition and
     (with c1 = 1/4) for Goldstein's lower bound, so backtracking from 1 takes no step, where
-    Zoom expands and succeeds (the docstring's pointer to js.Zoom)."""
+    Zoom and MoreThuente expand and succeed (the docstring's pointer to them)."""
     from jaxsearch.testing import drive
 
     line = lambda t: ((t - 100) ** 2, 2 * (t - 100))  # noqa: E731
@@ -194,8 +194,9 @@ def test_a_backtracking_wolfe_search_only_shrinks_where_zoom_expands():
             search = js.Backtracking(condition=condition, c1=0.25)
             _, _, record = drive(search, line, np.float64)
             assert float(record.step) == 0 and not bool(record.success)
-        _, _, record = drive(js.Zoom(), line, np.float64)
-        assert bool(record.success) and float(record.step) > 1
+        for bracketing in (js.Zoom(), js.MoreThuente()):
+            _, _, record = drive(bracketing, line, np.float64)
+            assert bool(record.success) and float(record.step) > 1
 
 
 @pytest.mark.parametrize(
