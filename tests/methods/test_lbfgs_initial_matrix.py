@@ -92,3 +92,19 @@ def test_a_run_without_scaling_converges(form, dtype):
 def test_scale_initial_is_a_bool():
     with pytest.raises(TypeError, match="scale_initial"):
         js.LBFGS(scale_initial="no")
+
+
+def test_without_scaling_a_preconditioner_is_the_initial_matrix():
+    """H0 = P (a diagonal), not gamma P: the recursion with r = P q between the loops."""
+    s, y, g = one_pair()
+    diagonal = np.linspace(0.5, 2.0, 5)
+    with jax.enable_x64(True):
+        direction = js.LBFGS(
+            form="two_loop", preconditioner=jnp.asarray(diagonal), scale_initial=False
+        )
+        d = first_direction(direction, s, y, g)
+    rho = 1 / (s @ y)
+    alpha = rho * (s @ g)
+    r = diagonal * (g - alpha * y)
+    r = r + (alpha - rho * (y @ r)) * s
+    np.testing.assert_allclose(d, -r, rtol=1e-10)
