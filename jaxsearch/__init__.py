@@ -41,6 +41,7 @@ from ._linesearch import (
     InitialPrevious as InitialPrevious,
     InitialQuadratic as InitialQuadratic,
     InitialStatic as InitialStatic,
+    LineSearchResult as LineSearchResult,
     MoreThuente as MoreThuente,
     NonmonotoneArmijo as NonmonotoneArmijo,
     StochasticArmijo as StochasticArmijo,

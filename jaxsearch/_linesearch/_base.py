@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from .._misc import Setting
+from ._standalone import LineSearchResult, run_alone
 
 
 class Point(eqx.Module):
@@ -276,3 +277,34 @@ class AbstractLineSearch(eqx.Module):
     @abc.abstractmethod
     def finish(self, state: PyTree, search: SearchState) -> PyTree:
         """State for the next search, once this one is done."""
+
+    def run(
+        self,
+        fn,
+        params: PyTree,
+        direction: PyTree,
+        *args: Any,
+        value: Scalar | None = None,
+        grad: PyTree | None = None,
+        guess: Scalar | float = 1.0,
+        max_step: Scalar | float | None = None,
+        state: PyTree | None = None,
+    ) -> LineSearchResult:
+        """This search by itself along `direction` from `params`, as jaxopt's `ls.run` and
+        scipy's `scipy.optimize.line_search` (inside an optimiser of your own): phi(t) =
+        fn(params + t direction, *args), a scalar, with phi'(t) from `jax.value_and_grad`.
+
+        `params` and `direction` are pytrees of floating arrays of one structure. `value` and
+        `grad` (both or neither) are fn and its gradient at `params`, which saves an
+        evaluation; `guess` is the first trial (before the cap rules of `start`); `max_step`
+        a cap on the steps (None: none); `state` the search's state between searches, from
+        the previous call's result (None: `init`'s). The line's resolution `min_step` is the
+        solver's (`tree_min_step`: below it x + t d rounds to x).
+
+        Every evaluation of fn is at one site of one `lax.while_loop`, within `max_trials`
+        trials (and the evaluation at `params` where `value` is not given); compiled with
+        `eqx.filter_jit`, so repeated calls with arrays of the same shapes and dtypes (and the
+        same fn) compile once, and it runs under `jax.jit` and `jax.vmap`. A `direction` that
+        does not descend (phi'(0) >= 0 or not finite) gets `success` False and no step (it
+        does not raise: it may be traced). Returns a `LineSearchResult`."""
+        return run_alone(self, fn, params, direction, args, value, grad, guess, max_step, state)
