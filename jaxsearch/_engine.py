@@ -203,7 +203,11 @@ class Engine:
         stop = jnp.where(
             kept(state.status),
             state.status,
-            self.check(state.value, state.grad, gradient_norm(x, state.grad, self.box, dtype)),
+            self.check(
+                state.value,
+                state.grad,
+                gradient_norm(x, state.grad, self.box, dtype, self.solver.gtol_norm),
+            ),
         )
         stop = jnp.where(state.has_eval, stop, Status.RUNNING).astype(jnp.int32)
         spent = self.evals_spent(m)
@@ -353,7 +357,10 @@ class Engine:
         stop_when = self.solver.stop_when
         if stop_when is None:
             return None
-        record = step_record(m.evals_at_start, after, dtype, m.last_step, self.solver.stall_steps)
+        solver = self.solver
+        record = step_record(
+            m.evals_at_start, after, dtype, m.last_step, solver.stall_steps, norm=solver.gtol_norm
+        )
         stop = stop_when({name: record[name] for name in FIELDS})
         stop = jnp.asarray(stop)
         if stop.shape != () or stop.dtype != jnp.bool_:
@@ -415,7 +422,7 @@ class Engine:
         # A gradient other than the one the last step ended with (see `gradient_replaced`).
         replaced = self.solver.direction.gradient_replaced(st.direction)
         kept_status = same & kept(st.status)
-        grad_norm = gradient_norm(x, grad, self.box, dtype)
+        grad_norm = gradient_norm(x, grad, self.box, dtype, self.solver.gtol_norm)
         st = _replace(
             st,
             value=value,
@@ -533,7 +540,7 @@ class Engine:
         # without progress for `stall_steps` steps (cycling within the searches' rounding
         # allowance, climbing on a wrong gradient) as stalled.
         best_value = st.value if st.best is None else st.best.value
-        grad_norm = gradient_norm(x_new, grad, box, dtype)
+        grad_norm = gradient_norm(x_new, grad, box, dtype, solver.gtol_norm)
         improved = moved & ((value < best_value) | (grad_norm < st.lowest_grad_norm))
         lowest_grad_norm = jnp.where(
             moved, jnp.minimum(grad_norm, st.lowest_grad_norm), st.lowest_grad_norm
@@ -595,7 +602,13 @@ class Engine:
         history = m.history
         if self.report.per_step:
             record = step_record(
-                m.evals_at_start, after, dtype, m.last_step, solver.stall_steps, m.last_eval
+                m.evals_at_start,
+                after,
+                dtype,
+                m.last_step,
+                solver.stall_steps,
+                m.last_eval,
+                norm=solver.gtol_norm,
             )
             # Under vmap the loop's body runs for every problem until the last one ends (and
             # this branch at every iteration): a problem's step is recorded where it ended

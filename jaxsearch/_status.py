@@ -132,7 +132,7 @@ class Cause(enum.IntEnum):
 
 _MESSAGES = {
     Status.RUNNING: "No stopping criterion met yet.",
-    Status.CONVERGED_GTOL: "Converged: the infinity norm of the gradient is at most gtol.",
+    Status.CONVERGED_GTOL: "Converged: the norm of the gradient (gtol_norm) is at most gtol.",
     Status.CONVERGED_FTOL: "Converged: the relative decrease of f is at most ftol.",
     Status.MAX_STEPS: "Stopped: max_steps reached before convergence.",
     Status.LINESEARCH_FAILED: (

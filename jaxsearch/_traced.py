@@ -151,8 +151,8 @@ def returned_point(solver, search, diff, state: SolverState, box, status, no_pro
     point, by `returns_last`, and the status for it (`returned_status`)."""
     best, dtype = state.best, state.scalar_dtype
     assert best is not None
-    last_grad_norm = gradient_norm(diff, state.grad, box, dtype)
-    best_grad_norm = gradient_norm(best.params, best.grad, box, dtype)
+    last_grad_norm = gradient_norm(diff, state.grad, box, dtype, solver.gtol_norm)
+    best_grad_norm = gradient_norm(best.params, best.grad, box, dtype, solver.gtol_norm)
     keep_last = returns_last(
         last=state.value,
         best=best.value,
