@@ -41,6 +41,7 @@ from ._linesearch import (
     InitialPrevious as InitialPrevious,
     InitialQuadratic as InitialQuadratic,
     InitialStatic as InitialStatic,
+    LineSearchResult as LineSearchResult,
     MoreThuente as MoreThuente,
     NonmonotoneArmijo as NonmonotoneArmijo,
     StochasticArmijo as StochasticArmijo,
@@ -50,7 +51,7 @@ from ._linesearch import (
 from ._result import Result as Result
 from ._solver import Solver as Solver
 from ._state import BestPoint as BestPoint, SolverState as SolverState
-from ._status import Status as Status, StatusArray as StatusArray
+from ._status import SearchEnd as SearchEnd, Status as Status, StatusArray as StatusArray
 
 __version__ = "0.1.0"
 

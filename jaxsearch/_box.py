@@ -14,6 +14,7 @@ from ._misc import (
     tree_add_scaled,
     tree_cast_like,
     tree_inf_norm,
+    tree_norm,
     widest_float,
 )
 
@@ -58,13 +59,21 @@ class Box(eqx.Module):
         """The nearest point of the box: min(max(x, lower), upper) per component."""
         return jtu.tree_map(_bounds.project, x, *self)
 
-    def projected_gradient_norm(self, x: PyTree, grad: PyTree, dtype) -> Scalar:
+    def projected_gradient_norm(self, x: PyTree, grad: PyTree, dtype, norm: str = "inf") -> Scalar:
         """max |P(x - grad) - x| over all components: scipy L-BFGS-B's `pgtol` measure, the
-        infinity norm of the gradient where no bound is active."""
-        norm = jnp.zeros((), dtype)
+        infinity norm of the gradient where no bound is active; with `norm` "2" the
+        Euclidean norm of P(x - grad) - x instead. Each leaf in at least float32."""
+        if norm == "2":
+            steps = [
+                _bounds.project(xi - gi, lo, up) - xi
+                for xi, gi, lo, up in self._widened(x, grad, at_least_float32)
+            ]
+            return tree_norm(steps, dtype)
+        largest = jnp.zeros((), dtype)
         for parts in self._widened(x, grad, at_least_float32):
-            norm = jnp.maximum(norm, _bounds.projected_gradient_inf_norm(*parts).astype(dtype))
-        return norm
+            part = _bounds.projected_gradient_inf_norm(*parts).astype(dtype)
+            largest = jnp.maximum(largest, part)
+        return largest
 
     def projected_gradient(self, x: PyTree, grad: PyTree) -> PyTree:
         """P(x - grad) - x: steepest descent cut at the box, a feasible descent direction
@@ -160,11 +169,18 @@ def check_order(box: Box) -> None:
             raise ValueError("bounds: lower must not exceed upper in any component.")
 
 
-def gradient_norm(x, grad, box: Box | None, dtype) -> Scalar:
-    """The infinity norm of the gradient, projected onto the box when there is one."""
+# The norms `gradient_norm` takes (`Solver`'s `gtol_norm`): the infinity norm, scipy's
+# measure for gtol, and the Euclidean norm.
+GRADIENT_NORMS = ("inf", "2")
+
+
+def gradient_norm(x, grad, box: Box | None, dtype, norm: str = "inf") -> Scalar:
+    """The `norm` ("inf" or "2", `GRADIENT_NORMS`) of the gradient, projected onto the box
+    when there is one (`Box.projected_gradient_norm`), accumulated in at least float32 and
+    returned in `dtype`."""
     if box is None:
-        return tree_inf_norm(grad, dtype)
-    return box.projected_gradient_norm(x, grad, dtype)
+        return tree_inf_norm(grad, dtype) if norm == "inf" else tree_norm(grad, dtype)
+    return box.projected_gradient_norm(x, grad, dtype, norm)
 
 
 def trial_point(x, t, d, box: Box | None):

@@ -124,6 +124,28 @@ def search_started(method: Any, before: PyTree, search: PyTree) -> None:
     same_avals(method, "start", before, search, "search state")
 
 
+def searched(method: Any, before: PyTree, search: PyTree) -> None:
+    """What `update` returned from the search state `before`: its avals. A weakly typed field
+    of `before`, the loop's carry, can only come from `start` (whose first call the engine
+    makes before its loop): it is `start`'s to fix."""
+    strongly_typed(method, "start", before, "search state")
+    same_avals(method, "update", before, search, "search state")
+
+
+def remembered(method: Any, before: PyTree, memory: PyTree) -> None:
+    """What a direction's `update` returned from `before`, and what `reset` returns from that
+    (traced abstractly, `jax.eval_shape`: nothing enters the program): `before`'s avals."""
+    same_avals(method, "update", before, memory, "state")
+    same_avals(method, "reset", memory, jax.eval_shape(method.reset, memory), "state")
+
+
+def ended(search: Any, rule: Any, before: Any, after: Any) -> None:
+    """The states that the line search's `finish` and the initial-step rule's `update` gave
+    the solver's state `after` from `before`'s: the avals of those they replace."""
+    same_avals(search, "finish", before.linesearch, after.linesearch, "state")
+    same_avals(rule, "update", before.initial_step, after.initial_step, "state")
+
+
 def _aval(leaf: Any, weak: bool):
     """A leaf's shape, dtype and (with `weak`) weak type; a Python value's type otherwise."""
     try:

@@ -28,11 +28,11 @@ from jax import lax
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from ._box import Box, gradient_norm, trial_point
-from ._contract import computed, same_avals, search_started, strongly_typed
+from ._contract import computed, ended, remembered, search_started, searched
 from ._direction import DirectionInfo
 from ._direction._base import dense_least_squares
 from ._history import FIELDS, History, Report, step_record
-from ._linesearch import AbstractLineSearch, InitialStepInfo, initial_step
+from ._linesearch import AbstractLineSearch, InitialStepInfo, initial_step, search_cap
 from ._machine import Machine, pack_search, with_search
 from ._misc import (
     count_after,
@@ -50,7 +50,7 @@ from ._misc import (
 from ._objective import Objective
 from ._state import BestPoint, SolverState
 from ._status import KEPT, Status
-from ._stopping import evals_spent, goes_on, step_status
+from ._stopping import evals_spent, goes_on, search_end, step_status
 
 _replace = dataclasses.replace
 
@@ -76,10 +76,11 @@ class Engine:
     until_step: bool
     report: Report = Report(False, None, False, False)
 
-    def max_iterations(self) -> int:
+    def max_iterations(self, value_only: bool) -> int:
         """A bound on the iterations (for a checkpointed loop): per step, its trial budget, one
-        evaluation that a search that ends as it starts does not use, and f at x."""
-        per_step = self.linesearch.max_trials + 1
+        evaluation that a search that ends as it starts does not use (with value-only trials:
+        and the gradient at its step), and f at x."""
+        per_step = self.linesearch.max_trials + 1 + int(value_only)
         if self.until_step:
             return per_step + 1
         return self.solver.max_steps * per_step + 2  # and a resumed run's check of f at x
@@ -104,6 +105,29 @@ class Engine:
         return self.objective.value_grad_and_jacobian(
             state.value.dtype, state.aux, point, self.static, self.args
         )
+
+    def value_only_trials(self, search) -> bool:
+        """Whether the program evaluates f alone at the trials where the search needs no
+        slope (`AbstractLineSearch.slope_needed`, asked of a `search` state): where the
+        search asks, and not under `jax.vmap` (where a branch computes both sides), with a
+        dense least-squares direction (whose trials form J) or with fn's own gradient
+        (computed whatever is asked)."""
+        if self.report.batched or self.forms_jacobian() or self.objective.own_grad:
+            return False
+        return self.linesearch.slope_needed(search) is not None
+
+    def evaluate_at_trial(self, state: SolverState, point, value_only):
+        """`evaluate_trial`, or where `value_only` f and aux alone (the gradient zeros)."""
+        if value_only is None:
+            return self.evaluate_trial(state, point)
+
+        def alone(point):
+            value, aux = self.objective.value_alone(
+                state.value.dtype, state.aux, point, self.static, self.args
+            )
+            return value, tree_zeros_like(state.grad), aux, None
+
+        return lax.cond(value_only, alone, lambda p: self.evaluate_trial(state, p), point)
 
     def residuals(self, point):
         """fn's residuals at `point` (a least-squares direction's fn), aux dropped."""
@@ -150,14 +174,13 @@ class Engine:
                 last_eval = scalar(max_evals, jnp.int32)
             else:  # `run`: max_evals more
                 last_eval = count_after(state.num_fun_evals, max_evals)
+        search = self.linesearch.start(state.linesearch, zero, -one, one, zero)
         m = Machine(
             x=x,
             state=state,
             d=tree_zeros_like(x),
             dphi0=zero,
-            packed_search=pack_search(
-                self.linesearch.start(state.linesearch, zero, -one, one, zero), self.report.batched
-            ),
+            packed_search=pack_search(search, self.report.batched),
             trials=scalar(0, jnp.int32),
             evals_at_start=state.num_fun_evals,
             open=jnp.array(True),
@@ -168,7 +191,9 @@ class Engine:
                 else last_step
             ),
             history=history,
+            cap=scalar(jnp.inf, dtype),
             last_eval=last_eval,
+            value_only_t=scalar(jnp.nan, dtype) if self.value_only_trials(search) else None,
         )
         if self.forms_jacobian():  # zeros until fn is evaluated at x
             shapes = jax.eval_shape(lambda: self.evaluate_trial(state, x)[3])
@@ -179,7 +204,11 @@ class Engine:
         stop = jnp.where(
             kept(state.status),
             state.status,
-            self.check(state.value, state.grad, gradient_norm(x, state.grad, self.box, dtype)),
+            self.check(
+                state.value,
+                state.grad,
+                gradient_norm(x, state.grad, self.box, dtype, self.solver.gtol_norm),
+            ),
         )
         stop = jnp.where(state.has_eval, stop, Status.RUNNING).astype(jnp.int32)
         spent = self.evals_spent(m)
@@ -196,8 +225,9 @@ class Engine:
         return _replace(m, state=state, open=~halted, pending=state.has_eval & ~halted)
 
     def loop(self, m: Machine) -> Machine:
+        value_only = m.value_only_t is not None
         return self.solver.adjoint.while_loop(
-            lambda m: m.open, self.iterate, m, self.max_iterations()
+            lambda m: m.open, self.iterate, m, self.max_iterations(value_only)
         )
 
     def iterate(self, m: Machine) -> Machine:
@@ -212,32 +242,74 @@ class Engine:
         at_base = ~st.has_eval
         # A resumed run's first iteration evaluates f at x to check the state's (`take_base`).
         checking = jnp.array(False) if self.until_step else m.pending
+        # With value-only trials, a search that ended on a trial evaluated without its slope
+        # has its step's gradient evaluated now (`completing`), before the step ends.
+        value_only_t = m.value_only_t
+        completing = jnp.array(False)
+        if value_only_t is not None:
+            completing = m.search.done & (m.search.step > 0) & (m.search.step == value_only_t)
+            completing = completing & ~at_base & ~checking
         # A search that ended as it started (its first trial would change nothing) has no
         # trial: this iteration's evaluation is not counted and the step ends.
-        idle = m.search.done & ~at_base & ~checking
-        no_trial = at_base | idle | checking
+        idle = m.search.done & ~at_base & ~checking & ~completing
+        no_trial = at_base | idle | checking | completing
         t = jnp.where(no_trial, 0, m.search.trial).astype(dtype)
+        # No trial beyond the search's cap is evaluated: the search is refused (`ABOVE_CAP`).
+        above_cap = ~no_trial & (t > m.cap)
+        t = jnp.where(completing, m.search.step, jnp.where(above_cap, 0, t)).astype(dtype)
+        value_only = None
+        needed = linesearch.slope_needed(m.search)
+        if value_only_t is not None and needed is not None:  # f alone where no slope is needed
+            wanted = needed | (m.search.trial == value_only_t)
+            value_only = ~no_trial & ~above_cap & ~wanted
         # Computed once and materialised: fn and the next iterate both read this one copy,
         # which no fusion can recompute (and round) differently.
         point = lax.optimization_barrier(trial_point(m.x, t, m.d, self.box))
-        value, grad, aux, jacobian = self.evaluate_trial(st, point)
-        counted = ~idle & ~checking  # a check is counted only where it finds a new point
-        st = _replace(st, num_fun_evals=st.num_fun_evals + counted.astype(jnp.int32))
+        value, grad, aux, jacobian = self.evaluate_at_trial(st, point, value_only)
+        counted = ~idle & ~checking & ~above_cap  # a check counts only where it finds a new point
+        with_grad = counted if value_only is None else counted & ~value_only
+        st = _replace(
+            st,
+            num_fun_evals=st.num_fun_evals + counted.astype(jnp.int32),
+            num_grad_evals=st.num_grad_evals + with_grad.astype(jnp.int32),
+        )
         phi, dphi = lax.stop_gradient((value.astype(dtype), tree_dot(grad, m.d, dtype)))
+        if value_only is not None:
+            dphi = jnp.where(value_only, jnp.nan, dphi).astype(dtype)
         updated = linesearch.update(m.search, lax.stop_gradient(t), phi, dphi)
-        strongly_typed(linesearch, "start", m.search, "search state")  # the loop's first carry
-        same_avals(linesearch, "update", m.search, updated, "search state")
-        search = select(no_trial, m.search, updated)
+        searched(linesearch, m.search, updated)
+        refused = _replace(m.search, done=jnp.array(True), step=jnp.zeros_like(m.search.step))
+        search = select(no_trial, m.search, select(above_cap, refused, updated))
+        # A search that asks for slopes trial by trial and ends with a step whose slope is not
+        # finite (at its gradient's evaluation, or on a trial it judged on f alone while the
+        # program gave every trial its slope) takes none.
+        if needed is not None:
+            took = completing | (~no_trial & search.done & (search.step > 0))
+            if value_only is not None:
+                took = took & ~value_only
+            search = select(took & ~jnp.isfinite(dphi), refused, search)
         trials = m.trials + (~no_trial).astype(jnp.int32)
-        m = with_search(m, search, state=st, trials=trials)
+        # A value-only trial that ends the search with its step waits for its gradient.
+        awaits = jnp.array(False)
+        if value_only is not None and value_only_t is not None:
+            awaits = value_only & search.done & (search.step > 0)
+            evaluated = jnp.where(value_only, t, jnp.nan).astype(dtype)
+            value_only_t = jnp.where(no_trial & ~completing, value_only_t, evaluated)
+        m = with_search(m, search, state=st, trials=trials, value_only_t=value_only_t)
         # A search ends within its trial budget; one that has not by then is cut off there,
         # as it is where the budget of evaluations is spent.
-        ends = at_base | checking | search.done | (trials >= linesearch.max_trials)
+        budget = trials >= linesearch.max_trials
+        ends = at_base | checking | (search.done & ~awaits) | (budget & ~awaits)
         spent = self.evals_spent(m)
         if spent is not None:
             ends = ends | spent
+            # spent before the gradient of a value-only step: no step
+            search = select(awaits & spent, _replace(search, done=jnp.array(False)), search)
+            m = with_search(m, search)
         # A step ends here.
         taken = ends & ~at_base & ~checking
+        finite = jnp.isfinite(dphi) if value_only is None else value_only | jnp.isfinite(dphi)
+        ending = search_end(search, above_cap, budget, spent, jnp.isfinite(phi) & finite)
         # A step that ends having changed x gives the direction's memory its pair (s, y); one
         # that did not resets it. Done at every iteration without a branch, so the memory is
         # written in place: written inside the boundary's cond, next to the next direction's
@@ -252,21 +324,22 @@ class Engine:
         # For `xtol`: the largest change of a parameter, from x to this trial.
         change = tree_inf_norm(s, dtype) if self.measures_change() else None
         memory = direction.update(st.direction, s, y, dtype, accept=pair)
-        same_avals(direction, "update", st.direction, memory, "state")
-        same_avals(direction, "reset", memory, jax.eval_shape(direction.reset, memory), "state")
+        remembered(direction, st.direction, memory)
         memory = select(taken & ~pair, direction.reset(memory), memory)
         m = _replace(m, state=_replace(m.state, direction=memory))
         m = self.take_vectors(m, point, value, grad, aux, moved)
         if jacobian is not None:  # r and J at x: at x itself, or at the step's new iterate
             m = _replace(m, jacobian=select(moved | at_base | checking, jacobian, m.jacobian))
-        operands = (m, point, value, grad, aux, taken, stayed, change)
+        operands = (m, point, value, grad, aux, taken, stayed, change, ending)
         return lax.cond(ends, self.boundary, lambda m, *_: m, *operands)
 
-    def boundary(self, m: Machine, point, value, grad, aux, taken, stayed, change) -> Machine:
+    def boundary(
+        self, m: Machine, point, value, grad, aux, taken, stayed, change, ending
+    ) -> Machine:
         """The end of a step (or the evaluation at x), then the start of the next step when
         the machine goes on."""
         at_base = ~m.state.has_eval
-        operands = (m, point, value, grad, aux, taken, stayed, change)
+        operands = (m, point, value, grad, aux, taken, stayed, change, ending)
         # f at x: the first evaluation, after `reevaluate`, or a resumed run's check
         at_x = at_base if self.until_step else at_base | m.pending
         m = lax.cond(at_x, self.take_base, self.end_step, *operands)
@@ -287,7 +360,10 @@ class Engine:
         stop_when = self.solver.stop_when
         if stop_when is None:
             return None
-        record = step_record(m.evals_at_start, after, dtype, m.last_step, self.solver.stall_steps)
+        solver = self.solver
+        record = step_record(
+            m.evals_at_start, after, dtype, m.last_step, solver.stall_steps, norm=solver.gtol_norm
+        )
         stop = stop_when({name: record[name] for name in FIELDS})
         stop = jnp.asarray(stop)
         if stop.shape != () or stop.dtype != jnp.bool_:
@@ -321,7 +397,9 @@ class Engine:
             )
         return _replace(m, x=x, state=_replace(st, grad=grad, aux=aux, best=best))
 
-    def take_base(self, m: Machine, point, value, grad, aux, taken, stayed, change) -> Machine:
+    def take_base(
+        self, m: Machine, point, value, grad, aux, taken, stayed, change, ending
+    ) -> Machine:
         """f, grad and aux at x itself: the first step, after `reevaluate`, or the first
         iteration of a run resumed from a state with f at x (`pending` in `run`).
 
@@ -347,7 +425,7 @@ class Engine:
         # A gradient other than the one the last step ended with (see `gradient_replaced`).
         replaced = self.solver.direction.gradient_replaced(st.direction)
         kept_status = same & kept(st.status)
-        grad_norm = gradient_norm(x, grad, self.box, dtype)
+        grad_norm = gradient_norm(x, grad, self.box, dtype, self.solver.gtol_norm)
         st = _replace(
             st,
             value=value,
@@ -356,6 +434,7 @@ class Engine:
             has_eval=jnp.array(True),
             direction=select(same, st.direction, replaced),
             num_fun_evals=st.num_fun_evals + (checking & ~same).astype(jnp.int32),
+            num_grad_evals=st.num_grad_evals + (checking & ~same).astype(jnp.int32),
             status=jnp.where(kept_status, st.status, self.check(value, grad, grad_norm)).astype(
                 jnp.int32
             ),
@@ -393,6 +472,7 @@ class Engine:
         d = select(descent, d, steepest)
         dphi0 = jnp.where(descent, dphi0, steepest_slope)
         direction_state = select(descent, direction_state, direction.reset(direction_state))
+        num_replaced = st.num_replaced + (~descent).astype(jnp.int32)
         scaled = scaled & descent
         linesearch = self.linesearch
         first = InitialStepInfo(
@@ -420,18 +500,31 @@ class Engine:
             st.linesearch, phi0, dphi0_search, guess, min_step, scaled, max_step=max_step
         )
         search_started(linesearch, m.search, search)
-        st = _replace(st, direction=direction_state)
+        st = _replace(st, direction=direction_state, num_replaced=num_replaced)
         trials = jnp.zeros_like(m.trials)
+        cap = lax.stop_gradient(search_cap(linesearch.max_step_size, max_step, dtype))
+        value_only_t = None if m.value_only_t is None else jnp.full_like(m.value_only_t, jnp.nan)
         return with_search(
-            m, search, state=st, d=d, dphi0=dphi0, trials=trials, pending=jnp.array(False)
+            m,
+            search,
+            state=st,
+            d=d,
+            dphi0=dphi0,
+            trials=trials,
+            pending=jnp.array(False),
+            cap=cap,
+            value_only_t=value_only_t,
         )
 
-    def end_step(self, m: Machine, point, value, grad, aux, taken, stayed, change) -> Machine:
+    def end_step(
+        self, m: Machine, point, value, grad, aux, taken, stayed, change, ending
+    ) -> Machine:
         """The counters and status after a search (the direction's memory, and the new
         iterate's vectors, are taken in `iterate`): a search that ends with a step ends at
         its last trial, so `point` and its f, grad and aux (not x + t d computed again, which
         XLA may round differently) are the new iterate's. `stayed`: `point` equals x;
-        `change`: the largest change of a parameter from x to `point` (None: not measured).
+        `change`: the largest change of a parameter from x to `point` (None: not measured);
+        `ending`: how the search ended (a `SearchEnd` code).
         The caller's `stop_when` sees the step's record as history does (`FIELDS`)."""
         st, x, search, box, solver = m.state, m.x, m.search, self.box, self.solver
         dtype = st.scalar_dtype
@@ -454,7 +547,7 @@ class Engine:
         # without progress for `stall_steps` steps (cycling within the searches' rounding
         # allowance, climbing on a wrong gradient) as stalled.
         best_value = st.value if st.best is None else st.best.value
-        grad_norm = gradient_norm(x_new, grad, box, dtype)
+        grad_norm = gradient_norm(x_new, grad, box, dtype, solver.gtol_norm)
         improved = moved & ((value < best_value) | (grad_norm < st.lowest_grad_norm))
         lowest_grad_norm = jnp.where(
             moved, jnp.minimum(grad_norm, st.lowest_grad_norm), st.lowest_grad_norm
@@ -479,6 +572,9 @@ class Engine:
             step_size=jnp.where(moved, search.step, 0).astype(dtype),
             num_steps=st.num_steps + 1,
             num_fun_evals=st.num_fun_evals,
+            num_grad_evals=st.num_grad_evals,
+            num_replaced=st.num_replaced,
+            search_end=ending,
             status=st.status,  # the step's, below
             best=best,
             steps_since_best=jnp.where(improved, 0, st.steps_since_best + 1).astype(jnp.int32),
@@ -486,8 +582,7 @@ class Engine:
             fingerprint=st.fingerprint,
             num_foreign_params=st.num_foreign_params,
         )
-        same_avals(self.linesearch, "finish", st.linesearch, after.linesearch, "state")
-        same_avals(solver.initial_step, "update", st.initial_step, after.initial_step, "state")
+        ended(self.linesearch, solver.initial_step, st, after)
         spent = self.evals_spent(m)
         status = step_status(
             cut_off=cut_off,
@@ -505,11 +600,24 @@ class Engine:
             xtol=solver.xtol,
             stop=self.stop_rule(m, after, dtype),
         )
+        if not self.until_step and self.linesearch.evaluates_each_step:
+            # A stochastic search's failure is part of its method: it carries a shrunk step to
+            # the next search (`StochasticArmijo`), so `run` goes on, as a loop of `step`s
+            # does; the step's record keeps why (`search_end`), and `stall_steps` ends a run
+            # whose searches keep failing.
+            failed = status == Status.LINESEARCH_FAILED
+            status = jnp.where(failed, Status.RUNNING, status).astype(jnp.int32)
         after = _replace(after, status=status)
         history = m.history
         if self.report.per_step:
             record = step_record(
-                m.evals_at_start, after, dtype, m.last_step, solver.stall_steps, m.last_eval
+                m.evals_at_start,
+                after,
+                dtype,
+                m.last_step,
+                solver.stall_steps,
+                m.last_eval,
+                norm=solver.gtol_norm,
             )
             # Under vmap the loop's body runs for every problem until the last one ends (and
             # this branch at every iteration): a problem's step is recorded where it ended

@@ -14,26 +14,44 @@ import numpy as np
 from jaxtyping import Array, Int
 
 from ._host import host_call
-from ._misc import tree_inf_norm
+from ._misc import tree_inf_norm, tree_norm
 from ._stopping import goes_on
 
-FIELDS = ("step", "value", "grad_norm", "step_size", "num_fun_evals", "step_evals")
+FIELDS = (
+    "step",
+    "value",
+    "grad_norm",
+    "step_size",
+    "num_fun_evals",
+    "step_evals",
+    "num_grad_evals",
+    "num_replaced",
+    "search_end",
+)
 
 
-def step_record(evals_at_start, after, dtype, last_step, stall_steps: int, last_eval=None) -> dict:
+def step_record(
+    evals_at_start, after, dtype, last_step, stall_steps: int, last_eval=None, norm: str = "inf"
+) -> dict:
     """The record of the step that began after `evals_at_start` evaluations of fn and ended in
-    the state `after`: the step number, f and the infinity norm of the gradient at the new
-    point, the step size, the cumulative number of evaluations of fn and those of this step
-    (its line-search trials, plus f at x0 in the first step); `final` is True when the run
-    stops after it (a status, its last step `last_step`, `stall_steps` steps without
-    progress, or its count of evaluations at `last_eval`, where there is a budget)."""
+    the state `after`: the step number, f and the `norm` of the gradient at the new point
+    (`Solver`'s `gtol_norm`: "inf" or "2"), the step size, the cumulative number of
+    evaluations of fn and those of this step (its line-search trials, plus f at x0 in the
+    first step), the cumulative numbers of evaluations with a gradient and of directions
+    replaced by steepest descent, and how the step's search ended (a `SearchEnd` code);
+    `final` is True when the run stops after it (a status, its last step `last_step`,
+    `stall_steps` steps without progress, or its count of evaluations at `last_eval`, where
+    there is a budget)."""
     record = dict(
         step=after.num_steps,
         value=after.value,
-        grad_norm=tree_inf_norm(after.grad, dtype),
+        grad_norm=(tree_inf_norm if norm == "inf" else tree_norm)(after.grad, dtype),
         step_size=after.step_size,
         num_fun_evals=after.num_fun_evals,
         step_evals=after.num_fun_evals - evals_at_start,
+        num_grad_evals=after.num_grad_evals,
+        num_replaced=after.num_replaced,
+        search_end=after.search_end,
         final=~goes_on(after, last_step, stall_steps, last_eval),
         steps_left=last_step - after.num_steps,  # for the progress bar of a resumed run
     )
@@ -55,6 +73,9 @@ class History(eqx.Module):
     step_size: Array
     num_fun_evals: Int[Array, " max_steps"]
     step_evals: Int[Array, " max_steps"]
+    num_grad_evals: Int[Array, " max_steps"]
+    num_replaced: Int[Array, " max_steps"]
+    search_end: Int[Array, " max_steps"]
     length: Int[Array, ""]
 
     @staticmethod
@@ -87,6 +108,9 @@ class History(eqx.Module):
             step_size=floats(dtype),
             num_fun_evals=counts(),
             step_evals=counts(),
+            num_grad_evals=counts(),
+            num_replaced=counts(),
+            search_end=counts(),
             length=jnp.zeros((), jnp.int32),
         )
 

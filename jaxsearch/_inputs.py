@@ -10,6 +10,7 @@ import jax.tree_util as jtu
 import numpy as np
 
 from ._adjoint import AbstractAdjoint, ImplicitAdjoint
+from ._box import GRADIENT_NORMS
 from ._direction import LBFGS, AbstractDirection, AbstractLeastSquares
 from ._linesearch import AbstractInitialStep, AbstractLineSearch, InitialQuadratic
 from ._misc import as_int, check_count, check_setting, leaves
@@ -303,6 +304,7 @@ def solver_settings(
     initial_step,
     *,
     gtol,
+    gtol_norm,
     ftol,
     xtol,
     max_steps,
@@ -335,6 +337,11 @@ def solver_settings(
     for name, count in counts.items():
         if name != "max_evals" or count is not None:  # max_evals=None: no budget
             check_count("Solver", name, count)
+    if not (isinstance(gtol_norm, str) and gtol_norm in GRADIENT_NORMS):
+        raise ValueError(
+            f"Solver: gtol_norm must be one of {', '.join(map(repr, GRADIENT_NORMS))} (the "
+            f"infinity norm or the Euclidean norm of the gradient), got {gtol_norm!r}."
+        )
     if stop_when is not None and not callable(stop_when):
         raise TypeError(f"stop_when must be callable, got {type(stop_when).__name__}.")
     return (
@@ -343,6 +350,7 @@ def solver_settings(
             linesearch=linesearch,
             bounded_linesearch=bounded_linesearch,
             initial_step=initial_step,
+            gtol_norm=gtol_norm,
             stop_when=stop_when,
             return_best=bool(return_best),
             has_aux=bool(has_aux),

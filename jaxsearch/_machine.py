@@ -43,12 +43,16 @@ class Machine(eqx.Module):
     pending: Bool[Array, ""]
     last_step: Int[Array, ""]  # `run`: the step count at which it stops (max_steps from its start)
     history: History | None
+    cap: Scalar  # the current search's cap on trials: min(max_step_size, the box's edge)
     # The count of evaluations at which the machine stops (`max_evals` from a run's start; for
     # `step`, `max_evals` itself); None without a budget of evaluations.
     last_eval: Int[Array, ""] | None = None
     # `run` with a dense least-squares direction: (r, J) at x, flattened, from the evaluation
     # that gave the state's f and gradient there (`Engine.forms_jacobian`); None otherwise.
     jacobian: tuple[Array, Array] | None = None
+    # With value-only trials (`Engine.value_only_trials`): the step size of the last trial
+    # evaluated without its slope, NaN where the last evaluation had it; None otherwise.
+    value_only_t: Scalar | None = None
 
     @property
     def search(self) -> SearchState:

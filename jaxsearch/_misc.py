@@ -366,7 +366,7 @@ def count_after(count, more: int):
 _NOT_GIVEN = object()
 
 
-def _caller_stacklevel() -> int:
+def caller_stacklevel() -> int:
     """The `stacklevel` of `warnings.warn` (called by this function's caller) that points at
     the first frame outside jaxsearch and the libraries it is built with: the user's line."""
     frame, level = sys._getframe(1), 1
@@ -400,7 +400,7 @@ def renamed_keyword(
                     f"{cls.__name__}({old}={value!r}) is deprecated: write "
                     f"{cls.__name__}({new}={kwargs[new]!r}).{note(cls)}",
                     DeprecationWarning,
-                    stacklevel=_caller_stacklevel(),
+                    stacklevel=caller_stacklevel(),
                 )
             init(self, *args, **kwargs)
 

@@ -121,6 +121,15 @@ class Objective(eqx.Module):
         aux = tree_cast_like(aux, aux_like) if has_aux else None
         return jnp.asarray(value).astype(value_dtype), grad, aux
 
+    def value_alone(self, value_dtype, aux_like, diff: PyTree, static: PyTree, args):
+        """f and aux at `combine(diff, static)` as `value_and_grad` gives them, without the
+        gradient: one forward pass of fn (not for `OWN_GRADIENT`, whose fn computes its
+        gradient whatever is asked)."""
+        out = self.fn(eqx.combine(diff, static), *args)
+        value, aux = objective_value(out, self.has_aux, self.residual)
+        aux = tree_cast_like(aux, aux_like) if self.has_aux else None
+        return jnp.asarray(value).astype(value_dtype), aux
+
     def residuals(self, diff: PyTree, static: PyTree, args):
         """fn's residuals at `combine(diff, static)` (a least-squares direction's), aux
         dropped."""

@@ -14,7 +14,7 @@ from jaxtyping import Array, Int, PyTree, Scalar
 from . import _setup, _traced
 from ._compile import _programs
 from ._inputs import partition
-from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm
+from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm, tree_norm
 from ._state import BestPoint, SolverState, fingerprint
 
 
@@ -71,18 +71,19 @@ def _increment(count: Int[Array, ""]) -> Int[Array, ""]:
     return jnp.where(count < np.iinfo(np.int32).max, count + 1, count)
 
 
-def _restart_best(state: SolverState, x: PyTree, value, grad) -> SolverState:
+def _restart_best(state: SolverState, x: PyTree, value, grad, norm: str) -> SolverState:
     """`state` with its record of progress (the best point, the least gradient norm, the
     steps without progress) restarted at (x, value, grad) where `value` is not the value
-    cached in `state`: the objective changed, as after `Solver.reevaluate`."""
+    cached in `state`: the objective changed, as after `Solver.reevaluate`. `norm`: the
+    solver's `gtol_norm`."""
     fresh = value != state.value
     best = state.best
     if best is not None:
         x = tree_cast_like(x, best.params)
         best = select(fresh, BestPoint(value, x, grad, best.aux, value), best)
     since = jnp.where(fresh, 0, state.steps_since_best).astype(state.steps_since_best.dtype)
-    norm = tree_inf_norm(grad, state.lowest_grad_norm.dtype)
-    lowest = jnp.where(fresh, norm, state.lowest_grad_norm)
+    measure = tree_inf_norm if norm == "inf" else tree_norm
+    lowest = jnp.where(fresh, measure(grad, state.lowest_grad_norm.dtype), state.lowest_grad_norm)
     return dataclasses.replace(state, best=best, steps_since_best=since, lowest_grad_norm=lowest)
 
 
@@ -97,7 +98,8 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
         grad = tree_cast_like(eqx.filter(grad, eqx.is_inexact_array), st.grad)
         # A value other than the cached one: the objective changed (a new batch, say), so
         # the record of the best point starts again here, as after `Solver.reevaluate`.
-        st = _restart_best(st, eqx.filter(params, eqx.is_inexact_array), value, grad)
+        inexact = eqx.filter(params, eqx.is_inexact_array)
+        st = _restart_best(st, inexact, value, grad, solver.gtol_norm)
         kept = (value == st.value) & tree_equal(grad, st.grad)
         replaced = solver.direction.gradient_replaced(st.direction)
         direction = select(kept, st.direction, replaced)

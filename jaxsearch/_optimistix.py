@@ -42,7 +42,8 @@ class OptimistixMinimiser(optx.AbstractMinimiser):
 
     One optimistix step is one `Solver.step` (a direction and its line search, f evaluated at
     x0 first in the first step); the state is the solver's `SolverState`. `rtol` (the
-    solver's `ftol`), `atol` (its `gtol`) and `norm` (the infinity norm, `optx.max_norm`)
+    solver's `ftol`), `atol` (its `gtol`) and `norm` (the infinity norm, `optx.max_norm`, or
+    with `gtol_norm="2"` the Euclidean norm, `optx.two_norm`)
     are there for code that reads them: the solver's own rules decide when to stop.
 
     **Arguments:**
@@ -74,7 +75,7 @@ class OptimistixMinimiser(optx.AbstractMinimiser):
         self.solver = _inner_solver(solver)
         self.rtol = solver.ftol
         self.atol = solver.gtol
-        self.norm = optx.max_norm
+        self.norm = optx.max_norm if solver.gtol_norm == "inf" else optx.two_norm
 
     def init(
         self,

@@ -7,6 +7,7 @@ dispatches of the same program (`run_in_two`), never a second call of `run`.
 """
 
 import functools
+import warnings
 
 import equinox as eqx
 import jax
@@ -16,6 +17,7 @@ import numpy as np
 
 from . import _evaluate
 from ._compile import (
+    PackedState,
     _closure,
     _computation,
     _programs,
@@ -28,9 +30,9 @@ from ._compile import (
 from ._complex import OnRealView, check_complex, complex_params, real_params
 from ._history import Report
 from ._inputs import check_params
-from ._misc import count_after, with_fields
+from ._misc import caller_stacklevel, count_after, with_fields
 from ._objective import Objective
-from ._result import Result
+from ._result import Result, unreadable
 from ._setup import fresh_run_state, prepare, resumed_state
 from ._status import Status
 from ._traced import compiled_run, take_step
@@ -75,10 +77,35 @@ def run(solver, fn, x0, args: tuple, value_dtype, bounds, report, state, compile
                 result = run_in_two(*problem, params, state)
             else:
                 result = dispatched_run(*problem, params, state, plan.options, None)
+    warn_if_direction_unused(solver, result)
     if call.view is None:
         return result
     turned = complex_params(call.view, (result.params, result.grad, result.iterate))
     return eqx.tree_at(lambda r: (r.params, r.grad, r.iterate), result, turned)
+
+
+def warn_if_direction_unused(solver, result: Result) -> None:
+    """Warn where every step of a run (one problem, on the host, not traced) searched along
+    steepest descent because the direction was never a descent direction: the solver's
+    direction was then not used at all (`Result.num_replaced`)."""
+    packed_state = result.packed_state
+    if not isinstance(packed_state, PackedState) or unreadable(result.status):
+        return
+    if np.ndim(result.status) != 0:
+        return
+    steps = int(packed_state.read_on_host(lambda s: s.num_steps))
+    replaced = int(packed_state.read_on_host(lambda s: s.num_replaced))
+    if steps > 0 and replaced >= steps:
+        name = type(solver.direction).__name__
+        warnings.warn(
+            f"{name}.compute returned no descent direction at any of the run's {steps} "
+            "steps (phi'(0) = <g, d> not negative, or not finite): each step searched along "
+            f"steepest descent instead and reset {name}'s memory, so {name} was never used "
+            "(Result.num_replaced; check the direction's sign with "
+            "jaxsearch.testing.check_direction).",
+            RuntimeWarning,
+            stacklevel=caller_stacklevel(),
+        )
 
 
 def dispatched_run(

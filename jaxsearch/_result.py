@@ -29,8 +29,8 @@ class Result(eqx.Module):
     `value`, `grad` and `aux` come from the evaluation of fn at `params`, bit for bit. At a
     complex leaf z = x + iy of params, `grad` is df/dx + i df/dy (the conjugate of
     `jax.grad`'s), and `state.grad` holds (df/dx, df/dy) on a last axis (docs/complex.md).
-    `num_steps` and `num_fun_evals` (evaluations of fn, value and gradient together
-    counting as one) are read from `state`.
+    `num_steps`, `num_fun_evals` (evaluations of fn, value and gradient together
+    counting as one), `num_grad_evals` and `num_replaced` are read from `state`.
     `history` is a `js.History` with `run(..., history=True)`, else None. `success` and
     `message` are read from `status`: `success` in traced code too, `message` on the host.
 
@@ -100,6 +100,20 @@ class Result(eqx.Module):
         return self.state.num_fun_evals
 
     @property
+    def num_grad_evals(self) -> Int[Array | np.ndarray, "*batch"]:
+        """Evaluations of fn that computed its gradient (`state.num_grad_evals`): all of
+        `num_fun_evals` but the trials a search evaluated without their slope (see
+        `Backtracking(slopes=...)`)."""
+        return self.state.num_grad_evals
+
+    @property
+    def num_replaced(self) -> Int[Array | np.ndarray, "*batch"]:
+        """Steps whose direction was not a descent direction, where the solver searched along
+        steepest descent instead and reset the direction's memory (`state.num_replaced`).
+        A run in which every step was replaced warns (the direction was never used)."""
+        return self.state.num_replaced
+
+    @property
     def success(self) -> Bool[Array, "*batch"]:
         """Whether the run converged (`CONVERGED_GTOL`, `CONVERGED_FTOL` or
         `CONVERGED_XTOL`): a boolean array, computed from `status`, so it works inside
@@ -132,7 +146,7 @@ class Result(eqx.Module):
         kept. A batch (`jax.vmap`) shows how many problems ended with each status, and its
         arrays; a result inside `jax.jit` or `vmap` (traced) shows dtypes and shapes, and
         computes nothing. (`eqx.tree_pprint(result)` shows every field.)"""
-        if any(_unreadable(x) for x in (self.status, self.value)):
+        if any(unreadable(x) for x in (self.status, self.value)):
             return (
                 f"Result(traced: status={_shown(self.status)}, value={_shown(self.value)}, "
                 f"history={'None' if self.history is None else 'kept'}; return it from the "
@@ -176,10 +190,11 @@ class Result(eqx.Module):
             np.asarray(state.step_size),
             x_finite,
             np.isfinite(np.asarray(state.value)),
+            np.asarray(state.search_end),
         )
 
 
-def _unreadable(x) -> bool:
+def unreadable(x) -> bool:
     """Whether `x` cannot be read on this host: traced, or an array some of whose shards live
     on other processes' devices."""
     return isinstance(x, jax.core.Tracer) or (
@@ -189,7 +204,7 @@ def _unreadable(x) -> bool:
 
 def _shown(x) -> str:
     """An array's values (a few at each end of a long one), or its dtype and shape where they
-    cannot be read (`_unreadable`)."""
-    if _unreadable(x):
+    cannot be read (`unreadable`)."""
+    if unreadable(x):
         return f"{x.dtype}{list(x.shape)}"
     return np.array2string(np.asarray(x), threshold=6, edgeitems=2)

@@ -36,7 +36,7 @@ from ._misc import (
 )
 from ._objective import Objective
 from ._state import BestPoint, SolverState, fingerprint_dtype
-from ._status import Status
+from ._status import SearchEnd, Status
 
 _replace = dataclasses.replace
 
@@ -161,6 +161,9 @@ def build_state(solver, search, diff, value_dtype, aux_shapes) -> SolverState:
         step_size=scalar(0, dtype),
         num_steps=scalar(0, jnp.int32),
         num_fun_evals=scalar(0, jnp.int32),
+        num_grad_evals=scalar(0, jnp.int32),
+        num_replaced=scalar(0, jnp.int32),
+        search_end=scalar(SearchEnd.NOT_SEARCHED, jnp.int32),
         status=scalar(Status.RUNNING, jnp.int32),
         best=best,
         steps_since_best=scalar(0, jnp.int32),

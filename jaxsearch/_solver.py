@@ -61,11 +61,11 @@ class Solver(eqx.Module):
     - `initial_step` (`js.InitialQuadratic()`): how each search's first trial step is chosen
       (docs/methods.md, "Initial steps").
     - When a run ends (docs/getting-started.md, "Stopping"; `result.message` says which):
-      `gtol` (1e-5) on the gradient's infinity norm, `ftol` (2.2e-9, scipy's) on the relative
-      decrease (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1), `xtol` (0: off) on max |x_{k+1} -
-      x_k|, `max_steps` (1000), `max_evals` (None: no budget of evaluations of fn),
-      `stall_steps` (100 steps without a new lowest f or least gradient norm) and `stop_when`
-      (None, or your function of the step's record, traced into the loop).
+      `gtol` (1e-5) on the gradient's infinity norm (`gtol_norm="2"`: its 2-norm, wherever
+      a run tests or reports it), `ftol` (2.2e-9, scipy's) on the relative decrease (f_k -
+      f_{k+1}) / max(|f_k|, |f_{k+1}|, 1), `xtol` (0: off) on max |x_{k+1} - x_k|, `max_steps`
+      (1000), `max_evals` (None: no budget of evaluations of fn), `stall_steps` (100 steps
+      without progress) and `stop_when` (None, or your function of the step's record).
     - `return_best` (True), `has_aux` (False: fn returns f alone, True: (f, aux)).
     - `value_and_grad` (False): True when fn returns (f, grad) of its own, never
       differentiated then (docs/own-gradient.md).
@@ -85,7 +85,7 @@ class Solver(eqx.Module):
     so under `vmap` finished problems stay put while others go on. Complex leaves are
     optimised as pairs of reals (docs/complex.md).
 
-    Structural settings (`max_steps`, `max_evals`, `stall_steps`, `stop_when`,
+    Structural settings (`gtol_norm`, `max_steps`, `max_evals`, `stall_steps`, `stop_when`,
     `return_best`, `has_aux`, `value_and_grad`, `throw`) are static, so two solvers with equal
     settings share compiled programs (`stop_when` is compared by identity, as `run`'s
     `callback`). Numeric settings (`gtol`, `ftol`, `xtol`, and those of the line search) may be
@@ -98,6 +98,7 @@ class Solver(eqx.Module):
     bounded_linesearch: AbstractLineSearch  # the line search of runs with bounds
     initial_step: AbstractInitialStep
     gtol: Setting
+    gtol_norm: str = eqx.field(static=True)  # "inf" or "2"
     ftol: Setting
     xtol: Setting
     max_steps: int = eqx.field(static=True)
@@ -116,6 +117,7 @@ class Solver(eqx.Module):
         linesearch: AbstractLineSearch | None = None,
         *,
         gtol: Setting = 1e-5,
+        gtol_norm: str = "inf",
         ftol: Setting = _SCIPY_FTOL,
         xtol: Setting = 0.0,
         max_steps: int | np.integer = 1000,
@@ -130,8 +132,8 @@ class Solver(eqx.Module):
         initial_step: AbstractInitialStep | None = None,
     ):
         fields = solver_settings(
-            direction, linesearch, initial_step, gtol=gtol, ftol=ftol, xtol=xtol,
-            max_steps=max_steps, max_evals=max_evals, stall_steps=stall_steps,
+            direction, linesearch, initial_step, gtol=gtol, gtol_norm=gtol_norm, ftol=ftol,
+            xtol=xtol, max_steps=max_steps, max_evals=max_evals, stall_steps=stall_steps,
             stop_when=stop_when, return_best=return_best, has_aux=has_aux,
             value_and_grad=value_and_grad, throw=throw, adjoint=adjoint,
         )  # fmt: skip
@@ -204,10 +206,11 @@ class Solver(eqx.Module):
         over other data compiles again: pass data through `args`. `value_dtype` as in `init`.
 
         - `history=True` keeps each step's `step`, `value`, `grad_norm`, `step_size`,
-          `num_fun_evals` and `step_evals` in `result.history`, buffers of `max_steps` rows
-          (24 bytes a row in float32) allocated on the device when the run starts: one larger
-          than a quarter of the device's memory (2 GiB where JAX reports none, as on a CPU) is
-          refused with a ValueError. `callback=f` calls `f(record)` on the host after each
+          `num_fun_evals`, `step_evals`, `num_grad_evals`, `num_replaced` and `search_end`
+          in `result.history`, buffers of `max_steps` rows (36 bytes a row in float32)
+          allocated on the device when the run starts: one larger than a quarter of the
+          device's memory (2 GiB where JAX reports none, as on a CPU) is refused with a
+          ValueError. `callback=f` calls `f(record)` on the host after each
           step, keeping nothing on the device; `verbose=True` prints a line per step,
           `progress=True` shows a tqdm bar (docs/history.md).
         - `bounds=(lower, upper)` keeps lower <= params <= upper, scalars or pytrees like

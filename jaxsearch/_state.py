@@ -35,6 +35,11 @@ class SolverState(eqx.Module):
     least (`lowest_grad_norm`); `Solver(stall_steps=...)` ends a run that makes no progress
     for that many steps as `STALLED`.
 
+    `num_replaced` counts the steps whose direction (`AbstractDirection.compute`) was not a
+    descent direction (phi'(0) not negative, or not finite), where the solver searched along
+    steepest descent instead and reset the direction's memory; `search_end` says how the last
+    step's search ended (`js.SearchEnd`).
+
     `fingerprint` identifies the params that the last step (or run) returned (`fingerprint`),
     so that a `step` given other params finds that the cached f and gradient are not theirs:
     it evaluates fn at its params first, as after `Solver.reevaluate`, and counts it in
@@ -53,7 +58,10 @@ class SolverState(eqx.Module):
         Scalar  # the last step's accepted step size along its direction; 0 if it did not move
     )
     num_steps: Int[Array, ""]
-    num_fun_evals: Int[Array, ""]
+    num_fun_evals: Int[Array, ""]  # evaluations of fn: of f alone, or with its gradient
+    num_grad_evals: Int[Array, ""]  # those of them that computed the gradient too
+    num_replaced: Int[Array, ""]  # steps whose direction was not a descent direction
+    search_end: Int[Array, ""]  # how the last step's search ended (a `SearchEnd` code)
     status: Int[Array, ""]  # a Status code describing the last step
     best: BestPoint | None
     steps_since_best: Int[Array, ""]  # steps since the last progress (see `Solver`)

@@ -93,9 +93,28 @@ class StatusArray(np.ndarray):
         return f"StatusArray({names})"
 
 
+class SearchEnd(enum.IntEnum):
+    """How a step's line search ended, kept per step (`state.search_end`, the history's
+    `search_end`): where it took its step with its own conditions met (`SUCCESS`), took one
+    without them (`FALLBACK`, e.g. Zoom's best point where the curvature condition was never
+    met), or took none, and then why. Read by the solver from what the search did; a search
+    reports nothing but its `SearchState`."""
+
+    SUCCESS = 0  # a step taken, the search's conditions met
+    FALLBACK = 1  # a step taken without the search's conditions (its best trial)
+    TRIAL_BUDGET = 2  # no step: its max_trials trials found no acceptable point
+    BELOW_RESOLUTION = 3  # no step: every step left to try rounds to x
+    NONFINITE = 4  # no step: it ended on a trial whose f or slope was not finite
+    ABOVE_CAP = 5  # no step: it proposed a trial beyond its cap, which the solver refused
+    GAVE_UP = 6  # no step, for a reason of the search's own
+    OUT_OF_EVALS = 7  # no step: cut off where the run's max_evals was spent
+    NOT_SEARCHED = 8  # no search yet (the state of `init`)
+
+
 class Cause(enum.IntEnum):
-    """Which of the causes of a `STALLED` or `NONFINITE` end it was (`NONE` for the other
-    statuses): read from the state by `_stopping.stop_cause`, recorded nowhere."""
+    """Which of the causes of a `STALLED`, `NONFINITE` or `LINESEARCH_FAILED` end it was
+    (`NONE` for the other statuses): read from the state by `_stopping.stop_cause`, recorded
+    nowhere."""
 
     NONE = 0
     ROUNDED_AWAY = 1  # the last step changed no parameter
@@ -105,11 +124,15 @@ class Cause(enum.IntEnum):
     X_NOT_FINITE = 5  # the start point holds NaN or inf
     VALUE_NOT_FINITE = 6  # f is not finite at the start point
     GRAD_NOT_FINITE = 7  # its gradient is not finite there
+    TRIAL_BUDGET = 8  # the search's max_trials trials found no acceptable point
+    NONFINITE_TRIAL = 9  # the search ended on a trial where f or its slope is not finite
+    ABOVE_CAP = 10  # the search proposed a trial beyond its cap (a broken search)
+    SEARCH_GAVE_UP = 11  # the search ended with no step for a reason of its own
 
 
 _MESSAGES = {
     Status.RUNNING: "No stopping criterion met yet.",
-    Status.CONVERGED_GTOL: "Converged: the infinity norm of the gradient is at most gtol.",
+    Status.CONVERGED_GTOL: "Converged: the norm of the gradient (gtol_norm) is at most gtol.",
     Status.CONVERGED_FTOL: "Converged: the relative decrease of f is at most ftol.",
     Status.MAX_STEPS: "Stopped: max_steps reached before convergence.",
     Status.LINESEARCH_FAILED: (
@@ -143,6 +166,23 @@ _CAUSE_MESSAGES = {
     Cause.X_NOT_FINITE: "Stopped: {x} is not finite (it holds NaN or inf).",
     Cause.VALUE_NOT_FINITE: "Stopped: f is not finite at {x}.",
     Cause.GRAD_NOT_FINITE: "Stopped: the gradient of f is not finite at {x} (f is).",
+    Cause.TRIAL_BUDGET: (
+        "Stopped: the line search used its max_trials trials without finding a point with "
+        "sufficient decrease; params are the last accepted point."
+    ),
+    Cause.NONFINITE_TRIAL: (
+        "Stopped: the line search ended on a trial where f or its slope is not finite, with "
+        "no acceptable point before it; params are the last accepted point."
+    ),
+    Cause.ABOVE_CAP: (
+        "Stopped: the line search proposed a trial step beyond its cap (max_step_size, or "
+        "the box's edge), which the solver refused: the search breaks its contract (see "
+        "jaxsearch.testing.check_line_search); params are the last accepted point."
+    ),
+    Cause.SEARCH_GAVE_UP: (
+        "Stopped: the line search ended with no step (no point with sufficient decrease; "
+        "for FixedStep, no finite value); params are the last accepted point."
+    ),
 }
 
 # The causes each status may have (the others have none).
@@ -154,6 +194,19 @@ CAUSES = {
         Cause.GTOL_ABOVE_BEST,
     ),
     Status.NONFINITE: (Cause.X_NOT_FINITE, Cause.VALUE_NOT_FINITE, Cause.GRAD_NOT_FINITE),
+    Status.LINESEARCH_FAILED: (
+        Cause.TRIAL_BUDGET,
+        Cause.NONFINITE_TRIAL,
+        Cause.ABOVE_CAP,
+        Cause.SEARCH_GAVE_UP,
+    ),
+}
+
+# The cause of a LINESEARCH_FAILED end, from how its last search ended.
+FAILED_SEARCH_CAUSES = {
+    SearchEnd.TRIAL_BUDGET: Cause.TRIAL_BUDGET,
+    SearchEnd.NONFINITE: Cause.NONFINITE_TRIAL,
+    SearchEnd.ABOVE_CAP: Cause.ABOVE_CAP,
 }
 
 

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, Scalar
 
 from ._misc import Setting
-from ._status import Cause, Status
+from ._status import FAILED_SEARCH_CAUSES, Cause, SearchEnd, Status
 
 
 def step_status(
@@ -73,6 +73,27 @@ def step_status(
         rules.append((stop, Status.STOPPED))
     conditions, statuses = zip(*rules, strict=True)
     return jnp.select(list(conditions), list(statuses), Status.RUNNING).astype(jnp.int32)
+
+
+def search_end(search, above_cap, budget, spent, finite) -> Int[Array, ""]:
+    """How a step's `search` ended (a `SearchEnd` code), by the first rule that applies: a
+    step taken with the search's conditions met (`success`) or without them; a trial beyond
+    the cap refused (`above_cap`); cut off where the run's evaluations were `spent` before
+    its trial `budget`; ended on a trial whose value or slope was not `finite`; its trial
+    budget used; gave up below the line's resolution; else for a reason of its own."""
+    took = search.done & (search.step > 0)
+    out_of_evals = jnp.array(False) if spent is None else spent & ~search.done & ~budget
+    rules = [
+        (took & search.success, SearchEnd.SUCCESS),
+        (took, SearchEnd.FALLBACK),
+        (above_cap, SearchEnd.ABOVE_CAP),
+        (out_of_evals, SearchEnd.OUT_OF_EVALS),
+        (~finite, SearchEnd.NONFINITE),
+        (budget | ~search.done, SearchEnd.TRIAL_BUDGET),
+        (search.trial < search.min_step, SearchEnd.BELOW_RESOLUTION),
+    ]
+    conditions, codes = zip(*rules, strict=True)
+    return jnp.select(list(conditions), list(codes), SearchEnd.GAVE_UP).astype(jnp.int32)
 
 
 def stalled(steps_since_best: Int[Array, ""], stall_steps: int) -> Bool[Array, ""]:
@@ -145,10 +166,11 @@ def returned_status(status: Int[Array, ""], grad_norm: Scalar, gtol: Setting) ->
     return jnp.where(stalled, Status.STALLED, status).astype(jnp.int32)
 
 
-def stop_cause(xp, status, last_status, step_size, x_finite, value_finite):
-    """Which cause ended a run or step with `status` (a `Cause`; `NONE` unless `STALLED` or
-    `NONFINITE`), read from what the state holds: `last_status` and `step_size` are the
-    state's (its last step's status and step size, 0 where it took none), `x_finite` and
+def stop_cause(xp, status, last_status, step_size, x_finite, value_finite, search_end):
+    """Which cause ended a run or step with `status` (a `Cause`; `NONE` unless `STALLED`,
+    `NONFINITE` or `LINESEARCH_FAILED`), read from what the state holds: `last_status`,
+    `step_size` and `search_end` are the state's (its last step's status, step size, 0
+    where it took none, and how its search ended, a `SearchEnd`), `x_finite` and
     `value_finite` tell whether the start point and f there are finite. `xp` is `numpy` (on
     the host, `Result.message`) or `jax.numpy` (in the compiled run, for `throw`).
 
@@ -156,9 +178,12 @@ def stop_cause(xp, status, last_status, step_size, x_finite, value_finite):
     no parameter; or its search gave up below the line's resolution, no step), when it
     stopped `RUNNING` for want of progress (`run_status`), or when `CONVERGED_GTOL` held
     only above the lowest f (`returned_status`). `NONFINITE` is decided at the start point
-    only (no search accepts a non-finite trial): the point, else f, else its gradient."""
+    only (no search accepts a non-finite trial): the point, else f, else its gradient.
+    `LINESEARCH_FAILED` names how the last search ended (`FAILED_SEARCH_CAUSES`)."""
     stalled = status == Status.STALLED
     nonfinite = status == Status.NONFINITE
+    failed = status == Status.LINESEARCH_FAILED
+    searches = list(FAILED_SEARCH_CAUSES.items())
     return xp.select(
         [
             stalled & (last_status == Status.CONVERGED_GTOL),
@@ -168,6 +193,8 @@ def stop_cause(xp, status, last_status, step_size, x_finite, value_finite):
             nonfinite & ~x_finite,
             nonfinite & ~value_finite,
             nonfinite,
+            *(failed & (search_end == end) for end, _ in searches),
+            failed,
         ],
         [
             Cause.GTOL_ABOVE_BEST,
@@ -177,6 +204,8 @@ def stop_cause(xp, status, last_status, step_size, x_finite, value_finite):
             Cause.X_NOT_FINITE,
             Cause.VALUE_NOT_FINITE,
             Cause.GRAD_NOT_FINITE,
+            *(cause for _, cause in searches),
+            Cause.SEARCH_GAVE_UP,
         ],
         Cause.NONE,
     ).astype(xp.int32)

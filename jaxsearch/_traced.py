@@ -151,8 +151,8 @@ def returned_point(solver, search, diff, state: SolverState, box, status, no_pro
     point, by `returns_last`, and the status for it (`returned_status`)."""
     best, dtype = state.best, state.scalar_dtype
     assert best is not None
-    last_grad_norm = gradient_norm(diff, state.grad, box, dtype)
-    best_grad_norm = gradient_norm(best.params, best.grad, box, dtype)
+    last_grad_norm = gradient_norm(diff, state.grad, box, dtype, solver.gtol_norm)
+    best_grad_norm = gradient_norm(best.params, best.grad, box, dtype, solver.gtol_norm)
     keep_last = returns_last(
         last=state.value,
         best=best.value,
@@ -184,6 +184,7 @@ def raise_on_failure(solver, diff, status, failures: tuple, state: SolverState, 
         state.step_size,
         tree_all_finite(x),
         jnp.isfinite(state.value),
+        state.search_end,
     )
     ends = [(s, c) for s in failures for c in CAUSES.get(s, (Cause.NONE,))]
     statuses = jnp.array([int(s) for s, _ in ends], jnp.int32)

@@ -36,7 +36,9 @@ class LBFGS(AbstractDirection):
 
     Keeps the last `memory_size` pairs (s, y) in buffers with a leading `(memory_size,)` axis
     per leaf. The initial matrix is gamma * I with gamma = s'y / y'y from the newest pair
-    (N&W eq. 7.20). `form` picks how d = -H g is computed; both give the same matrix:
+    (N&W eq. 7.20; Shanno & Phua 1978), or with `scale_initial=False` the identity, H0 = I
+    (jaxopt's `use_gamma=False`), in every form below and with bounds (L-BFGS-B's theta = 1).
+    `form` picks how d = -H g is computed; both give the same matrix:
 
     - `"two_loop"`: the two-loop recursion (N&W algorithm 7.4), two `fori_loop`s over the m
       slots. Its state is a `TwoLoopLBFGSState`: the memory alone.
@@ -78,7 +80,8 @@ class LBFGS(AbstractDirection):
 
     **Preconditioning.** `preconditioner` P, an approximation of the inverse Hessian that is
     symmetric positive definite, replaces the identity in the initial matrix: H0 = gamma P
-    with gamma = s'y / y'P y from the newest pair (1 before the first pair). That is L-BFGS
+    with gamma = s'y / y'P y from the newest pair (1 before the first pair; 1 always with
+    `scale_initial=False`, H0 = P). That is L-BFGS
     in the variables z = P^(-1/2) x, where N&W's gamma = s'y / y'y is s'y / y'P y (N&W
     eq. 7.20, with the change of variables of their section 5.1; Optim.jl's `P`, as an
     inverse). P is one of:
@@ -107,6 +110,7 @@ class LBFGS(AbstractDirection):
     curvature_eps: float | None = eqx.field(static=True, default=None)
     form: str = eqx.field(static=True, default="auto")
     preconditioner: Preconditioner = None
+    scale_initial: bool = eqx.field(static=True, default=True)
 
     def __check_init__(self):
         check_count("LBFGS", "memory_size", self.memory_size)
@@ -123,6 +127,10 @@ class LBFGS(AbstractDirection):
             raise ValueError(
                 f"LBFGS: memory_dtype must be a floating dtype such as jnp.float32, "
                 f"got {self.memory_dtype!r}."
+            )
+        if not isinstance(self.scale_initial, bool):
+            raise TypeError(
+                f"LBFGS: scale_initial must be True or False, got {self.scale_initial!r}."
             )
         if self.curvature_eps is not None and not self.curvature_eps >= 0:
             raise ValueError(
@@ -154,6 +162,8 @@ class LBFGS(AbstractDirection):
         return "two_loop" if small else "compact"
 
     def compute(self, state: AbstractLBFGSState, info: DirectionInfo):
+        if not self.scale_initial:  # H0 = I: every form reads gamma from the state
+            state = eqx.tree_at(lambda st: st.gamma, state, jnp.ones_like(state.gamma))
         if info.box is not None:
             if self.preconditioner is not None:
                 raise ValueError(

@@ -26,6 +26,7 @@ from ._initial import (
 )
 from ._more_thuente import MoreThuente as MoreThuente
 from ._nonmonotone import NonmonotoneArmijo as NonmonotoneArmijo
+from ._standalone import LineSearchResult as LineSearchResult
 from ._stochastic import StochasticArmijo as StochasticArmijo
 from ._zoom import Zoom as Zoom
 

@@ -9,9 +9,17 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Scalar
 
-from .._misc import Setting, as_int, check_setting, scalar
-from ._base import AbstractLineSearch, after_trial
-from ._conditions import ValueScale, armijo, lost_in_rounding, slope_armijo
+from .._misc import Setting, as_int, check_setting, scalar, setting_value
+from ._base import AbstractLineSearch, after_trial, at_binding_cap
+from ._conditions import (
+    ValueScale,
+    armijo,
+    goldstein_lower,
+    lost_in_rounding,
+    slope_armijo,
+    strong_wolfe_curvature,
+    wolfe_curvature,
+)
 from ._decrease import AbstractDecreaseSearch, DecreaseSearchState, accepts_max_steps
 
 
@@ -48,26 +56,57 @@ class AbstractBacktracking(AbstractLineSearch):
         test is on the slope (False for a search that judges values alone)."""
 
     @abc.abstractmethod
+    def long_enough(self, search, t, phi, dphi, lost) -> Bool[Array, ""] | None:
+        """The test a trial must pass beside sufficient decrease so that it is not too short
+        (Wolfe's curvature condition, Goldstein's lower bound), given whether its change of
+        f is `lost` in rounding; None for Armijo's test alone."""
+
+    @abc.abstractmethod
     def recorded(self, search, accept: Bool[Array, ""], phi: Scalar) -> dict:
         """The search's own fields a judged trial sets (for `after_trial`), from its value
         phi(t) and whether it passed; {} for none."""
 
     def passes(self, search, t, phi, dphi) -> Bool[Array, ""]:
         """Armijo's test at trial t against `reference`, or the slope test where
-        `lost_in_rounding`; False where phi(t) or phi'(t) is not finite."""
+        `lost_in_rounding`, and `long_enough` where the search has that test; False where
+        phi(t) or phi'(t) is not finite. On a trial judged on f alone (`value_only_trial`)
+        the tests on values alone."""
         lost = self.lost_in_rounding(search, t, phi, dphi)
         test = armijo(self.reference(search), search.dphi0, t, phi, self.c1)
         decrease = jnp.where(lost, slope_armijo(search.dphi0, dphi, self.c1), test)
-        return decrease & jnp.isfinite(dphi)
+        accept = decrease & jnp.isfinite(dphi)
+        other = self.long_enough(search, t, phi, dphi, lost)
+        if other is not None:
+            accept = accept & other
+        if self.slope_needed(search) is None:
+            return accept
+        alone = test if other is None else test & other
+        return jnp.where(self.value_only_trial(search, dphi), alone, accept)
+
+    def value_only_trial(self, search, dphi) -> Bool[Array, ""]:
+        """Whether the trial just evaluated came without its slope (phi'(t) = NaN, where
+        `slope_needed` said it needs none)."""
+        needed = self.slope_needed(search)
+        if needed is None:
+            return jnp.array(False)
+        return ~needed & jnp.isnan(dphi)
+
+    def slope_wanted(self, search, t, phi, dphi) -> Bool[Array, ""]:
+        """Whether a trial judged on f alone needs its slope after all: f changed by less than
+        its rounding error there (`lost_in_rounding` of the values), so the search asks the
+        solver for the same trial again, with its slope."""
+        lost = self.lost_in_rounding(search, t, phi, jnp.zeros_like(dphi))
+        return self.value_only_trial(search, dphi) & lost
 
     def update(self, search, t, phi, dphi):
-        accept = self.passes(search, t, phi, dphi)
+        again = self.slope_wanted(search, t, phi, dphi)
+        accept = self.passes(search, t, phi, dphi) & ~again
         num_trials = search.num_trials + 1
         shrunk = (t * self.shrink).astype(t.dtype)
-        give_up = ~accept & ((num_trials >= self.max_trials) | (shrunk < search.min_step))
+        give_up = ~accept & ~again & ((num_trials >= self.max_trials) | (shrunk < search.min_step))
         return after_trial(
             search,
-            trial=jnp.where(accept, t, shrunk),
+            trial=jnp.where(accept | again, t, shrunk),
             done=accept | give_up,
             step=jnp.where(accept, t, 0),
             success=accept,
@@ -133,13 +172,23 @@ class AbstractDecreaseBacktracking(AbstractBacktracking, AbstractDecreaseSearch)
 
 @accepts_max_steps
 class Backtracking(AbstractDecreaseBacktracking):
-    """Backtracking until the Armijo condition phi(t) <= phi(0) + c1 t phi'(0) holds, with
-    `c1` = 1e-4 by default.
+    """Backtracking until `condition` holds at a trial, with `c1` = 1e-4 and `c2` = 0.9 by
+    default (Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 3.1):
 
-    Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 3.1. Each rejected trial
-    (including one where f or its slope is not finite) multiplies t by `shrink`. After
-    `max_trials` rejected trials, or when the next trial would be below the line's resolution
-    `min_step` (it would change no parameter), no step is taken (`step == 0`).
+    - `"armijo"` (the default): phi(t) <= phi(0) + c1 t phi'(0) (N&W eq. 3.4);
+    - `"goldstein"`: phi(0) + (1 - c1) t phi'(0) <= phi(t) <= phi(0) + c1 t phi'(0), for
+      `c1` < 1/2 (N&W eq. 3.11);
+    - `"wolfe"`: Armijo's test and phi'(t) >= c2 phi'(0) (N&W eq. 3.6);
+    - `"strong-wolfe"`: Armijo's test and |phi'(t)| <= c2 |phi'(0)| (N&W eq. 3.7);
+
+    with `c2` in (c1, 1) for the Wolfe conditions (it is not used by the others). Each
+    rejected trial (including one where f or its slope is not finite) multiplies t by
+    `shrink`. After `max_trials` rejected trials, or when the next trial would be below the
+    line's resolution `min_step` (it would change no parameter), no step is taken
+    (`step == 0`). A backtracking search only shrinks: a trial rejected by the curvature
+    condition or Goldstein's lower bound (a step too short) is shrunk too, as jaxopt's
+    `BacktrackingLineSearch` does, so the search may end with no step where a bracketing
+    search would find one (`js.Zoom` for the strong Wolfe conditions, `js.MoreThuente`).
 
     The first trial is the solver's shared initial guess (1 for quasi-Newton directions); with
     `growth` set it is instead min(growth * previous accepted step, max_step_size) once a step
@@ -147,15 +196,29 @@ class Backtracking(AbstractDecreaseBacktracking):
 
     With a dynamic cap `max_step` passed to `start`, cap = min(max_step_size, max_step)
     replaces max_step_size above and the first trial is max(min(that trial, cap), min_step):
-    no trial exceeds cap, and a trial at cap is accepted (step = cap, `success` True) exactly
-    when it passes the test below, as any trial. A cap below `min_step` (or <= 0, or NaN)
-    ends the search at once with no step.
+    no trial exceeds cap. A trial at a binding cap (cap < max_step_size) is accepted (step =
+    cap, `success` True) exactly when it passes Armijo's test (below, slope form included):
+    the curvature condition or Goldstein's lower bound is not asked there, since no longer
+    step may be tried. A cap below `min_step` (or <= 0, or NaN) ends the search at once with
+    no step.
 
     Where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k` (C_k: Hager & Zhang's
     average of |f| over the iterates, `ValueScale`; `epsilon = None`: 1e-6 in float64,
-    3.5e-4 in float32), the change is lost in the rounding error of f and
-    the test is on the slope instead, phi'(t) <= (2 c1 - 1) phi'(0) (`lost_in_rounding`,
-    Hager & Zhang 2005, section 4). `epsilon = 0` gives the textbook test.
+    3.5e-4 in float32), the change is lost in the rounding error of f (`lost_in_rounding`,
+    Hager & Zhang 2005, section 4) and the tests on values are made on slopes, as they read
+    for a quadratic phi: Armijo's test becomes phi'(t) <= (2 c1 - 1) phi'(0), and
+    Goldstein's lower bound phi'(t) >= (1 - 2 c1) phi'(0). The curvature conditions are on
+    slopes already and stay as they are. `epsilon = 0` gives the textbook tests.
+
+    `slopes="first"` evaluates f alone (no gradient: one forward pass of fn) at every trial
+    after the first, where Armijo's test needs no slope, as jaxopt's Armijo backtracking
+    does: a step that backtracks k times then costs one evaluation of f and its gradient,
+    k of f alone and, for the trial it accepts, one more of f and its gradient, where
+    `"every"` (the default) costs k + 1 of f and its gradient. Worth it where the gradient
+    costs more than f and steps often backtrack twice or more (gradient descent on a stiff
+    f); a quasi-Newton direction's unit step is mostly accepted at once, where it changes
+    nothing. A trial whose change of f is lost in rounding is evaluated again with its slope
+    (`AbstractLineSearch.slope_needed`). Counted apart in `Result.num_grad_evals`.
 
     A step accepted on its slope may raise f within the allowance above: the search is
     `monotone` only with `epsilon = 0`. `max_step_size` (default +inf, no cap) and numeric
@@ -168,12 +231,43 @@ class Backtracking(AbstractDecreaseBacktracking):
     growth: Setting | None = None
     max_step_size: Setting = float("inf")
     epsilon: Setting | None = None
+    condition: str = eqx.field(static=True, default="armijo")
+    c2: Setting = 0.9
+    slopes: str = eqx.field(static=True, default="every")
 
     evaluates_each_step: ClassVar[bool] = False
 
+    def slope_needed(self, search) -> Bool[Array, ""] | None:
+        if self.slopes == "every":
+            return None
+        return search.num_trials == 0
+
     def __check_init__(self):
         name = "Backtracking"
+        if self.slopes not in ("every", "first"):
+            raise ValueError(
+                f"{name}: slopes must be 'every' (every trial evaluates f and its gradient) or "
+                f"'first' (trials after the first evaluate f alone), got {self.slopes!r}."
+            )
+        if self.slopes == "first" and self.condition in ("wolfe", "strong-wolfe"):
+            raise ValueError(
+                f"{name}: slopes='first' judges trials on f alone, which the curvature test of "
+                f"condition={self.condition!r} cannot do: use slopes='every' with it."
+            )
+        if not (isinstance(self.condition, str) and self.condition in CONDITIONS):
+            raise ValueError(
+                f"{name}: condition must be one of {', '.join(map(repr, CONDITIONS))}, "
+                f"got {self.condition!r}."
+            )
         check_setting(name, "c1", self.c1, lambda v: 0 < v < 1, "lie in (0, 1)")
+        if self.condition == "goldstein":
+            check_setting(
+                name, "c1", self.c1, lambda v: v < 0.5, 'lie in (0, 1/2) for condition="goldstein"'
+            )
+        if self.condition in ("wolfe", "strong-wolfe"):
+            c1, c2 = setting_value(name, "c1", self.c1), setting_value(name, "c2", self.c2)
+            if c1 is not None and c2 is not None and not c1 < c2 < 1:
+                raise ValueError(f"{name}: c2 must lie in (c1, 1) = ({c1}, 1), got {c2}.")
         check_setting(name, "shrink", self.shrink, lambda v: 0 < v < 1, "lie in (0, 1)")
         if self.growth is not None:
             check_setting(name, "growth", self.growth, lambda v: 1 <= v < inf, "be >= 1 or None")
@@ -186,3 +280,18 @@ class Backtracking(AbstractDecreaseBacktracking):
 
     def carried_after_failure(self, prev_step, search):
         return prev_step
+
+    def long_enough(self, search, t, phi, dphi, lost) -> Bool[Array, ""] | None:
+        if self.condition == "armijo":
+            return None
+        if self.condition == "goldstein":
+            test = goldstein_lower(search.phi0, search.dphi0, t, phi, dphi, self.c1, lost)
+        elif self.condition == "wolfe":
+            test = wolfe_curvature(search.dphi0, dphi, self.c2)
+        else:
+            test = strong_wolfe_curvature(search.dphi0, dphi, self.c2)
+        return test | at_binding_cap(search, self.max_step_size, t)
+
+
+# The conditions `Backtracking` tests, by name (jaxopt's `BacktrackingLineSearch` names).
+CONDITIONS = ("armijo", "goldstein", "wolfe", "strong-wolfe")

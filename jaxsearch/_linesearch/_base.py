@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from .._misc import Setting
+from ._standalone import LineSearchResult, run_alone
 
 
 class Point(eqx.Module):
@@ -152,7 +153,8 @@ def trials_before_fallback(max_trials: int) -> int:
 
 
 class AbstractLineSearch(eqx.Module):
-    """A line search over phi(t) = f(x + t d) that sees value *and* slope at every trial.
+    """A line search over phi(t) = f(x + t d) that sees value *and* slope at every trial (or
+    the value alone at the trials it says need no slope, `slope_needed`).
 
     Subclasses are immutable configuration. Integer and other structural settings are static
     fields; numeric settings may be Python numbers (hashed: equal searches share compiled
@@ -163,7 +165,9 @@ class AbstractLineSearch(eqx.Module):
     A subclass implements the abstract members below and nothing else (Equinox's
     abstract/final rule): `max_step_size` (a field or property), `evaluates_each_step` (a
     class attribute), `max_trials`, `monotone`, `allowance`, `init`, `start`, `update`,
-    `finish`. Check it with `jaxsearch.testing.check_line_search`.
+    `finish`; and where it judges some trials on f alone, the one optional member,
+    `slope_needed` (by default every trial needs its slope). Check it with
+    `jaxsearch.testing.check_line_search`.
 
     `max_step_size` caps every trial. The built-in searches default it to +inf (no cap):
     their first trial is the solver's scale-free guess, so multiplying f by a constant
@@ -178,6 +182,8 @@ class AbstractLineSearch(eqx.Module):
     # before every search, as after `Solver.reevaluate`, rather than starting from those
     # the state caches (on the previous step's args). `run`, whose args do not change, and
     # the optax transformation given f and its gradient at params, do not evaluate again.
+    # Such a search's failure is part of its method (it carries what it learnt to the next
+    # search): `run` then goes on after a step that took no step, as a loop of `step`s does.
     evaluates_each_step: eqx.AbstractClassVar[bool]
 
     @property
@@ -252,6 +258,53 @@ class AbstractLineSearch(eqx.Module):
         when it ends with `step > 0`, `step` is the t of the last call; the result has the
         structure, shapes and dtypes of `search` (the solver runs this in a loop)."""
 
+    def slope_needed(self, search: SearchState) -> Bool[Array, ""] | None:
+        """Whether the next trial, `search.trial`, needs its slope phi'(t). An optional
+        member: the default, None, says every trial does.
+
+        A search that returns a boolean array lets the solver evaluate f alone (one forward
+        pass of fn, no gradient) where it is False, and hand `update` phi'(t) = NaN there.
+        Where `update` then asks for the same trial again, the solver evaluates it with its
+        slope (so a search that finds it needs the slope after all, e.g. where the change of f
+        is lost in rounding, asks for t once more); where such a trial ends the search with
+        `step` = t, the solver evaluates f and its gradient there before the step ends, and
+        takes no step where that slope is not finite. Both evaluations count in
+        `num_fun_evals`, and those with a gradient in `num_grad_evals`. Under `jax.vmap`, and
+        with a dense least-squares direction or fn's own gradient, every trial has its
+        slope."""
+        return None
+
     @abc.abstractmethod
     def finish(self, state: PyTree, search: SearchState) -> PyTree:
         """State for the next search, once this one is done."""
+
+    def run(
+        self,
+        fn,
+        params: PyTree,
+        direction: PyTree,
+        *args: Any,
+        value: Scalar | None = None,
+        grad: PyTree | None = None,
+        guess: Scalar | float = 1.0,
+        max_step: Scalar | float | None = None,
+        state: PyTree | None = None,
+    ) -> LineSearchResult:
+        """This search by itself along `direction` from `params`, as jaxopt's `ls.run` and
+        scipy's `scipy.optimize.line_search` (inside an optimiser of your own): phi(t) =
+        fn(params + t direction, *args), a scalar, with phi'(t) from `jax.value_and_grad`.
+
+        `params` and `direction` are pytrees of floating arrays of one structure. `value` and
+        `grad` (both or neither) are fn and its gradient at `params`, which saves an
+        evaluation; `guess` is the first trial (before the cap rules of `start`); `max_step`
+        a cap on the steps (None: none); `state` the search's state between searches, from
+        the previous call's result (None: `init`'s). The line's resolution `min_step` is the
+        solver's (`tree_min_step`: below it x + t d rounds to x).
+
+        Every evaluation of fn is at one site of one `lax.while_loop`, within `max_trials`
+        trials (and the evaluation at `params` where `value` is not given); compiled with
+        `eqx.filter_jit`, so repeated calls with arrays of the same shapes and dtypes (and the
+        same fn) compile once, and it runs under `jax.jit` and `jax.vmap`. A `direction` that
+        does not descend (phi'(0) >= 0 or not finite) gets `success` False and no step (it
+        does not raise: it may be traced). Returns a `LineSearchResult`."""
+        return run_alone(self, fn, params, direction, args, value, grad, guess, max_step, state)

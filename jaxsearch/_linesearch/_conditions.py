@@ -116,3 +116,26 @@ def sufficient_decrease(
     lost = lost_in_rounding(phi0, dphi0, t, phi, dphi, epsilon, scale)
     decrease = jnp.where(lost, slope_armijo(dphi0, dphi, c1), armijo(phi0, dphi0, t, phi, c1))
     return decrease & jnp.isfinite(dphi), lost
+
+
+def wolfe_curvature(dphi0: Scalar, dphi: Scalar, c2: Setting) -> Bool[Array, ""]:
+    """phi'(t) >= c2 phi'(0): Wolfe's curvature condition (Nocedal & Wright, 2nd ed., eq.
+    3.6b), False where phi'(t) is NaN."""
+    return dphi >= c2 * dphi0
+
+
+def strong_wolfe_curvature(dphi0: Scalar, dphi: Scalar, c2: Setting) -> Bool[Array, ""]:
+    """|phi'(t)| <= c2 |phi'(0)|: the strong Wolfe curvature condition (Nocedal & Wright,
+    2nd ed., eq. 3.7b), False where phi'(t) is not finite."""
+    return jnp.abs(dphi) <= c2 * jnp.abs(dphi0)
+
+
+def goldstein_lower(
+    phi0: Scalar, dphi0: Scalar, t: Scalar, phi: Scalar, dphi: Scalar, c: Setting, lost
+) -> Bool[Array, ""]:
+    """The lower Goldstein bound phi(t) >= phi(0) + (1 - c) t phi'(0) (Nocedal & Wright,
+    2nd ed., eq. 3.11, left), which keeps t from being too short. Where the change of f is
+    `lost` in rounding it is judged on the slope as for a quadratic phi, where it reads
+    phi'(t) >= (1 - 2 c) phi'(0) (as `slope_armijo` is Armijo's test on a quadratic)."""
+    on_values = phi >= phi0 + (1 - c) * t * dphi0
+    return jnp.where(lost, dphi >= (1 - 2 * c) * dphi0, on_values)

@@ -92,6 +92,9 @@ class NonmonotoneArmijo(AbstractBacktracking):
     def lost_in_rounding(self, search, t, phi, dphi):
         return jnp.array(False)  # values alone: a rise up to C_k is the method, not rounding
 
+    def long_enough(self, search, t, phi, dphi, lost) -> None:
+        return None  # Armijo's test alone
+
     def recorded(self, search, accept, phi) -> dict:
         return {"taken": jnp.where(accept, phi, search.taken).astype(phi.dtype)}
 

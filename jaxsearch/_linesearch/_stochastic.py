@@ -117,6 +117,9 @@ class StochasticArmijo(AbstractDecreaseBacktracking):
         carried = prev_step if self.reset == "keep" else (prev_step * self.growth).astype(dtype)
         return jnp.where(prev_step > 0, carried, init)
 
+    def long_enough(self, search, t, phi, dphi, lost) -> None:
+        return None  # Armijo's test alone
+
     def carried_after_failure(self, prev_step: Scalar, search) -> Scalar:
         # The last trial, shrunk once more, where the search tried one (a search that ended
         # as it started, at a cap below the line's resolution, judged no step size).

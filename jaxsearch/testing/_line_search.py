@@ -204,7 +204,8 @@ def _check_driven(search: AbstractLineSearch, dtype) -> None:
     if capped is not None:
         for phi in LINES:
             for guess in (5.0, 0.3 * cap):
-                _check_ending(capped, *drive(capped, phi, dtype, guess=guess), phi, who)
+                trials, values, record = drive(capped, phi, dtype, guess=guess)
+                _check_ending(capped, trials, values, record, phi, who)
     # A cap below the resolution, not positive or NaN: no trial, no step.
     for bad in (cap / 10, 0.0, math.nan):
         trials, _, record = drive(search, _quadratic, dtype, max_step=bad, min_step=cap / 5)

@@ -188,12 +188,12 @@ def _history_limit() -> int:
 
 
 def test_a_history_too_large_is_refused_before_it_is_allocated():
-    """max_steps = 2**31 - 1 keeps that many rows of 24 bytes (three int32 counts, three
+    """max_steps = 2**31 - 1 keeps that many rows of 36 bytes (six int32 counts, three
     float32 values) and the int32 length, far more than the limit: refused while the run is
     traced (only lowered here: nothing is allocated, with the fix or without), with the size
     in bytes and what to do instead."""
     steps = 2**31 - 1
-    size = steps * (3 * 4 + 3 * 4) + 4
+    size = steps * (6 * 4 + 3 * 4) + 4
     assert size > _history_limit()
     solver = js.Solver(max_steps=steps)
     run = jax.jit(lambda x: solver.run(rosenbrock, x, SCALE, history=True))
