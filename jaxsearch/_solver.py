@@ -205,14 +205,13 @@ class Solver(eqx.Module):
         so does a new `fn` object that computes the same thing (docs/recompiles.md). A closure
         over other data compiles again: pass data through `args`. `value_dtype` as in `init`.
 
-        - `history=True` keeps each step's `step`, `value`, `grad_norm`, `step_size`,
-          `num_fun_evals`, `step_evals`, `num_grad_evals`, `num_replaced` and `search_end`
-          in `result.history`, buffers of `max_steps` rows (36 bytes a row in float32)
+        - `history=True` keeps each step's record (its fields: docs/history.md) in
+          `result.history`, buffers of `max_steps` rows (36 bytes a row in float32)
           allocated on the device when the run starts: one larger than a quarter of the
           device's memory (2 GiB where JAX reports none, as on a CPU) is refused with a
-          ValueError. `callback=f` calls `f(record)` on the host after each
-          step, keeping nothing on the device; `verbose=True` prints a line per step,
-          `progress=True` shows a tqdm bar (docs/history.md).
+          ValueError. `callback=f` calls `f(record)` on the host after each step, keeping
+          nothing on the device; `verbose=True` prints a line per step, `progress=True`
+          shows a tqdm bar.
         - `bounds=(lower, upper)` keeps lower <= params <= upper, scalars or pytrees like
           params, -inf / +inf (or None) for no bound; `gtol` then bounds the projected
           gradient (docs/bounds.md).

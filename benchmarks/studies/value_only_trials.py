@@ -1,5 +1,5 @@
 """What do value-only trials (`Backtracking(slopes="first")`) save on an expensive fn?
-Date: 2026-12-07, issue 50
+Date: 2026-12-07, commit 28688b7
 
 f is a logistic regression's summed loss over m samples of n features plus a small ridge term:
 one evaluation is two matrix-vector products with the m x n data (the gradient adds a
