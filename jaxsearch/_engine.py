@@ -4,17 +4,18 @@ An iteration computes the next point (x itself while f is unknown there, else th
 search's trial x + t d), evaluates fn there through the single evaluation site (a branch
 between f alone and f with its gradient, where the search judges some trials on f alone:
 `AbstractLineSearch.slope_needed`), and hands phi(t), phi'(t) to the search (scalar work,
-always). A trial beyond the search's cap is not evaluated: the search is refused. The direction's memory takes the step's
-pair, and the state a moved step's new iterate, gradient and best point, by masked,
-branch-free updates at every iteration (so they are written in place). Only at a step
-boundary (the evaluation at x, or a search that ended) does a `lax.cond` run the rest: the
-step's end (counters, status, the best value, the step's record) and the start of the next
-(direction, initial step, search), the transitions of `_transitions`. `run` is the machine until a stopping criterion; `step`
-is it until the next step boundary, and starts its step at the top of the iteration that
-needs it, so that either program builds the next direction at one place. A `run` resumed
-from a state that has f at x starts with an iteration that checks it (`take_base`): its
-evaluation at x is compared with the state's, and the boundary then starts the next step, so
-that the direction is still built at one place.
+always). A trial beyond the search's cap is not evaluated: the search is refused. The
+direction's memory takes the step's pair, and the state a moved step's new iterate, gradient
+and best point, by masked, branch-free updates at every iteration (so they are written in
+place). Only at a step boundary (the evaluation at x, or a search that ended) does a
+`lax.cond` run the rest: the step's end (counters, status, the best value, the step's
+record) and the start of the next (direction, initial step, search), the transitions of
+`_transitions`. `run` is the machine until a stopping criterion; `step` is it until the next
+step boundary, and starts its step at the top of the iteration that needs it, so that either
+program builds the next direction at one place. A `run` resumed from a state that has f at
+x starts with an iteration that checks it (`take_base`): its evaluation at x is compared
+with the state's, and the boundary then starts the next step, so that the direction is still
+built at one place.
 """
 
 import dataclasses

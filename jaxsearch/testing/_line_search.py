@@ -59,8 +59,9 @@ def _update(search, record, t, phi, dphi):
 
 def drive(search: AbstractLineSearch, phi, dtype, guess=1.0, max_step=None, min_step=0.0):
     """One search on the closed-form line `phi` (t -> (phi(t), phi'(t)) in float64), driven as
-    the solver drives it: `start`, then `update` at `trial` until `done`. Returns the trials,
-    their (phi, phi') and the final search state; checks the state's avals, the budget, and
+    the solver drives it: `start`, then `update` at `trial` until `done` (phi'(t) = NaN at
+    the trials it judges on f alone, `slope_needed`). Returns the trials, their (phi, phi')
+    and the final search state; checks the state's avals, the budget, and
     that no trial leaves [min_step, cap]."""
     who = f"{type(search).__name__} ({np.dtype(dtype).name})"
 
@@ -77,6 +78,7 @@ def drive(search: AbstractLineSearch, phi, dtype, guess=1.0, max_step=None, min_
     caps = f"max_step_size = {float(search.max_step_size)}, max_step = {max_step}, guess {guess}"
     trials: list[float] = []
     values: list[tuple] = []
+    value_only_t = math.nan  # the last trial handed without its slope
     while not bool(record.done):
         require(
             len(trials) < search.max_trials,
@@ -105,8 +107,14 @@ def drive(search: AbstractLineSearch, phi, dtype, guess=1.0, max_step=None, min_
         )
         trials.append(t)
         values.append(phi(tf))
+        # As the solver does: phi'(t) = NaN where the search needs no slope, unless it asks
+        # again for the trial it had without one (`AbstractLineSearch.slope_needed`).
+        needed = search.slope_needed(record)
+        alone = needed is not None and not bool(needed) and tf != value_only_t
+        value_only_t = tf if alone else math.nan
+        slope = math.nan if alone else values[-1][1]
         before = record
-        record = _update(search, record, t, c(values[-1][0]), c(values[-1][1]))
+        record = _update(search, record, t, c(values[-1][0]), c(slope))
         with contract(np.dtype(dtype).name):
             same_avals(search, "update", before, record, "search state")
     require(
@@ -226,6 +234,18 @@ def _check_driven(search: AbstractLineSearch, dtype) -> None:
         f"{float(record.step)}, trials {[float(t) for t in trials]})",
         "accept a trial at a binding cap (`at_binding_cap`) that passes your decrease test",
     )
+    # Trials judged on f alone (`slope_needed`): from a first trial far beyond the quadratic's
+    # minimiser, those after it come without their slope, and a sufficient decrease is found.
+    trials, values, record = drive(search, _quadratic, dtype, guess=10.0)
+    if search.slope_needed(record) is not None:
+        require(
+            float(record.step) > 0 and values[-1][0] < 0,
+            who,
+            "slope_needed: on phi(t) = (t - 2)^2 - 4 from a first trial of 10, the trials after "
+            "the first were handed phi'(t) = NaN and the search found no step with decrease "
+            f"(trials {[float(t) for t in trials][:6]}, step {float(record.step)})",
+            "judge a trial without its slope on phi(t) alone, or say it needs the slope",
+        )
     # A dynamic cap at or above max_step_size changes nothing.
     for phi in LINES:
         plain = drive(search, phi, dtype)[0]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
+from jaxsearch.testing import check_line_search
 
 from ..problems import rosenbrock
 
@@ -140,3 +141,26 @@ def test_under_vmap_every_trial_has_its_slope():
 def test_slopes_is_checked():
     with pytest.raises(ValueError, match="slopes must be 'every'"):
         js.Backtracking(slopes="some")
+
+
+@pytest.mark.parametrize("condition", ["armijo", "goldstein"])
+def test_the_kit_drives_value_only_trials(condition):
+    check_line_search(js.Backtracking(slopes="first", condition=condition))
+
+
+def test_the_kit_catches_a_search_that_cannot_judge_on_f_alone():
+    """A search that says its later trials need no slope but rejects every trial without
+    one (here: Backtracking told that no trial came without its slope)."""
+
+    class Unjudging(js.Backtracking):
+        def value_only_trial(self, search, dphi):
+            return jnp.array(False)
+
+    with pytest.raises(AssertionError, match="Unjudging .* slope_needed") as info:
+        check_line_search(Unjudging(slopes="first"))
+    assert len(str(info.value)) < 800
+
+
+def test_wolfe_conditions_refuse_value_only_trials():
+    with pytest.raises(ValueError, match="cannot do"):
+        js.Backtracking(slopes="first", condition="wolfe")
