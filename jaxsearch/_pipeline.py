@@ -7,7 +7,6 @@ dispatches of the same program (`run_in_two`), never a second call of `run`.
 """
 
 import functools
-import warnings
 
 import equinox as eqx
 import jax
@@ -15,9 +14,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from . import _evaluate
+from . import _direction_watch, _evaluate
 from ._compile import (
-    PackedState,
     _closure,
     _computation,
     _programs,
@@ -30,14 +28,21 @@ from ._compile import (
 from ._complex import OnRealView, check_complex, complex_params, real_params
 from ._history import Report
 from ._inputs import check_params
-from ._misc import caller_stacklevel, count_after, with_fields
+from ._misc import count_after, user_frame, with_fields
 from ._objective import Objective
-from ._result import Result, unreadable
+from ._result import Result
 from ._setup import fresh_run_state, prepare, resumed_state
 from ._status import Status
 from ._traced import compiled_run, take_step
 
 # -------------------------------------------------------------------------------- a run
+
+
+def caller() -> tuple[str, int, str]:
+    """(filename, line, module) of the first frame outside jaxsearch and the libraries it is
+    built with: the user's line, for a warning given later (`_direction_watch`)."""
+    frame = user_frame()
+    return frame.f_code.co_filename, frame.f_lineno, frame.f_globals.get("__name__", "")
 
 
 def report(history: bool, callback, verbose: bool, progress: bool) -> Report:
@@ -77,35 +82,11 @@ def run(solver, fn, x0, args: tuple, value_dtype, bounds, report, state, compile
                 result = run_in_two(*problem, params, state)
             else:
                 result = dispatched_run(*problem, params, state, plan.options, None)
-    warn_if_direction_unused(solver, result)
+    _direction_watch.watch(type(solver.direction).__name__, result.packed_state, caller())
     if call.view is None:
         return result
     turned = complex_params(call.view, (result.params, result.grad, result.iterate))
     return eqx.tree_at(lambda r: (r.params, r.grad, r.iterate), result, turned)
-
-
-def warn_if_direction_unused(solver, result: Result) -> None:
-    """Warn where every step of a run (one problem, on the host, not traced) searched along
-    steepest descent because the direction was never a descent direction: the solver's
-    direction was then not used at all (`Result.num_replaced`)."""
-    packed_state = result.packed_state
-    if not isinstance(packed_state, PackedState) or unreadable(result.status):
-        return
-    if np.ndim(result.status) != 0:
-        return
-    steps = int(packed_state.read_on_host(lambda s: s.num_steps))
-    replaced = int(packed_state.read_on_host(lambda s: s.num_replaced))
-    if steps > 0 and replaced >= steps:
-        name = type(solver.direction).__name__
-        warnings.warn(
-            f"{name}.compute returned no descent direction at any of the run's {steps} "
-            "steps (phi'(0) = <g, d> not negative, or not finite): each step searched along "
-            f"steepest descent instead and reset {name}'s memory, so {name} was never used "
-            "(Result.num_replaced; check the direction's sign with "
-            "jaxsearch.testing.check_direction).",
-            RuntimeWarning,
-            stacklevel=caller_stacklevel(),
-        )
 
 
 def dispatched_run(

@@ -49,18 +49,11 @@ class PackedState(eqx.Module):
                 object.__setattr__(self, "_unpacked", found)
         return found
 
-    def read_on_host(self, field) -> np.ndarray:
-        """One small leaf of concrete buffers as a NumPy array, `field(state)` picking it from
-        the state (e.g. `lambda s: s.num_steps`), without unpacking the rest: one buffer is
-        copied to the host, nothing is put back on a device."""
+    def place_of(self, field) -> tuple:
+        """Where the leaf `field(state)` lies (e.g. `lambda s: s.num_steps`): ("packed",
+        buffer, offset, shape, weak) or ("kept", index), as in `recipe`."""
         tree, places = self.recipe
-        place = places[field(jax.tree.unflatten(tree, list(range(len(places)))))]
-        if place[0] == "kept":
-            return np.asarray(self.kept[place[1]])
-        _, index, offset, shape, _ = place
-        buffer = np.asarray(self.buffers[index])
-        size = int(np.prod(shape, dtype=int))
-        return buffer[..., offset : offset + size].reshape((*buffer.shape[:-1], *shape))
+        return places[field(jax.tree.unflatten(tree, list(range(len(places)))))]
 
 
 def packed(leaf) -> bool:

@@ -13,6 +13,7 @@ import pytest
 
 import jaxsearch as js
 import jaxsearch.internal as jsi
+from jaxsearch import _direction_watch
 
 from ..problems import rosenbrock
 
@@ -57,15 +58,19 @@ def test_an_uphill_direction_is_counted_recorded_and_warned_about():
     solver = js.Solver(Uphill(), js.Backtracking(), max_steps=20)
     with pytest.warns(RuntimeWarning, match="Uphill.compute returned no descent") as caught:
         result = solver.run(rosenbrock, X0, history=True)
+        _direction_watch.wait()  # given once the run has finished, without blocking run
     assert len(caught) == 1 and len(str(caught[0].message)) < 800
+    assert caught[0].filename == __file__  # the caller's line
     assert int(result.num_replaced) == int(result.num_steps) == 20
     np.testing.assert_array_equal(result.history.to_numpy()["num_replaced"], np.arange(1, 21))
 
 
 def test_a_direction_used_raises_no_warning_and_counts_nothing():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         result = js.Solver(js.LBFGS(), max_steps=50).run(rosenbrock, X0, history=True)
+        _direction_watch.wait()
+    assert not [w for w in caught if "descent direction" in str(w.message)]
     assert int(result.num_replaced) == 0
     assert not np.any(result.history.to_numpy()["num_replaced"])
 
@@ -94,9 +99,11 @@ def test_a_direction_replaced_at_some_steps_only_is_counted_without_a_warning():
         def gradient_replaced(self, state):
             return state
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         result = js.Solver(Sometimes(), js.Backtracking(), max_steps=10).run(quadratic, X0)
+        _direction_watch.wait()
+    assert not [w for w in caught if "descent direction" in str(w.message)]
     assert int(result.num_replaced) == 5
 
 
