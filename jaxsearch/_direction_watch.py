@@ -3,14 +3,17 @@
 Where every step of a run replaced its direction by steepest descent (`Result.num_replaced`
 equals `num_steps`: `compute` never returned a descent direction), the solver's direction was
 not used at all. Reading the counts on the host waits for the run to finish, and a caller who
-dispatches runs back to back would lose the overlap of one run's host work with the last one's
-device work (measured on a CPU: 1.4 ms a run of 20 L-BFGS steps without the wait, 3.1 ms with
-it). So the counts are read by one daemon thread, which warns once the run has finished,
-pointing at the caller's line.
+dispatches runs back to back would lose the overlap of one run's host work with the last
+one's device work. So one daemon thread reads the counts once the run has finished, and warns,
+pointing at the caller's line. Measured on a CPU, back to back runs of 20 L-BFGS steps on
+2-D Rosenbrock (the minimum of 9 interleaved blocks of 200): 395 us a run without the check,
+533 us reading the counts in `run`, 425 us with this thread.
 """
 
-import queue
+import atexit
+import collections
 import threading
+import time
 import warnings
 
 import jax
@@ -18,7 +21,14 @@ import numpy as np
 
 from ._compile import PackedState
 
-_pending: "queue.Queue[tuple]" = queue.Queue()
+# Runs watched and not yet checked. The thread wakes on the first, waits `_GATHER` seconds for
+# the runs dispatched after it, then checks them all: a run's own cost is an append (a thread
+# woken for each run cost 70 us a run).
+_pending: collections.deque = collections.deque()
+_GATHER = 0.02
+_wake = threading.Event()
+_checked = threading.Condition()
+_counts = {"watched": 0, "checked": 0}
 _worker: threading.Thread | None = None
 _lock = threading.Lock()
 
@@ -40,8 +50,12 @@ def watch(direction_name: str, packed_state, where: tuple[str, int, str]) -> Non
             return
         if not buffer.is_fully_addressable:
             return
-    _start_worker()
-    _pending.put((direction_name, buffers, steps, replaced, where))
+    if _worker is None or not _worker.is_alive():
+        _start_worker()
+    _counts["watched"] += 1
+    _pending.append((direction_name, buffers, steps, replaced, where))
+    if not _wake.is_set():
+        _wake.set()
 
 
 _known: dict[int, tuple] = {}  # id(recipe) -> (recipe, places): one state's layout, once
@@ -64,41 +78,59 @@ def _places(packed_state: PackedState) -> tuple:
 
 def wait() -> None:
     """Until every run watched so far has been checked (its warning, if any, given)."""
-    _pending.join()
+    target = _counts["watched"]
+    with _checked:
+        _checked.wait_for(lambda: _counts["checked"] >= target)
 
 
 def _start_worker() -> None:
+    """The thread, started once; at exit the runs still pending are checked first (their
+    warnings given, and no read left running while JAX shuts down)."""
     global _worker
     with _lock:
         if _worker is None or not _worker.is_alive():
+            if _worker is None:
+                atexit.register(wait)
             _worker = threading.Thread(target=_work, name="jaxsearch-direction-watch", daemon=True)
             _worker.start()
 
 
-def _read(buffers, place) -> int:
-    _, index, offset, _, _ = place
-    buffer = buffers[index].block_until_ready()  # waits without holding the GIL
-    return int(np.asarray(buffer)[offset])
+def _read(buffers, places) -> list[int]:
+    """The counts at `places` (each buffer copied to the host once)."""
+    host: dict[int, np.ndarray] = {}
+    for _, index, _, _, _ in places:
+        if index not in host:
+            host[index] = np.asarray(buffers[index].block_until_ready())  # GIL released
+    return [int(host[index][offset]) for _, index, offset, _, _ in places]
 
 
 def _work() -> None:
     while True:
-        name, buffers, steps_at, replaced_at, (filename, line, module) = _pending.get()
-        try:
-            steps, replaced = _read(buffers, steps_at), _read(buffers, replaced_at)
-            if steps > 0 and replaced >= steps:
-                warnings.warn_explicit(
-                    f"{name}.compute returned no descent direction at any of the run's {steps} "
-                    "steps (phi'(0) = <g, d> not negative, or not finite): each step searched "
-                    f"along steepest descent instead and reset {name}'s memory, so {name} was "
-                    "never used (Result.num_replaced; check the direction's sign with "
-                    "jaxsearch.testing.check_direction).",
-                    RuntimeWarning,
-                    filename,
-                    line,
-                    module=module,
-                )
-        except Exception:  # a buffer deleted (donated) before it was read: nothing to say
-            pass
-        finally:
-            _pending.task_done()
+        _wake.wait()
+        time.sleep(_GATHER)
+        _wake.clear()
+        while _pending:
+            _check(*_pending.popleft())
+            with _checked:
+                _counts["checked"] += 1
+                _checked.notify_all()
+
+
+def _check(name, buffers, steps_at, replaced_at, where) -> None:
+    filename, line, module = where
+    try:
+        steps, replaced = _read(buffers, (steps_at, replaced_at))
+    except Exception:  # a buffer deleted (donated) before it was read: nothing to say
+        return
+    if steps > 0 and replaced >= steps:
+        warnings.warn_explicit(
+            f"{name}.compute returned no descent direction at any of the run's {steps} "
+            "steps (phi'(0) = <g, d> not negative, or not finite): each step searched "
+            f"along steepest descent instead and reset {name}'s memory, so {name} was "
+            "never used (Result.num_replaced; check the direction's sign with "
+            "jaxsearch.testing.check_direction).",
+            RuntimeWarning,
+            filename,
+            line,
+            module=module,
+        )

@@ -12,7 +12,17 @@ import pytest
 
 import jaxsearch as js
 
-FIELDS = ("step", "value", "grad_norm", "step_size", "num_fun_evals", "step_evals")
+FIELDS = (
+    "step",
+    "value",
+    "grad_norm",
+    "step_size",
+    "num_fun_evals",
+    "step_evals",
+    "num_grad_evals",
+    "num_replaced",
+    "search_end",
+)
 DTYPES = [jnp.float32, jnp.float64]
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import jaxsearch as js
 import jaxsearch.internal as jsi
-from jaxsearch import _engine
+from jaxsearch import _engine, _transitions
 from jaxsearch._linesearch import _initial
 
 from ..problems import rosenbrock
@@ -154,8 +154,16 @@ def test_the_checks_add_nothing_to_the_program(monkeypatch):
     solver = js.Solver(js.LBFGS(), js.HagerZhang())
     checked = str(run_jaxpr(solver))
     calls = []
-    names = ("computed", "ended", "remembered", "search_started", "searched")
-    for module, name in (*((_engine, name) for name in names), (_initial, "scalar_of")):
+    where = {
+        "remembered": _engine,
+        "searched": _engine,
+        "computed": _transitions,
+        "ended": _transitions,
+        "search_started": _transitions,
+        "scalar_of": _initial,
+    }
+    names = tuple(name for name in where if name != "scalar_of")
+    for name, module in where.items():
         monkeypatch.setattr(module, name, lambda *args, name=name: calls.append(name))
     js.clear_caches()  # trace the run anew
     jax.clear_caches()

@@ -4,6 +4,8 @@ search's trial beyond its cap is refused, never evaluated; each step records how
 ended (`js.SearchEnd`), and a run that ends `LINESEARCH_FAILED` says why; a stochastic
 search's failure does not end `run`."""
 
+import subprocess
+import sys
 import warnings
 
 import jax
@@ -240,3 +242,25 @@ def test_search_end_is_part_of_a_resumable_state():
     second = half.run(rosenbrock, first.iterate, state=first.state)
     for name in ("num_fun_evals", "num_grad_evals", "num_replaced", "search_end"):
         assert int(getattr(second.state, name)) == int(getattr(whole.state, name)), name
+
+
+def test_a_script_s_last_run_warns_before_the_interpreter_exits(tmp_path):
+    """The warning is given by a thread once the run has finished; a script that ends right
+    after `run` still gets it (checked at exit), at its own line."""
+    script = tmp_path / "uphill.py"
+    script.write_text(
+        "import jax.numpy as jnp\n"
+        "import jaxsearch as js\n"
+        "import jaxsearch.internal as jsi\n"
+        "class Uphill(js.AbstractMemorylessDirection):\n"
+        "    supports_bounds = False\n"
+        "    def init(self, params, dtype):\n"
+        "        return None\n"
+        "    def compute(self, state, info):\n"
+        "        return info.grad, jnp.array(False), state, jsi.no_limit(info.dtype)\n"
+        "js.Solver(Uphill(), max_steps=5).run(lambda x: jnp.sum(x**2), jnp.ones(2))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert f"{script}:10: RuntimeWarning: Uphill.compute returned no descent" in done.stderr
