@@ -118,8 +118,9 @@ def minimize(
 
     - `fun(x, *args)`: a scalar, JAX-traceable. `args`: a tuple (or one value) passed
       through; Python numbers in it are static (a new value compiles anew): pass arrays.
-    - `x0`: an array of any shape (a list or an integer array becomes one of the default
-      floating dtype), or a pytree of floating arrays; its dtype is the run's (float32 stays
+    - `x0`: an array of any shape (a list or tuple is an array, as scipy's array_like; an
+      integer one becomes the default floating dtype), or a dict or other pytree of
+      floating arrays; its dtype is the run's (float32 stays
       float32).
     - `jac`: None or False (jax's gradient of fun; so are `"2-point"`, `"3-point"` and
       `"cs"`), True (fun returns `(f, g)`: `Solver(value_and_grad=True)`), or a callable
@@ -148,6 +149,8 @@ def minimize(
     settings = _options(method, options, tol)
     if not isinstance(args, tuple):
         args = (args,)
+    if isinstance(x0, list | tuple):  # scipy's array_like
+        x0 = np.asarray(x0)
     x0 = jax.tree.map(_floating, x0)
     n = sum(math.prod(jnp.shape(leaf)) for leaf in jax.tree.leaves(x0))
     if settings.get("maxiter", None) is _AUTO:

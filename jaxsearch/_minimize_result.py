@@ -4,7 +4,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import PyTree
+from jaxtyping import Array, Int, PyTree
 
 from ._result import Result, unreadable
 from ._status import Status
@@ -76,12 +76,12 @@ class MinimizeResult(eqx.Module):
     """
 
     x: PyTree
-    fun: jax.Array
+    fun: Array
     jac: PyTree
-    nit: jax.Array
-    nfev: jax.Array
-    njev: jax.Array
-    status: jax.Array
+    nit: Int[Array | np.ndarray, "*batch"]
+    nfev: Int[Array | np.ndarray, "*batch"]
+    njev: Int[Array | np.ndarray, "*batch"]
+    status: Int[Array, "*batch"]
     result: Result
     allvecs: list | None = None
     note: str | None = eqx.field(static=True, default=None)  # the message, where set
@@ -140,9 +140,8 @@ class MinimizeResult(eqx.Module):
 
     def __repr__(self) -> str:
         """scipy's layout, a field a line; inside `jax.jit` or `vmap`, the dtypes and shapes."""
-        names = ("message", "success", "status", "fun", "x", "nit", "jac", "nfev", "njev")
-        if unreadable(self.status):
-            names = names[1:]
+        names: tuple[str, ...] = ("message", "success", "status", "fun", "x", "nit", "jac")
+        names = names[unreadable(self.status) :] + ("nfev", "njev")
         width = max(map(len, names))
         lines = []
         for name in names:
