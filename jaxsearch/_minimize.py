@@ -72,7 +72,7 @@ def minimize(
 
 
     res = js.minimize(rosen, jnp.array([-1.2, 1.0]), bounds=[(-2, 0.8), (None, None)])
-    print(res.success, res.x.round(3), res.status)  # True [0.8   0.64] 0
+    print(res.success, res.status, res.x[0] == 0.8)  # True 0 True (the bound is active)
     ```
 
     **Methods** (case-insensitive; `"L-BFGS-B"` by default, where scipy's default is BFGS

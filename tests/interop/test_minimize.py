@@ -121,6 +121,9 @@ def test_maxiter_status_and_result_access():
         assert isinstance(ours.result, js.Result)
         with pytest.raises(KeyError):
             ours["hess_inv"]
+        # maxfun is a budget: the search is cut off where it is spent
+        budget = js.minimize(rosenbrock, jnp.asarray(_start(2)), options={"maxfun": 10})
+        assert int(budget.status) == 1 and int(budget.nfev) == 10
         bfgs = js.minimize(rosenbrock, jnp.asarray(_start(2)), method="BFGS")
         # maxiter defaults to 200 n for BFGS: the solver's max_steps
         assert bfgs.result.state.num_steps < 400
@@ -244,11 +247,18 @@ def test_float32_integer_and_pytree_x0():
         (dict(method="BFGS", options={"norm": 1}), ValueError, "inf or 2"),
         (dict(options={"maxls": 0}), ValueError, "positive"),
         (dict(jac="exact"), ValueError, "jac must be"),
+        (dict(x0={"a": jnp.zeros(2)}, bounds=[(0, 1)] * 2), TypeError, "pytree"),
     ],
 )
 def test_refusals_name_the_alternative(kwargs, error, match):
+    x0 = kwargs.pop("x0", jnp.zeros(2))
     with pytest.raises(error, match=match):
-        js.minimize(rosenbrock, jnp.zeros(2), **kwargs)
+        js.minimize(rosenbrock, x0, **kwargs)
+
+
+def test_docstring_example():
+    res = js.minimize(rosenbrock, jnp.array([-1.2, 1.0]), bounds=[(-2, 0.8), (None, None)])
+    assert bool(res.success) and int(res.status) == 0 and bool(res.x[0] == 0.8)
 
 
 def test_ignored_options_are_accepted():
