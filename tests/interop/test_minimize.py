@@ -124,9 +124,6 @@ def test_maxiter_status_and_result_access():
         # maxfun is a budget: the search is cut off where it is spent
         budget = js.minimize(rosenbrock, jnp.asarray(_start(2)), options={"maxfun": 10})
         assert int(budget.status) == 1 and int(budget.nfev) == 10
-        bfgs = js.minimize(rosenbrock, jnp.asarray(_start(2)), method="BFGS")
-        # maxiter defaults to 200 n for BFGS: the solver's max_steps
-        assert bfgs.result.state.num_steps < 400
 
 
 def test_scipy_bounds_object_and_x0_outside():
@@ -268,3 +265,20 @@ def test_ignored_options_are_accepted():
         rosenbrock, jnp.zeros(2), jac="2-point", options={"eps": 1e-3, "disp": True}
     )
     np.testing.assert_array_equal(plain.x, ignored.x)
+
+
+def _quartic(x):
+    return jnp.sum(x**4)
+
+
+def test_default_maxiter_is_200_n_and_tol_sets_the_main_tolerance():
+    with jax.enable_x64(True):
+        slow = js.minimize(_quartic, jnp.array([0.7]), method="BFGS", options={"gtol": 1e-300})
+        assert int(slow.nit) == 200 and int(slow.status) == 1
+        for method, tol in (("BFGS", 1e-3), ("Newton-CG", 1e-2)):
+            loose = js.minimize(_quartic, jnp.array([0.7]), method=method, tol=tol)
+            assert bool(loose.success), loose.message
+            if method == "BFGS":  # gtol: the gradient's largest entry
+                assert float(jnp.max(jnp.abs(loose.jac))) <= tol
+            else:  # xtol: the last step's largest entry
+                assert "xtol" in loose.message
