@@ -48,6 +48,8 @@ from ._linesearch import (
     Zoom as Zoom,
     deprecated_name as _deprecated_name,
 )
+from ._minimize import minimize as minimize
+from ._minimize_result import MinimizeResult as MinimizeResult
 from ._result import Result as Result
 from ._solver import Solver as Solver
 from ._state import BestPoint as BestPoint, SolverState as SolverState
