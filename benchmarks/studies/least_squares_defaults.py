@@ -49,10 +49,6 @@ CONVERGED_GTOL, "max" MAX_STEPS; scipy's status codes as its own):
 |Bennett5|1|9.9 prec 472|10.7 ftol 9|0.5 st0 300|1.9 st0 300|0.7 ftol 55|10.7 gtol 9|
 |Bennett5|2|10.1 ftol 207|10.8 ftol 10|4.1 st2 203|9.5 st3 197|1.9 ftol 158|10.8 gtol 10|
 
-With `--ftol 1e-8` (scipy's value in jaxsearch's test) LM falls short of the better of scipy's
-lm and trf on 3 runs: Rat42 start 1 (6.8 digits against 7.1), Eckerle4 start 1 (6.8 against
-7.2) and Rat43 start 1 (4.9 against 5.1); hence 1e-10.
-
 LM fits at least as many certified digits as the better of scipy's lm and trf on all 16 runs;
 GN on 13 (it fails MGH09 and Rat43 from start 1, as before, and "converges" on MGH10 from
 start 1 where exp(b2 / (x + b3)) underflows and J'r = 0 exactly, as before). With `--ftol 0`
@@ -78,6 +74,10 @@ every LM run goes on until its steps round away, and every one ends CONVERGED_PR
 |Rat43|2|9.5 prec 18|11.0 stall 136|4.9 st2 7|4.9 st2 7|
 |Bennett5|1|9.9 prec 472|11.0 prec 49|0.5 st0 300|1.9 st0 300|
 |Bennett5|2|10.6 prec 211|11.0 prec 39|4.1 st2 203|9.5 st3 197|
+
+With `--ftol 1e-8` (scipy's value in jaxsearch's test) LM falls short of the better of scipy's
+lm and trf on 3 runs: Rat42 start 1 (6.8 digits against 7.1), Eckerle4 start 1 (6.8 against
+7.2) and Rat43 start 1 (4.9 against 5.1); hence 1e-10.
 """
 
 import argparse
