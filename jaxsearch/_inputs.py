@@ -14,7 +14,7 @@ from ._box import GRADIENT_NORMS
 from ._direction import LBFGS, AbstractDirection, AbstractLeastSquares
 from ._linesearch import AbstractInitialStep, AbstractLineSearch, InitialQuadratic
 from ._misc import as_int, check_count, check_setting, leaves
-from ._pairing import searches
+from ._pairing import default_tolerances, searches
 from ._state import SolverState
 
 
@@ -318,7 +318,8 @@ def solver_settings(
     adjoint,
 ) -> dict:
     """`Solver`'s fields from its arguments: defaults filled in (`js.LBFGS()`, the direction's
-    own line search and the bounded one, `js.InitialQuadratic()`, `js.ImplicitAdjoint()`),
+    own line search and the bounded one, its own `gtol` and `ftol` where they are None,
+    `js.InitialQuadratic()`, `js.ImplicitAdjoint()`),
     every setting checked, counts as Python ints and flags as bools."""
     direction = LBFGS() if direction is None else direction
     initial_step = InitialQuadratic() if initial_step is None else initial_step
@@ -329,6 +330,9 @@ def solver_settings(
         )
     check_parts(direction, linesearch)
     linesearch, bounded_linesearch = searches(direction, linesearch)
+    default_gtol, default_ftol = default_tolerances(direction)
+    gtol = default_gtol if gtol is None else gtol
+    ftol = default_ftol if ftol is None else ftol
     tolerances = {
         name: tolerance(name, v) for name, v in (("gtol", gtol), ("ftol", ftol), ("xtol", xtol))
     }

@@ -1,10 +1,12 @@
-"""The line search `Solver` pairs with a direction when it is given none, in one table."""
+"""What `Solver` pairs with a direction when it is given none: its line search, and its
+stopping tolerances, in one table each."""
 
 from collections.abc import Callable
 
 from ._direction import (
     LBFGS,
     AbstractDirection,
+    AbstractLeastSquares,
     BarzilaiBorwein,
     LevenbergMarquardt,
     NonlinearCG,
@@ -59,3 +61,31 @@ def searches(
     if linesearch is not None:
         return linesearch, linesearch
     return default_search(direction, bounded=False), default_search(direction, bounded=True)
+
+
+# scipy's L-BFGS-B: factr = 1e7 times float64 epsilon
+SCIPY_FTOL = 2.220446049250313e-09
+
+# direction class: its default (gtol, ftol), found as `DEFAULT_SEARCHES`, else the entry of
+# `AbstractDirection`.
+DEFAULT_TOLERANCES: dict[type, tuple[float, float]] = {
+    # scipy's L-BFGS-B: pgtol 1e-5 on the (projected) gradient's infinity norm, and its ftol.
+    AbstractDirection: (1e-5, SCIPY_FTOL),
+    # No gradient test (an absolute bound on J'r depends on the scales of r and x), and
+    # MINPACK's relative decrease test, actual and predicted, against f alone
+    # (`_stopping.step_status`), at 1e-10: on NIST StRD's 16 runs (8 problems, 2 starts)
+    # LevenbergMarquardt then matches or passes scipy's least_squares lm and trf defaults
+    # (ftol = xtol = gtol = 1e-8) in certified digits on every run; at ftol 1e-8 it falls
+    # short on 3 (Rat42, Eckerle4 and Rat43 from start 1, by 0.2 to 0.4 digits;
+    # benchmarks/studies/least_squares_defaults.py). A run that goes on to the rounding of f
+    # ends CONVERGED_PRECISION.
+    AbstractLeastSquares: (0.0, 1e-10),
+}
+
+
+def default_tolerances(direction: AbstractDirection) -> tuple[float, float]:
+    """(gtol, ftol) that `Solver(direction)` uses where they are not given."""
+    for cls in type(direction).__mro__:
+        if cls in DEFAULT_TOLERANCES:
+            return DEFAULT_TOLERANCES[cls]
+    raise AssertionError("every direction is an AbstractDirection")

@@ -115,8 +115,8 @@ class Result(eqx.Module):
 
     @property
     def success(self) -> Bool[Array, "*batch"]:
-        """Whether the run converged (`CONVERGED_GTOL`, `CONVERGED_FTOL` or
-        `CONVERGED_XTOL`): a boolean array, computed from `status`, so it works inside
+        """Whether the run converged (`CONVERGED_GTOL`, `CONVERGED_FTOL`, `CONVERGED_XTOL` or
+        `CONVERGED_PRECISION`): a boolean array, computed from `status`, so it works inside
         `jax.jit` and, under `jax.vmap`, has the batch's shape (one entry per problem)."""
         return functools.reduce(operator.or_, [self.status == code for code in CONVERGED])
 

@@ -20,8 +20,6 @@ from ._misc import Setting
 from ._result import Result
 from ._state import SolverState
 
-_SCIPY_FTOL = 2.220446049250313e-09  # scipy L-BFGS-B: factr = 1e7 times float64 epsilon
-
 
 class Solver(eqx.Module):
     """Minimise f(params, *args) over params, any pytree of floating arrays, by a descent
@@ -63,12 +61,14 @@ class Solver(eqx.Module):
     - When a run ends (docs/getting-started.md, "Stopping"; `result.message` says which):
       `gtol` (1e-5) on the gradient's infinity norm (`gtol_norm="2"`: its 2-norm, wherever
       a run tests or reports it), `ftol` (2.2e-9, scipy's) on the relative decrease (f_k -
-      f_{k+1}) / max(|f_k|, |f_{k+1}|, 1), `xtol` (0: off) on max |x_{k+1} - x_k|, `max_steps`
+      f_{k+1}) / max(|f_k|, |f_{k+1}|, 1); with a least-squares direction `gtol` 0, `ftol`
+      1e-10 on MINPACK's test (actual and predicted decrease at most ftol f_k) and a step that
+      rounds away below f's precision ends `CONVERGED_PRECISION`, a success (None: the
+      direction's defaults); `xtol` (0: off) on max |x_{k+1} - x_k|, `max_steps`
       (1000), `max_evals` (None: no budget of evaluations of fn), `stall_steps` (100 steps
       without progress) and `stop_when` (None, or your function of the step's record).
     - `return_best` (True), `has_aux` (False: fn returns f alone, True: (f, aux)).
-    - `value_and_grad` (False): True when fn returns (f, grad) of its own, never
-      differentiated then (docs/own-gradient.md).
+    - `value_and_grad` (False): True when fn returns (f, grad) of its own (docs/own-gradient.md).
     - `throw` (False): True raises a runtime error naming the status where a run ends in
       `MAX_STEPS`, `MAX_EVALS`, `LINESEARCH_FAILED`, `NONFINITE` or `STALLED`;
       `"failures"` on the last three only, in `run` as in `step`.
@@ -116,9 +116,9 @@ class Solver(eqx.Module):
         direction: AbstractDirection | None = None,
         linesearch: AbstractLineSearch | None = None,
         *,
-        gtol: Setting = 1e-5,
+        gtol: Setting | None = None,
         gtol_norm: str = "inf",
-        ftol: Setting = _SCIPY_FTOL,
+        ftol: Setting | None = None,
         xtol: Setting = 0.0,
         max_steps: int | np.integer = 1000,
         max_evals: int | np.integer | None = None,

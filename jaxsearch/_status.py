@@ -50,6 +50,7 @@ class Status(enum.IntEnum, metaclass=_StatusType):
     CONVERGED_XTOL = 7
     MAX_EVALS = 8
     STOPPED = 9
+    CONVERGED_PRECISION = 10
 
     def __str__(self) -> str:
         return self.name
@@ -72,12 +73,22 @@ class Status(enum.IntEnum, metaclass=_StatusType):
         return self in CONVERGED
 
 
-CONVERGED = (Status.CONVERGED_GTOL, Status.CONVERGED_FTOL, Status.CONVERGED_XTOL)
+CONVERGED = (
+    Status.CONVERGED_GTOL,
+    Status.CONVERGED_FTOL,
+    Status.CONVERGED_XTOL,
+    Status.CONVERGED_PRECISION,
+)
 
 # The statuses a step reaches by what it did rather than by where it ended (they cannot be
 # checked again at its point): a `step` from a state with one of them changes nothing until
 # `reevaluate`, and a resumed run from one stops at once, as a run that ended there did.
-KEPT = (Status.CONVERGED_FTOL, Status.CONVERGED_XTOL, Status.STOPPED)
+KEPT = (
+    Status.CONVERGED_FTOL,
+    Status.CONVERGED_XTOL,
+    Status.STOPPED,
+    Status.CONVERGED_PRECISION,
+)
 
 
 class StatusArray(np.ndarray):
@@ -144,6 +155,10 @@ _MESSAGES = {
     Status.CONVERGED_XTOL: "Converged: the last step changed no parameter by more than xtol.",
     Status.MAX_EVALS: "Stopped: max_evals evaluations of f reached before convergence.",
     Status.STOPPED: "Stopped: the stop_when rule held after the last step.",
+    Status.CONVERGED_PRECISION: (
+        "Converged to the precision of f: the last step changed nothing, and the decrease "
+        "the least-squares direction predicted for it was below the rounding of f."
+    ),
 }
 
 # `{x}` is the start point's name: x0 for a run, params for a step.

@@ -15,13 +15,14 @@ from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from ._box import Box, gradient_norm
 from ._contract import computed, ended, search_started
-from ._direction import DirectionInfo
+from ._direction import AbstractLeastSquares, DirectionInfo
 from ._direction._base import dense_least_squares
 from ._history import FIELDS, Report, step_record
 from ._linesearch import AbstractLineSearch, InitialStepInfo, initial_step, search_cap
 from ._machine import Machine, with_search
 from ._misc import (
     select,
+    tree_add_scaled,
     tree_all_finite,
     tree_dot,
     tree_equal,
@@ -91,6 +92,14 @@ class Transitions:
             finite, jnp.where(converged, Status.CONVERGED_GTOL, Status.RUNNING), Status.NONFINITE
         )
         return code.astype(jnp.int32)
+
+    def model_step(self, m: Machine, dtype) -> tuple[Scalar, Bool[Array, ""]] | None:
+        """For a least-squares direction (else None): the decrease its unit step predicts
+        (MINPACK's for its trial step), -phi'(0), and whether x + d rounds to x."""
+        if not isinstance(self.solver.direction, AbstractLeastSquares):
+            return None
+        unit = tree_add_scaled(m.x, jnp.ones((), dtype), m.d)
+        return -m.dphi0.astype(dtype), tree_equal(unit, m.x)
 
     def stop_rule(self, m: Machine, after: SolverState, dtype) -> Bool[Array, ""] | None:
         """The caller's `stop_when` on the record of the step that ended in `after` (None
@@ -337,6 +346,7 @@ class Transitions:
             change=change,
             xtol=solver.xtol,
             stop=self.stop_rule(m, after, dtype),
+            model=self.model_step(m, dtype),
         )
         if not self.until_step and self.linesearch.evaluates_each_step:
             # A stochastic search's failure is part of its method: it carries a shrunk step to

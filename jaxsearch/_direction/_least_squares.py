@@ -191,6 +191,13 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
     b1 < 0, where the model is below the positive data everywhere, and the run ends at the
     flat asymptote b2 -> -inf. The `tau` start takes fewer evaluations on Bennett5.
 
+    With it, `Solver`'s defaults are least squares' own: `gtol=0` and `ftol=1e-10` on MINPACK's
+    test (f fell by at most ftol f_k, and the unit step predicted a decrease of at most ftol f_k),
+    and a step that rounds away where its unit step predicted a decrease within f's rounding
+    ends `CONVERGED_PRECISION` (docs/getting-started.md, "Stopping"): on the 16 NIST runs it
+    then fits at least as many certified digits as scipy's `least_squares` with its defaults
+    (benchmarks/studies/least_squares_defaults.py).
+
     `scaled` is True: the line search tries the unit step first; by default the solver pairs
     it with monotone Armijo backtracking (`Backtracking(epsilon=0)`), the safeguard that
     replaces the trust region's rejected steps. `reset` forgets Delta and D (the next
