@@ -13,10 +13,10 @@ import numpy as np
 from ._direction import BFGS, LBFGS, NewtonCG, NonlinearCG
 from ._linesearch import MoreThuente, Zoom
 from ._minimize_result import STOPPED_BY_CALLBACK, MinimizeResult
+from ._pairing import SCIPY_FTOL as _FTOL  # L-BFGS-B's ftol
 from ._solver import Solver
 from ._status import Status
 
-_FTOL = 2.220446049250313e-09  # L-BFGS-B's ftol: factr = 1e7 times float64's epsilon
 _AUTO = object()  # maxiter's default: 200 times the number of variables
 
 # Each method's options with scipy's defaults (scipy 1.17).
@@ -158,7 +158,7 @@ def minimize(
     box = None if bounds is None else _box(bounds, x0, method)
     fn, own_gradient = _objective(fun, jac)
     return_all = bool(settings.pop("return_all", False))
-    solver = _solver(method, settings, own_gradient, settings["maxiter"])
+    solver = _method_solver(method, settings, own_gradient, settings["maxiter"])
     if callback is None and not return_all:
         return MinimizeResult.of(solver.run(fn, x0, *args, bounds=box), method)
     if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((x0, args))):
@@ -168,7 +168,7 @@ def minimize(
             "js.Solver(...).run(fn, x0, callback=...), whose callback gets each step's "
             "record (f, gradient norm, counts; not x)."
         )
-    one_step = _solver(method, settings, own_gradient, 1)
+    one_step = _method_solver(method, settings, own_gradient, 1)
     return _step_by_step(one_step, fn, x0, args, box, method, settings, callback, return_all)
 
 
@@ -302,7 +302,7 @@ class _WithJac:
         return self.fun(x, *args), self.jac(x, *args)
 
 
-def _solver(method: str, o: dict, own_gradient: bool, max_steps: int) -> Solver:
+def _method_solver(method: str, o: dict, own_gradient: bool, max_steps: int) -> Solver:
     """The Solver of `method` with the settings `o` (see `minimize`), `max_steps` steps a run."""
     max_steps = operator.index(max_steps)
     if method == "L-BFGS-B":
