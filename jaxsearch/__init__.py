@@ -37,6 +37,7 @@ from ._linesearch import (
     FixedStep as FixedStep,
     HagerZhang as HagerZhang,
     InitialConstantChange as InitialConstantChange,
+    InitialDecaying as InitialDecaying,
     InitialHagerZhang as InitialHagerZhang,
     InitialPrevious as InitialPrevious,
     InitialQuadratic as InitialQuadratic,

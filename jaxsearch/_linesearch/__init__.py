@@ -17,6 +17,7 @@ from ._hager_zhang import HagerZhang as HagerZhang
 from ._initial import (
     AbstractInitialStep as AbstractInitialStep,
     InitialConstantChange as InitialConstantChange,
+    InitialDecaying as InitialDecaying,
     InitialHagerZhang as InitialHagerZhang,
     InitialPrevious as InitialPrevious,
     InitialQuadratic as InitialQuadratic,

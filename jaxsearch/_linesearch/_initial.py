@@ -201,6 +201,43 @@ class InitialHagerZhang(_Stateless):
         return jnp.where(info.prev_step > 0, psi2 * info.prev_step, first)
 
 
+class InitialDecaying(AbstractInitialStep):
+    """A gain that decays as the steps go on, for steps on mini-batches (stochastic
+    approximation; Robbins & Monro 1951, the gain tau / (tau + k) of Schraudolph, Yu &
+    Günter's online L-BFGS, AISTATS 2007):
+
+    - a well-scaled direction (`info.scaled`: quasi-Newton, Newton): t = tau / (tau + k);
+    - otherwise (steepest descent, L-BFGS before its first pair or after a reset): a first
+      step of that length, t = tau / (tau + k) / |d|_2,
+
+    where k counts the steps that moved since `init` (its state, a scalar). Pair it with a
+    search that accepts its first trial where f decreases enough, `js.Backtracking()`
+    (Armijo): a Wolfe search (`Zoom`) lengthens a short trial until the slope has fallen,
+    undoing part of the decay. With `Solver.reevaluate` after each step, each step's
+    curvature pair comes from one batch (y = grad f_B(x_new) - grad f_B(x)), so L-BFGS's
+    matrix approximates the Hessian, a unit step goes near the minimiser of the step's
+    batch, and a gain of 1 leaves the iterate about as far from the optimum as one batch's
+    minimiser is; the decaying gain averages the batches instead (docs/training-loops.md,
+    "L-BFGS on mini-batches"). `tau` (5) is the number of steps over which the gain halves.
+    """
+
+    tau: Setting = 5.0
+
+    def __check_init__(self):
+        _positive("InitialDecaying", "tau", self.tau)
+
+    def init(self, dtype) -> PyTree:
+        return jnp.zeros((), dtype)
+
+    def first_trial(self, state, info: InitialStepInfo) -> Scalar:
+        tau = jnp.asarray(self.tau, info.dtype)
+        gain = tau / (tau + state)
+        return jnp.where(info.scaled, gain, gain / info.d_norm)
+
+    def update(self, state, step, slope, moved) -> PyTree:
+        return (state + moved.astype(state.dtype)).astype(state.dtype)
+
+
 def initial_step(
     rule: AbstractInitialStep, state: PyTree, info: InitialStepInfo, max_step_size: Setting
 ) -> Scalar:

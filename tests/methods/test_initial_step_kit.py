@@ -19,6 +19,7 @@ BUILT_IN = [
     js.InitialStatic(0.5, scaled=True),
     js.InitialPrevious(),
     js.InitialConstantChange(),
+    js.InitialDecaying(),
     js.InitialHagerZhang(),
 ]
 

@@ -83,6 +83,24 @@ def test_constant_change():
     assert first(rule, state) == 0.5
 
 
+def test_decaying():
+    """tau / (tau + k) for scaled directions, a step of that length otherwise, with k the
+    steps that moved (counted in the state, which keeps its dtype)."""
+    rule = js.InitialDecaying(tau=3.0)
+    state = rule.init(jnp.float32)
+    assert first(rule, state, scaled=True) == 1.0
+    assert first(rule, state) == pytest.approx(0.5)  # 1 / |d|, |d| = 2
+    for moved in (True, False, True):
+        state = rule.update(state, f32(0.5), f32(-1.0), jnp.array(moved))
+    assert state.dtype == jnp.float32 and not state.weak_type
+    assert float(state) == 2.0
+    assert first(rule, state, scaled=True) == pytest.approx(3.0 / 5.0)
+    assert first(rule, state) == pytest.approx(3.0 / 5.0 / 2.0)
+    assert js.InitialDecaying().tau == 5.0
+    with pytest.raises(ValueError, match="tau"):
+        js.InitialDecaying(tau=0.0)
+
+
 def test_hager_zhang():
     """I0: psi0 |x|_inf / |d|_inf, else psi0 |f| / -phi'(0), else 1; I2: psi2 t_{k-1}."""
     rule = js.InitialHagerZhang(psi0=0.01, psi2=2.0)
