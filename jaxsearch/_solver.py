@@ -179,9 +179,9 @@ class Solver(eqx.Module):
         """`state` with its cached f and gradient marked stale: the next `step` first evaluates
         fn at its params, then searches from there. Use it when the objective changed between
         steps, e.g. a new mini-batch in args (which `step` cannot tell), or after editing
-        params yourself (an edit below the fingerprint's tolerance goes unseen:
-        docs/training-loops.md). The direction's memory and the line search's state are
-        kept. Works inside `jit`."""
+        params yourself (an edit below the fingerprint's tolerance goes unseen). Memory and
+        search state are kept. Works inside `jit`. L-BFGS on mini-batches: `js.Backtracking()`
+        with `initial_step=js.InitialDecaying()` (docs/training-loops.md)."""
         return dataclasses.replace(state, has_eval=jnp.zeros_like(state.has_eval))
 
     def run(
