@@ -144,7 +144,7 @@ def test_max_evals_cuts_a_search_off(reference):
     unbudgeted run had it."""
     multi = np.flatnonzero(reference["step_evals"] >= 2)  # row k is step k (row 0: x0)
     k = int(reference["step"][multi[multi > 1][0]])  # a step after the first with >= 2 trials
-    budget = int(reference["num_fun_evals"][k]) + 1
+    budget = int(reference["num_fun_evals"][k - 1]) + 1
     with jax.enable_x64(True):
         result = js.Solver(max_evals=budget).run(rosenbrock, jnp.array(X0))
     assert js.Status(result.status) is js.Status.MAX_EVALS
