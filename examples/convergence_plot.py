@@ -58,15 +58,14 @@ def main():
 
     n = 100
     x0 = jnp.tile(jnp.array([-1.2, 1.0]), n // 2)
-    f0 = float(rosenbrock(x0))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, solver in solvers().items():
         result = solver.run(rosenbrock, x0, history=True)
         rows = result.history.to_numpy()
-        # Start the line at x0 (one evaluation of fn), then one point per step.
-        evals = np.concatenate([[1], rows["num_fun_evals"]])
-        gap = np.maximum(np.concatenate([[f0], rows["value"]]), FLOOR)
+        # Row 0 is x0 (step 0: f(x0), one evaluation of fn), then one row per step.
+        evals = rows["num_fun_evals"]
+        gap = np.maximum(rows["value"], FLOOR)
         ax.semilogy(evals, gap, label=name, linewidth=1.4)
         status = js.Status(result.status)
         print(

@@ -2,9 +2,11 @@
 
 One problem throughout: an L2-regularised logistic regression on 2000 x 50 random data in
 float32. The example shows
-  (a) `history=True`: per-step records kept on the device, read with `to_numpy()`;
-  (b) `callback=`: the same records handed to a Python function on the host after each step;
-  (c) `verbose=True`: one printed line per step (a short run, max_steps=5);
+  (a) `history=True`: per-step records kept on the device, read with `to_numpy()`: row 0 is
+      x0 (step 0: f(x0), its one evaluation), row k step k;
+  (b) `callback=`: the same records handed to a Python function on the host, at x0 and after
+      each step;
+  (c) `verbose=True`: one printed line at x0 and one per step (a short run, max_steps=5);
   (d) `progress=True`: a tqdm bar on stderr;
   (e) `history=True` under `jax.vmap`, over four regularisation strengths passed through args.
 
@@ -55,7 +57,8 @@ def main():
     lam = jnp.asarray(1e-3)
     solver = js.Solver()  # L-BFGS + Zoom
 
-    # (a) The history: device buffers with max_steps rows; to_numpy() keeps the used ones.
+    # (a) The history: device buffers with max_steps + 1 rows (x0, then each step);
+    # to_numpy() keeps the used ones: num_steps + 1.
     print("(a) history=True")
     result = solver.run(logistic_loss, w0, features, labels, lam, history=True)
     rows = result.history.to_numpy()
@@ -77,7 +80,7 @@ def main():
     print(f"  callback records: {len(records)}, history rows: {len(rows['step'])}")
     print(f"  callback records match history: {same}")
 
-    # (c) One line per step; a short run, stopped by max_steps.
+    # (c) One line at x0 (step 0), then one per step; a short run, stopped by max_steps.
     print("(c) verbose=True, max_steps=5")
     short = js.Solver(max_steps=5).run(logistic_loss, w0, features, labels, lam, verbose=True)
     jax.effects_barrier()
@@ -90,7 +93,7 @@ def main():
     print(f"  finished: steps {int(result_d.num_steps)}, f {float(result_d.value):.6e}")
 
     # (e) Four regularisation strengths at once: every leaf of the history gains a batch axis,
-    # and each run keeps its own row count.
+    # and each run keeps its own row count (its num_steps + 1).
     print("(e) history=True under jax.vmap")
     lams = jnp.array([1e-4, 1e-3, 1e-2, 1e-1])
     batched = jax.vmap(

@@ -36,12 +36,13 @@ def step_record(
     """The record of the step that began after `evals_at_start` evaluations of fn and ended in
     the state `after`: the step number, f and the `norm` of the gradient at the new point
     (`Solver`'s `gtol_norm`: "inf" or "2"), the step size, the cumulative number of
-    evaluations of fn and those of this step (its line-search trials, plus f at x0 in the
-    first step), the cumulative numbers of evaluations with a gradient and of directions
+    evaluations of fn and those of this step (its line-search trials; f at x0 is step 0's
+    own evaluation), the cumulative numbers of evaluations with a gradient and of directions
     replaced by steepest descent, and how the step's search ended (a `SearchEnd` code);
     `final` is True when the run stops after it (a status, its last step `last_step`,
     `stall_steps` steps without progress, or its count of evaluations at `last_eval`, where
-    there is a budget)."""
+    there is a budget). The record of f at x0 (step 0) is this one of the state after that
+    evaluation, with step size 0 and `SearchEnd.NOT_SEARCHED` (`Transitions.take_base`)."""
     record = dict(
         step=after.num_steps,
         value=after.value,
@@ -61,28 +62,31 @@ def step_record(
 class History(eqx.Module):
     """Per-step records of `Solver.run(..., history=True)`, kept on the device.
 
-    Row k describes the run's step k + 1 (see `Solver.run` for the fields; a resumed run's
-    `step` goes on from the state's count); each buffer has `max_steps` rows, and rows from
-    `length` on are unused (NaN, or -1 for counts). Under `jax.vmap` every
-    leaf has a leading batch axis. `to_numpy()` returns the used rows.
+    Row k describes the run's step k (see `Solver.run` for the fields): row 0 is x0, step 0,
+    with f(x0) and its one evaluation, step size 0 and `SearchEnd.NOT_SEARCHED`. A resumed
+    run's rows go on from the state's step count: its start is the last row of the run it
+    resumes, so its first row is the next step (or, where fn gave other values at its start
+    than the state holds, that evaluation, numbered by the state's step count). Each buffer
+    has `max_steps + 1` rows, and rows from `length` on are unused (NaN, or -1 for counts).
+    Under `jax.vmap` every leaf has a leading batch axis. `to_numpy()` returns the used rows.
     """
 
-    step: Int[Array, " max_steps"]
+    step: Int[Array, " rows"]
     value: Array
     grad_norm: Array
     step_size: Array
-    num_fun_evals: Int[Array, " max_steps"]
-    step_evals: Int[Array, " max_steps"]
-    num_grad_evals: Int[Array, " max_steps"]
-    num_replaced: Int[Array, " max_steps"]
-    search_end: Int[Array, " max_steps"]
+    num_fun_evals: Int[Array, " rows"]
+    step_evals: Int[Array, " rows"]
+    num_grad_evals: Int[Array, " rows"]
+    num_replaced: Int[Array, " rows"]
+    search_end: Int[Array, " rows"]
     length: Int[Array, ""]
 
     @staticmethod
     def empty(max_steps: int, value_dtype, dtype) -> "History":
-        """The buffers of a run of `max_steps` steps, after checking that they fit
-        (`check_history_size`): called while the run is traced, before anything is
-        allocated."""
+        """The buffers of a run of `max_steps` steps (`max_steps + 1` rows: x0 and each
+        step), after checking that they fit (`check_history_size`): called while the run is
+        traced, before anything is allocated."""
         check_history_size(max_steps, History.nbytes(max_steps, value_dtype, dtype))
         return History.filled(max_steps, value_dtype, dtype)
 
@@ -95,11 +99,13 @@ class History(eqx.Module):
 
     @staticmethod
     def filled(max_steps: int, value_dtype, dtype) -> "History":
+        rows = max_steps + 1  # x0 (step 0) and each step
+
         def floats(d):
-            return jnp.full((max_steps,), jnp.nan, d)
+            return jnp.full((rows,), jnp.nan, d)
 
         def counts():
-            return jnp.full((max_steps,), -1, jnp.int32)
+            return jnp.full((rows,), -1, jnp.int32)
 
         return History(
             step=counts(),
@@ -166,13 +172,14 @@ def _gib(size: int) -> str:
 
 def check_history_size(max_steps: int, size: int) -> None:
     """Raise a ValueError, before anything is allocated, where the history of `max_steps`
-    steps would take `size` bytes, more than `history_limit`."""
+    steps (`max_steps + 1` rows) would take `size` bytes, more than `history_limit`."""
     limit, why = history_limit()
     if size <= limit:
         return
+    rows = max_steps + 1
     raise ValueError(
         f"Solver.run(..., history=True) would keep {size} bytes ({_gib(size)}) of history on the "
-        f"device, {max_steps} rows (max_steps) of {size // max_steps} bytes, more than the "
+        f"device, {rows} rows (x0 and max_steps steps) of {size // rows} bytes, more than the "
         f"limit of {limit} bytes ({why}). Record fewer steps: a Solver with a smaller "
         "max_steps (resume with state=result.state for the next ones, each with its own "
         "history), or pass callback= instead, which streams each step's record to the host "
@@ -265,10 +272,10 @@ _bar: _Bar | None = None  # the progress bar of the run in progress, if any
 
 
 def _progress(record, recorded, ended, max_steps: int) -> None:
-    """One tqdm bar per run, and one per batch under `jax.vmap`: it counts the steps of the
-    furthest problem (of `max_steps`; a resumed run counts from its start), and for a batch
-    shows how many problems have ended; it closes once all have. A bar left open by a run
-    that never finished is closed when a new run starts."""
+    """One tqdm bar per run, and one per batch under `jax.vmap`: it opens at x0 (step 0, at
+    0 of `max_steps`), counts the steps of the furthest problem (a resumed run counts from
+    its start), and for a batch shows how many problems have ended; it closes once all
+    have. A bar left open by a run that never finished is closed when a new run starts."""
     global _bar
     try:
         from tqdm.auto import tqdm

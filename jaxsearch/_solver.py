@@ -205,13 +205,13 @@ class Solver(eqx.Module):
         so does a new `fn` object that computes the same thing (docs/recompiles.md). A closure
         over other data compiles again: pass data through `args`. `value_dtype` as in `init`.
 
-        - `history=True` keeps each step's record (its fields: docs/history.md) in
-          `result.history`, buffers of `max_steps` rows (36 bytes a row in float32)
+        - `history=True` keeps x0's record (step 0) and each step's (fields: docs/history.md)
+          in `result.history`, buffers of `max_steps + 1` rows (36 bytes a row in float32)
           allocated on the device when the run starts: one larger than a quarter of the
           device's memory (2 GiB where JAX reports none, as on a CPU) is refused with a
-          ValueError. `callback=f` calls `f(record)` on the host after each step, keeping
-          nothing on the device; `verbose=True` prints a line per step, `progress=True`
-          shows a tqdm bar.
+          ValueError. `callback=f` calls `f(record)` on the host at x0 and after each step,
+          keeping nothing on the device; `verbose=True` prints a line per record,
+          `progress=True` shows a tqdm bar.
         - `bounds=(lower, upper)` keeps lower <= params <= upper, scalars or pytrees like
           params, -inf / +inf (or None) for no bound; `gtol` then bounds the projected
           gradient (docs/bounds.md).

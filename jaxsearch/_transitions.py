@@ -31,7 +31,7 @@ from ._misc import (
 )
 from ._objective import Objective
 from ._state import BestPoint, SolverState
-from ._status import KEPT, Status
+from ._status import KEPT, SearchEnd, Status
 from ._stopping import evals_spent, step_status
 
 _replace = dataclasses.replace
@@ -189,7 +189,30 @@ class Transitions:
             steps_since_best=jnp.where(same, st.steps_since_best, 0).astype(jnp.int32),
             lowest_grad_norm=jnp.where(same, st.lowest_grad_norm, grad_norm).astype(dtype),
         )
-        return _replace(m, state=st, pending=jnp.array(False))
+        start = m
+        m = _replace(m, state=st, pending=jnp.array(False))
+        if self.reads_records():  # the next step's evaluations begin after this one
+            m = _replace(m, evals_at_start=st.num_fun_evals)
+        if self.report.per_step:
+            # A counted evaluation at x is a row of its own: step 0 of a fresh run (f(x0)),
+            # or, numbered by the state's step count, a resumed run's start where fn gave
+            # other values there than the state holds (another x0, new data in args). A
+            # resumed run whose check finds the state's values records nothing: its start
+            # is the last row of the run it resumes.
+            counted = ~start.state.has_eval | (checking & ~same)
+            record = step_record(
+                start.evals_at_start,
+                st,
+                dtype,
+                m.last_step,
+                self.solver.stall_steps,
+                m.last_eval,
+                norm=self.solver.gtol_norm,
+            )
+            record["step_size"] = jnp.zeros_like(st.step_size)  # no step taken
+            record["search_end"] = jnp.full_like(st.search_end, SearchEnd.NOT_SEARCHED)
+            m = self.record(m, record, counted & m.open)
+        return m
 
     def prepare(self, m: Machine) -> Machine:
         """The direction at x and the start of a line search along it (which may end at once,
@@ -356,10 +379,11 @@ class Transitions:
             failed = status == Status.LINESEARCH_FAILED
             status = jnp.where(failed, Status.RUNNING, status).astype(jnp.int32)
         after = _replace(after, status=status)
-        history = m.history
+        evals_at_start = m.evals_at_start
+        m = _replace(m, x=x_new, state=after, evals_at_start=after.num_fun_evals)
         if self.report.per_step:
             record = step_record(
-                m.evals_at_start,
+                evals_at_start,
                 after,
                 dtype,
                 m.last_step,
@@ -367,14 +391,23 @@ class Transitions:
                 m.last_eval,
                 norm=solver.gtol_norm,
             )
-            # Under vmap the loop's body runs for every problem until the last one ends (and
-            # this branch at every iteration): a problem's step is recorded where it ended
-            # one here and its run had not ended before (`m.open`).
-            recorded = taken & m.open
-            if history is not None:
-                history = history.append(record, recorded)
-            if self.report.host:
-                self.report.send(record, recorded, m.open, solver.max_steps)
-        return _replace(
-            m, x=x_new, state=after, evals_at_start=after.num_fun_evals, history=history
-        )
+            m = self.record(m, record, taken & m.open)
+        return m
+
+    def reads_records(self) -> bool:
+        """Whether the program reads step records (`step_record`): a run that records them,
+        or a solver with `stop_when`. Without, it tracks no step's first evaluation."""
+        return self.report.per_step or self.solver.stop_when is not None
+
+    def record(self, m: Machine, record: dict, recorded) -> Machine:
+        """`m` with `record` appended to its history and sent to the host calls asked for,
+        where `recorded`. Under vmap the loop's body runs for every problem until the last
+        one ends (and the boundary's branches at every iteration): a problem's row is
+        recorded where it ended a step (or evaluated f at x) in this iteration and its run
+        had not ended before (`m.open`, in `recorded`)."""
+        history = m.history
+        if history is not None:
+            history = history.append(record, recorded)
+        if self.report.host:
+            self.report.send(record, recorded, m.open, self.solver.max_steps)
+        return _replace(m, history=history)

@@ -204,7 +204,7 @@ def compare(problem: Problem, solver: js.Solver, timeout: float, also=None) -> d
                         history=True)  # fmt: skip
     x = np.asarray(result.params)
     row["js_s"] = time.perf_counter() - start
-    history = result.history.to_numpy()
+    history = {k: v[1:] for k, v in result.history.to_numpy().items()}  # the steps (row 0: x0)
     f, f_ref = float(result.value), float(ref.fun)
     row |= {
         "active": active_bounds(ref.x, problem),
@@ -223,7 +223,7 @@ def compare(problem: Problem, solver: js.Solver, timeout: float, also=None) -> d
     }
     rel = lambda a, b: abs(a - b) <= DIVERGE * max(1.0, abs(a), abs(b))
     row["f_parts"] = first_difference(history["value"], ref_values, rel)
-    # evaluations per iteration (jaxsearch's first step also counts f at x0, as scipy's)
+    # evaluations per iteration (the first counts f at x0 too, as scipy's)
     row["evals_part"] = first_difference(
         np.diff(history["num_fun_evals"], prepend=0),
         np.diff(ref_evals, prepend=0),

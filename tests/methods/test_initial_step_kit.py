@@ -142,7 +142,7 @@ def test_a_python_number_is_a_first_trial_and_another_dtype_is_refused():
 
     solver = js.Solver(js.Gradient(), js.Backtracking(), initial_step=Quarter(0.25), max_steps=3)
     result = solver.run(lambda x: jnp.sum(x**2), jnp.ones(3), history=True)
-    np.testing.assert_array_equal(result.history.to_numpy()["step_size"], [0.25] * 3)
+    np.testing.assert_array_equal(result.history.to_numpy()["step_size"], [0.0] + [0.25] * 3)
     check_initial_step(Quarter(0.25))
 
     class Narrow(Returns):

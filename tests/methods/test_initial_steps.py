@@ -163,7 +163,7 @@ def test_the_solver_uses_the_rule_and_keeps_its_state():
     gradient descent on |x|^2 is the rule's 0.25, and the state holds the last one."""
     solver = js.Solver(js.Gradient(), js.Backtracking(), initial_step=Recorded(), max_steps=4)
     result = solver.run(sphere, jnp.ones(3), history=True)
-    np.testing.assert_array_equal(result.history.to_numpy()["step_size"], [0.25] * 4)
+    np.testing.assert_array_equal(result.history.to_numpy()["step_size"], [0.0] + [0.25] * 4)
     assert float(result.state.initial_step) == 0.25
     # the default rule's first trial is 1 / |d| = 1 / (2 sqrt 3) on the first step
     default = js.Solver(js.Gradient(), js.Backtracking(), max_steps=1).run(sphere, jnp.ones(3))
@@ -208,7 +208,7 @@ def test_a_setting_as_an_array_compiles_once_and_vmaps(compiles):
 
     def run(alpha, x0):
         solver = js.Solver(js.Gradient(), js.Backtracking(), initial_step=js.InitialStatic(alpha))
-        return solver.run(sphere, x0, history=True).history.to_numpy()["step_size"][0]
+        return solver.run(sphere, x0, history=True).history.to_numpy()["step_size"][1]
 
     run(jnp.asarray(0.25), jnp.ones(3))
     compiles.reset()

@@ -95,19 +95,23 @@ def test_history_and_progress():
     out = run_example("history_and_progress.py")
     assert "callback records match history: True" in out, out
     steps = int(re.search(r"status CONVERGED_\w+, steps (\d+), history rows (\d+)", out)[1])
-    assert f"history rows {steps}," in out and f"callback records: {steps}," in out, out
-    # verbose=True with max_steps=5: exactly five step lines, then MAX_STEPS.
+    # x0 (step 0), then each step
+    assert f"history rows {steps + 1}," in out and f"callback records: {steps + 1}," in out, out
+    assert re.search(r"^ +0 +\S+ +\S+ +0\.000e\+00 +1 +1$", out, flags=re.MULTILINE), out
+    evals = int(re.search(r"history rows \d+, evaluations (\d+)", out)[1])
+    assert f"sum of step_evals = {evals}" in out, out
+    # verbose=True with max_steps=5: x0's line and five step lines, then MAX_STEPS.
     verbose = re.findall(r"^step +(\d+) +f ", out, flags=re.MULTILINE)
-    assert verbose == ["1", "2", "3", "4", "5"], out
+    assert verbose == ["0", "1", "2", "3", "4", "5"], out
     assert "stopped with status MAX_STEPS" in out
     assert f"finished: steps {steps}," in out  # the progress run is the same run as (a)
-    # Under vmap: each of the four runs has its own length, equal to its num_steps, and
-    # stronger regularisation converges in fewer steps.
+    # Under vmap: each of the four runs has its own length, its num_steps + 1 (x0 and each
+    # step), and stronger regularisation converges in fewer steps.
     batch = re.findall(r"history.length +(\d+), num_steps +(\d+)", out)
-    assert len(batch) == 4 and all(a == b for a, b in batch), out
+    assert len(batch) == 4 and all(int(a) == int(b) + 1 for a, b in batch), out
     lengths = [int(a) for a, _ in batch]
     assert lengths == sorted(lengths, reverse=True) and len(set(lengths)) > 1, out
-    assert lengths[1] == steps, out  # lam = 1e-3 is the problem of (a)
+    assert lengths[1] == steps + 1, out  # lam = 1e-3 is the problem of (a)
 
 
 def test_logistic_vs_scipy():

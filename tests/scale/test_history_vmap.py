@@ -1,6 +1,6 @@
 """`run(..., callback= / verbose= / progress=)` under `jax.vmap`: each problem's own records,
-tagged with its index in the batch, exactly the rows of its `history`; nothing after a problem
-ends, no step above `max_steps`, one progress bar for the batch."""
+from its x0 (step 0), tagged with its index in the batch, exactly the rows of its `history`;
+nothing after a problem ends, no step above `max_steps`, one progress bar for the batch."""
 
 import contextlib
 import io
@@ -105,7 +105,7 @@ def by_problem(records):
 def check_records_are_the_history(result, records, batch_shape):
     """Each problem's records, in order, are the used rows of its history, bit for bit."""
     grouped = by_problem(records)
-    assert len(records) == int(np.sum(result.num_steps))
+    assert len(records) == int(np.sum(result.num_steps + 1))  # x0 and each step
     indices = list(np.ndindex(batch_shape))
     expected_keys = [i[0] for i in indices] if len(batch_shape) == 1 else indices
     assert sorted(grouped) == sorted(expected_keys)
@@ -113,8 +113,8 @@ def check_records_are_the_history(result, records, batch_shape):
         mine = grouped[index]
         rows = jax.tree.map(lambda a, index=index: a[index], result.history).to_numpy()
         n = int(result.num_steps[index])
-        assert n <= int(result.history.step.shape[-1])  # never above max_steps
-        assert [int(r["step"]) for r in mine] == list(range(1, n + 1))
+        assert n < int(result.history.step.shape[-1])  # never above max_steps
+        assert [int(r["step"]) for r in mine] == list(range(n + 1))
         for name in FIELDS:
             got = [r[name] for r in mine]
             assert all(isinstance(g, np.ndarray) and g.shape == () for g in got), name
@@ -134,7 +134,7 @@ def test_callback_delivers_each_problems_own_steps(two_lengths, dtype):
             alone = []
             single = solver.run(f, jnp.zeros(3, dtype), c[i], callback=alone.append)
             jax.effects_barrier()
-            assert len(alone) == int(single.num_steps) == lengths[i]
+            assert len(alone) == int(single.num_steps) + 1 == lengths[i] + 1
             mine = by_problem(records)[i]
             for name in FIELDS:
                 np.testing.assert_allclose(
@@ -144,7 +144,7 @@ def test_callback_delivers_each_problems_own_steps(two_lengths, dtype):
 
 def test_verbose_prints_one_line_per_step_of_each_problem(two_lengths):
     _, _, result, records, lines, _ = two_lengths
-    assert len(lines) == len(records) == int(np.sum(result.num_steps))
+    assert len(lines) == len(records) == int(np.sum(result.num_steps + 1))
     for line, record in zip(lines, records, strict=True):
         words = line.split()
         assert words[:4] == ["problem", str(record["batch_index"]), "step", str(record["step"])]
@@ -171,7 +171,7 @@ def test_a_batch_that_hits_max_steps(dtype):
     assert [int(s) for s in result.status] == [js.Status.MAX_STEPS] * 2
     check_records_are_the_history(result, records, (2,))
     assert max(int(r["step"]) for r in records) == 4
-    assert len(lines) == 8
+    assert len(lines) == 10  # steps 0 to 4 of each
     assert len(bars) == 1 and bars[0].closed and bars[0].n == 4
 
 
@@ -194,13 +194,13 @@ def test_nested_vmap(dtype):
 
 
 def test_an_unbatched_run_is_unchanged():
-    """One record per step, the fields alone (no batch index), as 0-d arrays."""
+    """One record for x0 and one per step, the fields alone (no batch index), as 0-d arrays."""
     solver = js.Solver(max_steps=50)
     records = []
     result = solver.run(f, jnp.zeros(3), jnp.ones(3), history=True, callback=records.append)
     jax.effects_barrier()
     rows = result.history.to_numpy()
-    assert len(records) == int(result.num_steps) == 13
+    assert len(records) == int(result.num_steps) + 1 == 14
     for name in FIELDS:
         assert np.array([r[name] for r in records]).tobytes() == rows[name].tobytes(), name
     assert all(set(r) == set(FIELDS) and r["value"].shape == () for r in records)
@@ -210,4 +210,4 @@ def test_an_unbatched_run_is_unchanged():
         lambda _: solver.run(f, jnp.zeros(3), jnp.ones(3), history=True, callback=records.append)
     )(jnp.arange(3))
     jax.effects_barrier()
-    assert len(records) == 13 and all(set(r) == set(FIELDS) for r in records)
+    assert len(records) == 14 and all(set(r) == set(FIELDS) for r in records)

@@ -116,8 +116,11 @@ def check_common(solver_name, case_name, x0, result):
         assert np.isfinite(float(result.value)), (float(result.value), status.name)
         assert float(result.value) <= f0
     history = result.history.to_numpy()
-    values = history["value"]
-    assert len(values) == int(result.num_steps)
+    assert len(history["value"]) == int(result.num_steps) + 1
+    # Row 0 is x0 (step 0), with f there, NaN or not.
+    assert history["step"][0] == 0
+    np.testing.assert_allclose(history["value"][0], f0, rtol=1e-6, equal_nan=True)
+    values = history["value"][1:]  # the accepted iterates
     assert not np.any(np.isnan(values)), f"an accepted iterate has value NaN: {values}"
     assert np.all(np.isfinite(values)), f"an accepted iterate is not finite: {values}"
     # f never rises, except within the searches' rounding allowance: where the change of f is

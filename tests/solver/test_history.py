@@ -33,11 +33,22 @@ def result(solver):
 
 
 def stepped_records(solver, x0, scale):
-    """The records, computed outside the run from the state after each `step`."""
+    """The records, computed outside the run: f and its gradient at x0 (step 0, one
+    evaluation), then the state after each `step` (whose first evaluates f at x0 too)."""
     params, state = x0, solver.init(x0)
-    rows = []
+    value, grad = jax.value_and_grad(rosenbrock)(x0, scale)
+    rows = [
+        dict(
+            step=0,
+            value=float(value),
+            grad_norm=float(jnp.max(jnp.abs(grad))),
+            step_size=0.0,
+            num_fun_evals=1,
+            step_evals=1,
+        )
+    ]
     while int(state.status) == js.Status.RUNNING and int(state.num_steps) < solver.max_steps:
-        before = int(state.num_fun_evals)
+        before = max(int(state.num_fun_evals), 1)  # f at x0 is step 0's
         params, state = solver.step(rosenbrock, params, state, scale)
         rows.append(
             dict(
@@ -55,7 +66,7 @@ def stepped_records(solver, x0, scale):
 def test_history_matches_a_step_loop(solver, result):
     history = result.history.to_numpy()
     rows = stepped_records(solver, X0, SCALE)
-    assert int(result.history.length) == int(result.num_steps) == len(rows) > 10
+    assert int(result.history.length) == int(result.num_steps) + 1 == len(rows) > 10
     for name in FIELDS:
         expected = np.array([row[name] for row in rows])
         np.testing.assert_allclose(history[name], expected, rtol=1e-6, err_msg=name)
@@ -95,7 +106,7 @@ def test_history_under_jit_and_vmap(solver, result):
     for i in range(3):
         alone = solver.run(rosenbrock, x0s[i], scales[i], history=True).history.to_numpy()
         mine = jax.tree.map(lambda a, i=i: a[i], batched.history).to_numpy()
-        assert len(mine["step"]) == int(batched.num_steps[i])
+        assert len(mine["step"]) == int(batched.num_steps[i]) + 1
         lengths.add(len(mine["step"]))
         for name in FIELDS:
             np.testing.assert_allclose(mine[name], alone[name], rtol=1e-5, err_msg=name)
@@ -129,7 +140,7 @@ def test_callback_sees_float64_under_a_scoped_x64(solver):
             records = []
             result = solver.run(rosenbrock, x0, scale, callback=records.append)
             jax.effects_barrier()
-            assert len(records) == int(result.num_steps)
+            assert len(records) == int(result.num_steps) + 1  # x0 and each step
             assert all(r["value"].dtype == np.float64 for r in records)
             last, state = records[-1], result.state
             assert last["value"].tobytes() == np.asarray(state.value).tobytes()
@@ -146,9 +157,9 @@ def test_verbose_prints_one_line_per_step(solver, result, capsys):
     solver.run(rosenbrock, X0, SCALE, verbose=True)
     jax.effects_barrier()
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == int(result.num_steps)
+    assert len(lines) == int(result.num_steps) + 1  # x0, then each step
     first, last = lines[0].split(), lines[-1].split()
-    assert first[:2] == ["step", "1"] and last[1] == str(int(result.num_steps))
+    assert first[:2] == ["step", "0"] and last[1] == str(int(result.num_steps))
     assert float(last[3]) == pytest.approx(float(result.value), rel=1e-5)
     assert int(last[-1]) == int(result.num_fun_evals)
 
@@ -188,12 +199,12 @@ def _history_limit() -> int:
 
 
 def test_a_history_too_large_is_refused_before_it_is_allocated():
-    """max_steps = 2**31 - 1 keeps that many rows of 36 bytes (six int32 counts, three
-    float32 values) and the int32 length, far more than the limit: refused while the run is
-    traced (only lowered here: nothing is allocated, with the fix or without), with the size
-    in bytes and what to do instead."""
-    steps = 2**31 - 1
-    size = steps * (6 * 4 + 3 * 4) + 4
+    """max_steps = 2**31 - 2 keeps max_steps + 1 rows (x0 and each step) of 36 bytes (six
+    int32 counts, three float32 values) and the int32 length, far more than the limit:
+    refused while the run is traced (only lowered here: nothing is allocated, with the fix
+    or without), with the size in bytes and what to do instead."""
+    steps = 2**31 - 2
+    size = (steps + 1) * (6 * 4 + 3 * 4) + 4
     assert size > _history_limit()
     solver = js.Solver(max_steps=steps)
     run = jax.jit(lambda x: solver.run(rosenbrock, x, SCALE, history=True))

@@ -64,7 +64,8 @@ def test_an_uphill_direction_is_counted_recorded_and_warned_about():
     assert len(caught) == 1 and len(str(caught[0].message)) < 800
     assert caught[0].filename == __file__  # the caller's line
     assert int(result.num_replaced) == int(result.num_steps) == 20
-    np.testing.assert_array_equal(result.history.to_numpy()["num_replaced"], np.arange(1, 21))
+    # row 0 is x0, before any direction
+    np.testing.assert_array_equal(result.history.to_numpy()["num_replaced"], np.arange(21))
 
 
 def test_a_direction_used_raises_no_warning_and_counts_nothing():
@@ -144,7 +145,8 @@ def test_each_step_records_how_its_search_ended():
     large for f, two trials) names the budget in the message."""
     result = js.Solver(js.LBFGS(), js.Zoom(), max_steps=50).run(rosenbrock, X0, history=True)
     ends = result.history.to_numpy()["search_end"]
-    assert np.all(ends == js.SearchEnd.SUCCESS)
+    assert ends[0] == js.SearchEnd.NOT_SEARCHED  # x0: no search
+    assert np.all(ends[1:] == js.SearchEnd.SUCCESS)
     steep = js.Solver(
         js.Gradient(), js.Backtracking(max_trials=2), initial_step=js.InitialStatic(1e6)
     )
@@ -212,8 +214,8 @@ def test_a_failed_stochastic_search_does_not_end_run():
     solver = js.Solver(js.Gradient(), js.StochasticArmijo(), max_steps=60)
     result = solver.run(_shifted, jnp.zeros(8), s, history=True)
     rows = result.history.to_numpy()
-    assert js.SearchEnd(int(rows["search_end"][0])) is js.SearchEnd.TRIAL_BUDGET
-    assert rows["step_size"][0] == 0 and rows["step_size"][1] > 0
+    assert js.SearchEnd(int(rows["search_end"][1])) is js.SearchEnd.TRIAL_BUDGET  # step 1
+    assert rows["step_size"][1] == 0 and rows["step_size"][2] > 0
     assert bool(result.success), result.message
     assert float(result.value) < 1e-3 * float(_shifted(jnp.zeros(8), s))
     x, state = jnp.zeros(8), solver.init(jnp.zeros(8))
@@ -221,7 +223,7 @@ def test_a_failed_stochastic_search_does_not_end_run():
     for _ in range(5):
         x, state = solver.step(_shifted, x, state, s)
         values.append(float(state.value))
-    np.testing.assert_allclose(rows["value"][:5], values, rtol=1e-5)
+    np.testing.assert_allclose(rows["value"][1:6], values, rtol=1e-5)
 
 
 def test_a_deterministic_search_failure_still_ends_run():
