@@ -35,6 +35,12 @@ OLDEST_TESTS = (
     "tests/project",
     "--deselect=tests/project/test_docs.py::test_docs_page_runs_and_prints_what_it_says",
     "--ignore=tests/project/test_examples.py",
+    "tests/solver/test_solver.py",
+    "tests/solver/test_own_gradient.py",
+    "tests/compile/test_compile.py",
+    "tests/scale/test_vmap.py",
+    "tests/interop/test_optax.py",
+    "tests/interop/test_optimistix.py",
 )
 
 
@@ -80,7 +86,16 @@ def oldest(session):
     session.install("-e", ".[test]", *pins)
     session.run("python", "-c", SHOW_VERSIONS, *pins, "optax", "optimistix", "scipy", "hypothesis")
     session.run(
-        "python", "-m", "pytest", "-n", "2", "-p", "no:randomly", *OLDEST_TESTS, *session.posargs
+        "python",
+        "-m",
+        "pytest",
+        "-n",
+        "2",
+        "-p",
+        "no:randomly",
+        "-rf",
+        *OLDEST_TESTS,
+        *session.posargs,
     )
 
 
