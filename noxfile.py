@@ -1,4 +1,4 @@
-"""Sessions: `nox -s tests`, `nox -s lint`, `nox -s typecheck`, `nox -s docs`,
+"""Sessions: `nox -s tests`, `nox -s oldest`, `nox -s lint`, `nox -s typecheck`, `nox -s docs`,
 `nox -s examples`, `nox -s build`, `nox -s bench`."""
 
 import pathlib
@@ -9,6 +9,10 @@ import tempfile
 import zipfile
 
 import nox
+import tomllib
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = pathlib.Path(__file__).parent
 
@@ -19,6 +23,80 @@ nox.options.sessions = ["lint", "tests"]
 def tests(session):
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", *session.posargs)
+
+
+# What `nox -s oldest` pins to the oldest release that pyproject.toml allows.
+OLDEST_PINNED = ("jax", "jaxlib", "equinox", "jaxtyping", "numpy")
+# Its part of the suite: the project's checks (not the docs pages and examples, which take most
+# of tests/project's time), and a sample of each layer that leans on JAX and Equinox -- the
+# solver, the searches and directions, bounds, least squares, compiling and tracing, vmap,
+# differentiating through a run, and the optax, optimistix and scipy interop.
+OLDEST_TESTS = (
+    "tests/project",
+    "--deselect=tests/project/test_docs.py::test_docs_page_runs_and_prints_what_it_says",
+    "--ignore=tests/project/test_examples.py",
+    "tests/solver/test_solver.py",
+    "tests/solver/test_own_gradient.py",
+    "tests/compile/test_compile.py",
+    "tests/scale/test_vmap.py",
+    "tests/interop/test_optax.py",
+    "tests/interop/test_optimistix.py",
+)
+
+
+def lowest(specifiers: list[str]) -> dict[str, Version]:
+    """For each distribution named in `specifiers` with a lower bound, the lowest version that
+    all of them allow: the highest of its `>=` (or `==`) bounds."""
+    bounds: dict[str, Version] = {}
+    for line in specifiers:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        for specifier in requirement.specifier:
+            if specifier.operator in (">=", "=="):
+                bounds[name] = max(bounds.get(name, Version("0")), Version(specifier.version))
+    return bounds
+
+
+# Prints Python's version and each distribution's (given as "name" or "name==version"), and
+# fails where a pinned one is not at its pin (a virtualenv reused with `-R` after a bound moved).
+SHOW_VERSIONS = """
+import importlib.metadata, platform, sys
+from packaging.version import Version
+print("python", platform.python_version())
+for given in sys.argv[1:]:
+    name, _, pin = given.partition("==")
+    version = importlib.metadata.version(name)
+    print(name, version, f"(pinned: {pin})" if pin else "")
+    assert not pin or Version(version) == Version(pin), f"{name} {version} is not {pin}"
+"""
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+# The oldest Python that pyproject.toml claims, e.g. "3.11" from ">=3.11".
+OLDEST_PYTHON = str(lowest([f"python{PROJECT['requires-python']}"])["python"])
+
+
+@nox.session(python=OLDEST_PYTHON)
+def oldest(session):
+    """The oldest versions that pyproject.toml claims: the oldest Python of `requires-python`,
+    and jax, jaxlib, equinox, jaxtyping and numpy pinned (`==`) to the highest of their `>=`
+    bounds in `dependencies` and the `test` extra; the test extra's other distributions (optax,
+    optimistix, scipy, hypothesis, ...) at the newest versions that pip finds compatible with
+    those pins. Prints the versions, then runs OLDEST_TESTS (plus the session's arguments)."""
+    bounds = lowest(PROJECT["dependencies"] + PROJECT["optional-dependencies"]["test"])
+    pins = [f"{name}=={bounds[name]}" for name in OLDEST_PINNED]
+    session.install("-e", ".[test]", *pins)
+    session.run("python", "-c", SHOW_VERSIONS, *pins, "optax", "optimistix", "scipy", "hypothesis")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-n",
+        "2",
+        "-p",
+        "no:randomly",
+        "-rf",
+        *OLDEST_TESTS,
+        *session.posargs,
+    )
 
 
 @nox.session
