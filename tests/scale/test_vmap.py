@@ -144,7 +144,9 @@ def test_second_pairing_float32():
     batched = as_numpy(fn(jnp.asarray(x0s), jnp.asarray(conds)))
     alone = one_at_a_time(solver, quartic, x0s, conds)
     assert batched.params.dtype == np.float32 and batched.value.dtype == np.float32
-    assert_same_runs(batched, alone, rtol_params=1e-6, atol_value=1e-8)
+    # A quartic's minimiser is flat (f' ~ x^3), so the two programs' float32 roundings move
+    # params by some ulps of 1: 1e-6 held with jaxlib 0.10.2, 1.2e-6 with 0.10.0 (nox -s oldest).
+    assert_same_runs(batched, alone, rtol_params=1e-5, atol_value=1e-8)
     assert len(np.unique(batched.num_steps)) >= 4, batched.num_steps
 
 
