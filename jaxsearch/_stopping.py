@@ -41,7 +41,9 @@ def step_status(
        step along the direction predicted a decrease of f of at most `PRECISION` eps |f_k|
        (eps of f's dtype), or itself rounds to x (x + d = x: the model's own step is below
        the resolution of x, MINPACK's "no further improvement in x is possible"): the
-       precision of f is reached, `CONVERGED_PRECISION`;
+       precision of f is reached, `CONVERGED_PRECISION`; also where `ftol` is below
+       `PRECISION` eps but above 0 (float32 with the default 1e-10) and f changed by at
+       most that much;
     3. it took no step and gave up below the line's resolution (every step left to try
        rounds to x): `STALLED`; took no step otherwise: `LINESEARCH_FAILED`;
     4. it took a step that changed no parameter: `STALLED`;
@@ -91,7 +93,15 @@ def step_status(
         predicted, unit_rounds = model
         precise = (predicted <= PRECISION * eps * jnp.abs(before).astype(dtype)) | unit_rounds
         rounded = (~moved & below_resolution) | (moved & unchanged)
-        rules.append((rounded & precise, Status.CONVERGED_PRECISION))
+        # MINPACK's "ftol is too small": where ftol is below f's rounding (float32's 1e-10),
+        # a step whose actual change of f is within that rounding ends here too.
+        floor = PRECISION * eps
+        at_rounding = (
+            (ftol > 0)
+            & (ftol < floor)
+            & (jnp.abs(decrease) <= floor * jnp.abs(before).astype(dtype))
+        )
+        rules.append(((rounded | at_rounding) & precise, Status.CONVERGED_PRECISION))
     rules += [
         (~moved & below_resolution, Status.STALLED),
         (~moved, Status.LINESEARCH_FAILED),

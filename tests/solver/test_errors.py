@@ -539,7 +539,6 @@ WRONG_TYPES = [
         lambda: js.NewtonCG(forcing=True), r"forcing", r"float", id="NewtonCG-forcing=True"
     ),
     pytest.param(lambda: js.Solver(gtol="1e-5"), r"gtol", r"float", id="Solver-gtol=str"),
-    pytest.param(lambda: js.Solver(ftol=None), r"ftol", r"float", id="Solver-ftol=None"),
     pytest.param(
         lambda: js.LBFGS(memory_dtype=jnp.int32),
         r"memory_dtype",
