@@ -19,6 +19,7 @@ built at one place.
 """
 
 import dataclasses
+import functools
 from typing import Any
 
 import equinox as eqx
@@ -26,10 +27,11 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jax import lax
-from jaxtyping import PyTree
+from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
 from ._box import Box, gradient_norm, trial_point
 from ._contract import remembered, searched
+from ._direction._base import dense_least_squares
 from ._history import History, Report
 from ._linesearch import AbstractLineSearch
 from ._machine import Machine, pack_search, with_search
@@ -37,6 +39,7 @@ from ._misc import (
     count_after,
     scalar,
     select,
+    tree_all_finite,
     tree_dot,
     tree_equal,
     tree_inf_norm,
@@ -46,14 +49,14 @@ from ._misc import (
 from ._objective import Objective
 from ._state import SolverState
 from ._status import Status
-from ._stopping import goes_on, search_end
-from ._transitions import Transitions, kept
+from ._stopping import evals_spent, goes_on, search_end
+from ._transitions import end_step, kept, prepare, take_base, take_vectors
 
 _replace = dataclasses.replace
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Engine(Transitions):
+class Engine:
     """The machine for one solver, line search, objective, args and box, while they are
     traced. `until_step`: stop at the next step boundary (`Solver.step`) rather than at a
     stopping criterion (`Solver.run`). Not a pytree, and hashed by identity: its fields may
@@ -67,6 +70,63 @@ class Engine(Transitions):
     box: Box | None
     until_step: bool
     report: Report = Report(False, None, False, False)
+
+    def evaluate(self, state: SolverState, point):
+        """f, its gradient and aux at `point` (the floating leaves of params)."""
+        return self.objective.value_and_grad(
+            state.value.dtype, state.aux, point, self.static, self.args
+        )
+
+    def forms_jacobian(self) -> bool:
+        """Whether each trial's evaluation also forms r and J (`evaluate_trial`): in `run`
+        with a dense least-squares direction, which `prepare` hands the accepted point's, so
+        that its `compute` evaluates r no more. `step` starts its step in the next call, from
+        the state, which holds no J: there the direction forms J itself."""
+        return dense_least_squares(self.solver) and not self.until_step
+
+    def evaluate_trial(self, state: SolverState, point):
+        """f, grad, aux and (with `forms_jacobian`; else None) (r, J) at a trial point."""
+        if not self.forms_jacobian():
+            return (*self.evaluate(state, point), None)
+        return self.objective.value_grad_and_jacobian(
+            state.value.dtype, state.aux, point, self.static, self.args
+        )
+
+    def residuals(self, point):
+        """fn's residuals at `point` (a least-squares direction's fn), aux dropped."""
+        return self.objective.residuals(point, self.static, self.args)
+
+    def evals_spent(self, m: Machine) -> Bool[Array, ""] | None:
+        """Whether the budget of evaluations is spent (None without one)."""
+        return evals_spent(m.state.num_fun_evals, m.last_eval)
+
+    def check(self, value, grad, grad_norm: Scalar) -> Int[Array, ""]:
+        """The status that forbids a search from a point with f = `value`, its gradient and
+        that gradient's norm (`gradient_norm`): non-finite, or converged by gtol."""
+        finite = jnp.isfinite(value) & tree_all_finite(grad)
+        converged = grad_norm <= self.solver.gtol
+        code = jnp.where(
+            finite, jnp.where(converged, Status.CONVERGED_GTOL, Status.RUNNING), Status.NONFINITE
+        )
+        return code.astype(jnp.int32)
+
+    def reads_records(self) -> bool:
+        """Whether the program reads step records (`step_record`): a run that records them,
+        or a solver with `stop_when`. Without, it tracks no step's first evaluation."""
+        return self.report.per_step or self.solver.stop_when is not None
+
+    def record(self, m: Machine, record: dict, recorded) -> Machine:
+        """`m` with `record` appended to its history and sent to the host calls asked for,
+        where `recorded`. Under vmap the loop's body runs for every problem until the last
+        one ends (and the boundary's branches at every iteration): a problem's row is
+        recorded where it ended a step (or evaluated f at x) in this iteration and its run
+        had not ended before (`m.open`, in `recorded`)."""
+        history = m.history
+        if history is not None:
+            history = history.append(record, recorded)
+        if self.report.host:
+            self.report.send(record, recorded, m.open, self.solver.max_steps)
+        return _replace(m, history=history)
 
     def max_iterations(self, value_only: bool) -> int:
         """A bound on the iterations (for a checkpointed loop): per step, its trial budget, one
@@ -189,7 +249,7 @@ class Engine(Transitions):
         a state with f at x, or after f at x): `prepare` is then traced once, not both before
         the loop and at its boundary."""
         if self.until_step:
-            m = lax.cond(m.pending, self.prepare, lambda m: m, m)
+            m = lax.cond(m.pending, functools.partial(prepare, self), lambda m: m, m)
         st, linesearch = m.state, self.linesearch
         dtype = st.scalar_dtype
         at_base = ~st.has_eval
@@ -280,7 +340,7 @@ class Engine(Transitions):
         remembered(direction, st.direction, memory)
         memory = select(taken & ~pair, direction.reset(memory), memory)
         m = _replace(m, state=_replace(m.state, direction=memory))
-        m = self.take_vectors(m, point, value, grad, aux, moved)
+        m = take_vectors(self, m, point, value, grad, aux, moved)
         if jacobian is not None:  # r and J at x: at x itself, or at the step's new iterate
             m = _replace(m, jacobian=select(moved | at_base | checking, jacobian, m.jacobian))
         operands = (m, point, value, grad, aux, taken, stayed, change, ending)
@@ -295,7 +355,9 @@ class Engine(Transitions):
         operands = (m, point, value, grad, aux, taken, stayed, change, ending)
         # f at x: the first evaluation, after `reevaluate`, or a resumed run's check
         at_x = at_base if self.until_step else at_base | m.pending
-        m = lax.cond(at_x, self.take_base, self.end_step, *operands)
+        m = lax.cond(
+            at_x, functools.partial(take_base, self), functools.partial(end_step, self), *operands
+        )
         if self.until_step:  # `step` ends here, unless this was f at x
             running = m.state.status == Status.RUNNING
             spent = self.evals_spent(m)
@@ -303,4 +365,4 @@ class Engine(Transitions):
             return _replace(m, open=go_on, pending=go_on)
         go_on = goes_on(m.state, m.last_step, self.solver.stall_steps, m.last_eval)
         m = _replace(m, open=go_on)
-        return lax.cond(go_on, self.prepare, lambda m: m, m)
+        return lax.cond(go_on, functools.partial(prepare, self), lambda m: m, m)

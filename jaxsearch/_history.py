@@ -42,7 +42,7 @@ def step_record(
     `final` is True when the run stops after it (a status, its last step `last_step`,
     `stall_steps` steps without progress, or its count of evaluations at `last_eval`, where
     there is a budget). The record of f at x0 (step 0) is this one of the state after that
-    evaluation, with step size 0 and `SearchEnd.NOT_SEARCHED` (`Transitions.take_base`)."""
+    evaluation, with step size 0 and `SearchEnd.NOT_SEARCHED` (`_transitions.take_base`)."""
     record = dict(
         step=after.num_steps,
         value=after.value,

@@ -158,19 +158,31 @@ def tree_inf_norm(a: PyTree, dtype) -> Scalar:
     return total
 
 
+def spacing(x: Array) -> Array:
+    """|jnp.spacing(x)| for normal x, as x's dtype: 2^floor(log2 |x|) eps, x's exponent bits
+    under a zero mantissa, times eps (0 for 0 and subnormals, inf for inf and NaN). A mask and
+    a product, where `jnp.spacing` compiles to nextafter's comparisons and selects."""
+    info = jnp.finfo(x.dtype)
+    uint = jnp.dtype(f"uint{info.bits}")
+    exponent = np.array(((1 << info.nexp) - 1) << info.nmant, uint)
+    power = lax.bitcast_convert_type(lax.bitcast_convert_type(x, uint) & exponent, x.dtype)
+    return power * np.array(info.eps, x.dtype)
+
+
 def tree_min_step(x: PyTree, d: PyTree, dtype) -> Scalar:
     """A step t below which x + t d rounds to x in every leaf: min_i spacing(x_i) / (4 |d_i|).
 
     The factor 4 covers rounding to nearest and the halved spacing below a power of two.
+    Where x_i is 0 (or subnormal) any step moves it: t = 0.
     A resolution limit, not a function of x to differentiate: no derivative flows through it.
     """
     x, d = lax.stop_gradient((x, d))
     total = jnp.full((), jnp.inf, dtype)
     for xi, di in zip(leaves(x), leaves(d), strict=True):
         acc = at_least_float32(xi.dtype)
-        # Where d_i = 0 the coordinate never moves (and spacing(0) may flush to 0: no 0/0).
+        # Where d_i = 0 the coordinate never moves (no 0/0).
         step = jnp.abs(di.astype(acc))
-        ratio = jnp.where(step > 0, jnp.abs(jnp.spacing(xi)).astype(acc) / (4 * step), jnp.inf)
+        ratio = jnp.where(step > 0, spacing(xi).astype(acc) / (4 * step), jnp.inf)
         total = jnp.minimum(total, jnp.min(ratio, initial=jnp.inf).astype(dtype))
     return total
 

@@ -109,7 +109,7 @@ def test_memory_is_written_in_place():
 @pytest.mark.parametrize("memory_size", [3, 10])
 def test_step_end_copies_no_vector_out_of_the_boundary(memory_size):
     """The new iterate, its gradient and the best point's vectors are taken by in-place selects
-    at the top of the loop's body (`Engine.take_vectors`), not inside the boundary's cond: a
+    at the top of the loop's body (`_transitions.take_vectors`), not inside the boundary's cond: a
     carried vector that a cond reads and returns changed gets a buffer of its own there and
     is copied back into the carry (benchmarks/HISTORY.md, round 11). XLA's memory
     analysis of `run` (the compact form: n >= 5000 on a CPU) counts the temporaries in n-vectors:
