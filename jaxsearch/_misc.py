@@ -378,18 +378,6 @@ def count_after(count, more: int):
 _NOT_GIVEN = object()
 
 
-def user_frame():
-    """The first frame, from this function's caller up, outside jaxsearch and the libraries it
-    is built with: the user's (whatever wrappers lie between)."""
-    frame = sys._getframe(1)
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(_LIBRARY):
-        frame = frame.f_back
-    return frame
-
-
-_LIBRARY = ("jaxsearch", "equinox", "jaxtyping", "beartype", "typeguard")
-
-
 def caller_stacklevel() -> int:
     """The `stacklevel` of `warnings.warn` (called by this function's caller) that points at
     the first frame outside jaxsearch and the libraries it is built with: the user's line."""

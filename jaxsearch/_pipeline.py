@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from . import _direction_watch, _evaluate
+from . import _evaluate
 from ._compile import (
     _closure,
     _computation,
@@ -28,7 +28,7 @@ from ._compile import (
 from ._complex import OnRealView, check_complex, complex_params, real_params
 from ._history import Report
 from ._inputs import check_params
-from ._misc import count_after, user_frame, with_fields
+from ._misc import count_after, with_fields
 from ._objective import Objective
 from ._result import Result
 from ._setup import fresh_run_state, prepare, resumed_state
@@ -36,13 +36,6 @@ from ._status import Status
 from ._traced import compiled_run, take_step
 
 # -------------------------------------------------------------------------------- a run
-
-
-def caller() -> tuple[str, int, str]:
-    """(filename, line, module) of the first frame outside jaxsearch and the libraries it is
-    built with: the user's line, for a warning given later (`_direction_watch`)."""
-    frame = user_frame()
-    return frame.f_code.co_filename, frame.f_lineno, frame.f_globals.get("__name__", "")
 
 
 def report(history: bool, callback, verbose: bool, progress: bool) -> Report:
@@ -82,7 +75,6 @@ def run(solver, fn, x0, args: tuple, value_dtype, bounds, report, state, compile
                 result = run_in_two(*problem, params, state)
             else:
                 result = dispatched_run(*problem, params, state, plan.options, None)
-    _direction_watch.watch(type(solver.direction).__name__, result.packed_state, caller())
     if call.view is None:
         return result
     turned = complex_params(call.view, (result.params, result.grad, result.iterate))

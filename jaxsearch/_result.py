@@ -110,8 +110,20 @@ class Result(eqx.Module):
     def num_replaced(self) -> Int[Array | np.ndarray, "*batch"]:
         """Steps whose direction was not a descent direction, where the solver searched along
         steepest descent instead and reset the direction's memory (`state.num_replaced`).
-        A run in which every step was replaced warns (the direction was never used)."""
+        Where that is 2 or more and a quarter of the steps, `mostly_replaced` says so, as does
+        `message`."""
         return self.state.num_replaced
+
+    @property
+    def mostly_replaced(self) -> Bool[Array | np.ndarray, "*batch"]:
+        """Whether the run replaced its direction by steepest descent at 2 steps or more and
+        at least a quarter of its steps (`num_replaced`, `num_steps`): the direction was
+        often not a descent direction, and much of the run was steepest descent (check the
+        direction's sign with `jaxsearch.testing.check_direction`). A boolean array computed
+        from the state's counts, so it works inside `jax.jit` and, under `jax.vmap`, has the
+        batch's shape; `message` says it in words. The built-in directions replace no step,
+        or a rare one, on ordinary problems."""
+        return _is_mostly_replaced(self.num_replaced, self.num_steps)
 
     @property
     def success(self) -> Bool[Array, "*batch"]:
@@ -125,11 +137,12 @@ class Result(eqx.Module):
         """Why the run stopped, in words, naming the one cause that ended it (of a `STALLED`
         run: its last step rounded away, its search found no step that changes x, no
         progress for `stall_steps` steps, or gtol held only above the lowest f; of a
-        `NONFINITE` one: x0, f at x0 or its gradient there). Read on the host, from a
-        concrete result. For a batched result (from `jax.vmap`) a list of messages, one per
-        problem (nested lists for more than one batch axis). Inside `jax.jit` there is no
-        text: use `status` or `success` there, and read the message of the result the
-        compiled call returns."""
+        `NONFINITE` one: x0, f at x0 or its gradient there), and, where `mostly_replaced`
+        holds, at how many of its steps the direction was replaced by steepest descent. Read
+        on the host, from a concrete result. For a batched result (from `jax.vmap`) a list of
+        messages, one per problem (nested lists for more than one batch axis). Inside
+        `jax.jit` there is no text: use `status` or `success` there, and read the message of
+        the result the compiled call returns."""
         if isinstance(self.status, jax.core.Tracer):
             raise TypeError(
                 "Result.message is text, read on the host from a concrete status; inside "
@@ -138,7 +151,8 @@ class Result(eqx.Module):
             )
         codes = np.asarray(self.status)
         causes = np.broadcast_to(self._causes(codes.shape), codes.shape)
-        messages = np.frompyfunc(lambda s, c: stop_message(s, c, "x0"), 2, 1)(codes, causes)
+        replaced, steps = self._replaced(codes.shape)
+        messages = np.frompyfunc(_message, 4, 1)(codes, causes, replaced, steps)
         return messages if codes.ndim == 0 else messages.tolist()
 
     def __repr__(self) -> str:
@@ -170,6 +184,15 @@ class Result(eqx.Module):
             history = f"kept, length={_shown(self.history.length)}"
         return f"Result({head}\n       value={_shown(self.value)}{counts}, history={history})"
 
+    def _replaced(self, batch: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """`num_replaced` and `num_steps` on the host, in the batch's shape (0 where the
+        state is not a `SolverState`)."""
+        state = self.state
+        if not isinstance(state, SolverState):
+            return np.zeros(batch, np.int32), np.zeros(batch, np.int32)
+        counts = (np.asarray(state.num_replaced), np.asarray(state.num_steps))
+        return tuple(np.broadcast_to(count, batch) for count in counts)
+
     def _causes(self, batch: tuple) -> np.ndarray:
         """The `Cause` of each problem's end, read from the state (`stop_cause`)."""
         state = self.state
@@ -192,6 +215,26 @@ class Result(eqx.Module):
             np.isfinite(np.asarray(state.value)),
             np.asarray(state.search_end),
         )
+
+
+def _is_mostly_replaced(replaced, steps):
+    """Whether `replaced` of `steps` steps is 2 or more and at least a quarter of them
+    (`Result.mostly_replaced`; arrays, traced or not, or host integers)."""
+    return (replaced >= 2) & (replaced >= (steps + 3) // 4)  # 4 replaced >= steps, no overflow
+
+
+def _message(status, cause, replaced, steps) -> str:
+    """One problem's `Result.message`: why it stopped (`stop_message`), and where its
+    direction was mostly replaced by steepest descent (`mostly_replaced`), how often."""
+    message = stop_message(status, cause, "x0")
+    if _is_mostly_replaced(int(replaced), int(steps)):
+        message += (
+            f" The direction was not a descent direction at {int(replaced)} of {int(steps)} "
+            "steps, where the solver searched along steepest descent instead "
+            "(Result.num_replaced; check the direction's sign with "
+            "jaxsearch.testing.check_direction)."
+        )
+    return message
 
 
 def unreadable(x) -> bool:
