@@ -19,7 +19,7 @@ _replace = dataclasses.replace
 # (and a branch passes a buffer on in one copy). tests/solver/test_engine.py measures it. A
 # run under `jax.vmap` (`Report.batched`) carries them unpacked: its scalars are vectors, and
 # the selects that replace its branches compile far slower on packed buffers (the vmapped GLM
-# of benchmarks/suite/fresh_fit.py: 8.4 s packed, 5.6 s not).
+# of benchmarks/suite/fresh_fit.py; docs/benchmarks.md).
 PACKED_LEAVES = 8
 
 

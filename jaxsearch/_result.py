@@ -90,7 +90,7 @@ class Result(eqx.Module):
     @property
     def num_steps(self) -> Int[Array | np.ndarray, "*batch"]:
         """Steps the run took: `state.num_steps`, read from the state (one output array of
-        the compiled run fewer than a field of its own, about a microsecond a call)."""
+        the compiled run fewer than a field of its own, and each costs time at every call)."""
         return self.state.num_steps
 
     @property

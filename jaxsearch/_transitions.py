@@ -78,9 +78,7 @@ def take_vectors(engine: "Engine", m: Machine, point, value, grad, aux, moved) -
     state's, and the best point's where `value` is the lowest yet (ties go to the newer
     point; the best value itself, a scalar, is `end_step`'s). Selects that XLA writes in
     place: taken inside the boundary's cond, which also reads them, each was copied back
-    into the loop's carry at every boundary (at n = 1e5, 33 n-vectors of peak memory
-    against 31; benchmarks/HISTORY.md,
-    round 11)."""
+    into the loop's carry at every boundary (more peak memory; benchmarks/HISTORY.md)."""
     st, has_aux = m.state, engine.solver.has_aux
     x = select(moved, point, m.x)
     grad = select(moved, grad, st.grad)

@@ -3,12 +3,12 @@ of one evaluation of fn, estimated from fn's jaxpr without compiling it.
 
 On a CPU the lean options compile fused elementwise code through XLA's older elemental
 emitter and LLVM at -O1. The solver's scalar logic and small vectors run no slower so
-(benchmarks/HISTORY.md, round 5); an objective's elementwise work can, most of all
-transcendental functions (tanh, exp, sin, ...) inside a network: up to 1.5 times the
-default program's run time, for a tanh MLP (a least squares' matrix-vector products: 1.08
-times). The estimate is an envelope of the extra time
-measured inside `run` (`benchmarks/studies/compile_options.py`, calibration rows) on a 2-core
-AMD EPYC: nanoseconds per operation of fn's jaxpr, counted once per equation (a `scan`'s
+(benchmarks/HISTORY.md); an objective's elementwise work can run slower, most of all
+transcendental functions (tanh, exp, sin, ...) inside a network, a least squares'
+matrix-vector products hardly (docs/benchmarks.md, "Compile options by cost"). The estimate
+is an envelope of the extra time
+measured inside `run` (`benchmarks/studies/compile_options.py`, calibration rows) on a CPU:
+nanoseconds per operation of fn's jaxpr, counted once per equation (a `scan`'s
 body once per trip, a `while`'s body and each branch of a `cond` once), and per parameter for
 the solver's own vector work.
 """

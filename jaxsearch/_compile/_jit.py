@@ -20,7 +20,7 @@ def jit(fun=None, *, compiler_options="auto", donate: Donate = "none"):
 
     `compiler_options` as in `Solver.run`: None keeps XLA's defaults, a dict is passed to XLA
     as given, and "auto" (the default) compiles with the lean options (XLA's elemental fusion
-    emitters and LLVM at -O1, about half the compile time on a CPU) where every solver call
+    emitters and LLVM at -O1, which compile faster on a CPU) where every solver call
     in `fun` (`step`, `run`, `as_optax().update`) is cheap enough: on a CPU, with its params
     and args under 1 MiB, the run time the options may add to `max_steps` steps of that
     solver below the compile time they save (docs/recompiles.md; a call under `jax.vmap` in
@@ -33,8 +33,8 @@ def jit(fun=None, *, compiler_options="auto", donate: Donate = "none"):
     with or without keywords.
 
     Where every leaf of the arguments is a `jax.Array`, `donate="none"` and `fun` holds no
-    array itself, the call is dispatched by `jax.jit` (jax's C++ dispatch, about 0.3 ms a
-    call less than `eqx.filter_jit` on a solver's state on a CPU), with the same program; a
+    array itself, the call is dispatched by `jax.jit` (jax's C++ dispatch, cheaper a
+    call than `eqx.filter_jit` on a solver's state; docs/benchmarks.md), with the same program; a
     Python number `fun` returns then comes back as an array, as from `jax.jit`. Otherwise,
     and for a `fun` whose outputs hold a value that is neither (found by its first trace,
     which is then done again), by `eqx.filter_jit`.

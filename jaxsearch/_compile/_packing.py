@@ -1,6 +1,6 @@
 """A run's state carried out of its compiled program in a few buffers.
 
-A compiled program pays for each output array when it is called (about 1.5 to 2.5 us on a
+A compiled program pays for each output array when it is called (a fixed cost each on a
 CPU), and a state has some twenty small leaves: the scalars of the solver, the direction and
 the line search, and at small sizes the direction's memory. `pack` concatenates every leaf of
 fewer than `PACKED_SIZE` elements into one flat buffer per dtype (the larger leaves, a

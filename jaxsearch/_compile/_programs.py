@@ -16,7 +16,7 @@ the call top to bottom), and how it is compiled.
   XLA CPU compiles each fusion through its own MLIR and LLVM pipelines, and the solver's
   scalar logic is made of many small fusions: the lean options take about
   `LEAN_SAVES_SECONDS` off a run's compile, and run the solver's own logic no slower, but an
-  objective's elementwise work, a network's tanh most of all, can run up to 1.5 times slower.
+  objective's elementwise work, a network's tanh most of all, can run slower.
   So a step is priced at `EVALUATIONS_PER_STEP` evaluations, each slowed by what
   `jaxsearch._cost` estimates from fn's jaxpr (`benchmarks/studies/compile_options.py` measures both
   sides). A run does not know how many steps it will take, so "auto" rents before it buys
@@ -60,9 +60,8 @@ from ._caches import Kept, bounded_cache
 
 DONATE_BYTES = 1 << 20
 LEAN_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
-# The compile time they take off a run's program: 0.9 s for sum(x^2) on a loaded 2-core AMD
-# EPYC, 1.7 to 1.9 s for sum(x^2) and a Poisson GLM on 2 idle cores of another EPYC
-# (benchmarks/studies/compile_options.py, "runs"); the least of them.
+# The compile time they take off a run's program: the least measured
+# (benchmarks/studies/compile_options.py, "runs"; docs/benchmarks.md).
 LEAN_SAVES_SECONDS = 0.9
 EVALUATIONS_PER_STEP = 2  # L-BFGS averages 1.1 to 1.2 (benchmarks/studies/compile_options.py)
 HORIZON = 1000  # steps at which "auto" prices a run it cannot cut in two (`run_options`)

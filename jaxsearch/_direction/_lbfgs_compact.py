@@ -233,8 +233,8 @@ def _memory_times(buffers: PyTree, vectors: list[PyTree], dtype) -> Array:
     `vectors`, summed over leaves, accumulated in at least float32 at full precision (no TF32
     on a GPU): one matrix-vector product per vector. (One product with the vectors stacked
     measured slower on both backends: XLA's CPU product of an (m, n) and an (n, k) matrix runs
-    several times slower than k of them, and on an H200 the stacking copies the vectors and
-    the skinny product runs below bandwidth: extended Rosenbrock n = 1e7, 71 ms against 47 ms,
+    several times slower than k of them, and on a GPU the stacking copies the vectors and
+    the skinny product runs below bandwidth (docs/benchmarks.md),
     `benchmarks/studies/lbfgs_products.py`.)"""
     total = jnp.zeros((), dtype)
     for i, b in enumerate(leaves(buffers)):
@@ -259,7 +259,7 @@ def _memory_products(left: PyTree, right: PyTree, dtype) -> Array:
     the memory it costs the program: a matrix product on a CPU; elsewhere a product and a sum
     that XLA fuses into one reduction. (As matrix products, XLA's GPU compiler merged S'Y and
     Y'Y into one cuBLAS product of [S; Y] padded to a multiple of its split: 69 n-vectors of
-    peak memory for the compact form's run at n = 1e6 on an H200 against 32 fused,
+    peak memory for the compact form's run at n = 1e6 on a GPU against 32 fused,
     `benchmarks/studies/hlo_anatomy.py`; fused, XLA's CPU compiler keeps the m x m x n product:
     126 n-vectors of temporaries at m = 10 against 29 as matrix products,
     tests/solver/test_engine.py.)"""
@@ -302,7 +302,7 @@ def _indices(m: int) -> tuple[Array, Array]:
     """The row and the column index of each entry of an m x m matrix. S'Y and Y'Y take a new
     column, row or entry by a select on these (not a scatter or a dynamic update, which XLA
     compiles as a kernel of its own each, where a select fuses with the work around it:
-    188 fusions -> 170 in the compact form's run; benchmarks/HISTORY.md, round 11)."""
+    fewer fusions in the compact form's run; benchmarks/HISTORY.md)."""
     rows = lax.broadcasted_iota(jnp.int32, (m, m), 0)
     return rows, lax.broadcasted_iota(jnp.int32, (m, m), 1)
 

@@ -2,23 +2,24 @@
 
 L-BFGS keeps its pairs in circular buffers, (m, ...) arrays whose newest slot `head` is an
 array. Indexing such a buffer is a dynamic slice; under `jax.vmap`, where each problem has
-its own `head`, it becomes a gather or a scatter over the whole batch. On a TPU v5e (jax
-0.10.2) these were slow (10^4 vmapped 2-D Rosenbrock problems: 1.7 s a run, 0.005 s with
-selects), and a vmapped scatter inside a `lax.while_loop` wrote wrong rows: with
-`mode="drop"` from 30,920 buffer rows on, and in bounds too at 4000 problems of (10, 1000)
-buffers (`benchmarks/studies/tpu_vmap_failures.py`; benchmarks/results/tpu_vmap_failures_tpu.md).
+its own `head`, it becomes a gather or a scatter over the whole batch. On a TPU (jax 0.10.2)
+these were far slower than selects (10^4 vmapped 2-D Rosenbrock problems), and a vmapped
+scatter inside a `lax.while_loop` wrote wrong rows: with `mode="drop"` from 30,920 buffer
+rows on, and in bounds too at 4000 problems of (10, 1000) buffers
+(`benchmarks/studies/tpu_vmap_failures.py`; benchmarks/results/tpu_vmap_failures_tpu.md; the
+figures in docs/benchmarks.md).
 
 So on a TPU every write is a select over the slots (a masked replace), whatever the size
 and whether or not vmap batches the slot index: it reads and writes the whole buffer, and is
 right under any vmap. A write of one row in place where the index is not batched (a
-`custom_vmap` rule) was tried and measured against it on a TPU v5e: 8% faster a step for
-L-BFGS at n = 2^20 (one 1-D leaf, 1.20 to 1.10 ms), 58% slower for the whole MLP run of
-benchmarks/suite/networks.py (six 2-D leaves, about five evaluations a step: 0.106 to 0.168 s).
+`custom_vmap` rule) was tried and measured against it on a TPU: faster a step for L-BFGS on
+one large 1-D leaf, but slower for the whole MLP run of benchmarks/suite/networks.py (six 2-D
+leaves, about five evaluations a step), which counts for more (docs/benchmarks.md).
 A read is a masked sum over the slots for a buffer of at most `SELECT_LIMIT` elements, and a
 slice above (vmapped gathers read right).
 On other backends reads and writes are slices, as before: on a CPU the gathers are fast and
-the selects are not (the same 10^4 problems: 0.45 s sliced, 2.7-3.1 s selected), and a GPU
-keeps the slices it was measured with (H200, benchmarks/results/batched_gpu.md). Only a
+the selects are not (on the same 10^4 problems; docs/benchmarks.md), and a GPU keeps the
+slices it was measured with (benchmarks/results/batched_gpu.md). Only a
 CPU writes with `mode="drop"`; elsewhere a write stays in bounds.
 """
 
@@ -65,8 +66,7 @@ def with_slot(
         return buffer.at[index].set(new)
     if jax.default_backend() == "cpu":
         # Where not `keep`, the write goes to slot m, which does not exist, and is dropped:
-        # no read of the slot's old row (at n = 1e6 on a CPU, 0.45 ms against 0.73 ms per
-        # buffer where kept, 0.09 against 0.60 where not).
+        # no read of the slot's old row: faster, kept or not (benchmarks/HISTORY.md).
         dropped = jnp.where(keep, index, buffer.shape[0])
         return buffer.at[dropped].set(new, mode="drop")
     return buffer.at[index].set(jnp.where(keep, new, buffer[index]))
