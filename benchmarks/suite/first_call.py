@@ -228,7 +228,11 @@ def child_step(side: str, sizes: Sizes, compiles: list) -> dict:
     row, (p, state) = timed_first(lambda: step(p, state, X, Y), compiles)
     before = len(compiles)
     second, (p, state) = timed_first(lambda: step(p, state, X, Y), compiles)
-    row.update(second_call_s=second["first_call_s"], second_compiles=second["compiles"])
+    row.update(
+        second_call_s=second["first_call_s"],
+        second_compiles=second["compiles"],
+        first_two_s=row["first_call_s"] + second["first_call_s"],
+    )
     for _ in range(sizes.step_warmup - 1):
         p, state = step(p, state, X, Y)
     jax.block_until_ready((p, state))
@@ -351,6 +355,7 @@ FIGURES = {  # row: the figures summarised over repeats (min, max)
         "backend_compile_s",
         "compiles",
         "second_call_s",
+        "first_two_s",
         "later_compiles",
         "per_step_ms",
         "init_s",
@@ -359,7 +364,7 @@ FIGURES = {  # row: the figures summarised over repeats (min, max)
     "mlp": ("first_call_s", "backend_compile_s", "compiles", "later_call_s"),
 }
 RATIOS = {  # row: the figures whose minima are compared, jaxsearch / optax
-    "step": ("first_call_s", "backend_compile_s", "second_call_s", "per_step_ms"),
+    "step": ("first_call_s", "backend_compile_s", "second_call_s", "first_two_s", "per_step_ms"),
     "rosen": ("first_call_s", "backend_compile_s", "later_call_s"),
     "mlp": ("first_call_s", "backend_compile_s", "later_call_s"),
 }
@@ -418,7 +423,7 @@ def _int_span(pair) -> str:
 
 
 def _ratio(x) -> str:
-    return "—" if x is None else f"{x:.2f}"
+    return "—" if x is None else f"{x:.3g}"
 
 
 def markdown(data: dict, meta: dict) -> str:
@@ -429,7 +434,9 @@ def markdown(data: dict, meta: dict) -> str:
         f"{meta['cpu']}, {meta['cpu_count']} CPUs; jax {meta['versions'].get('jax')}, "
         f"optax {meta['versions'].get('optax')}, equinox {meta['versions'].get('equinox')}; "
         f"XLA_FLAGS {meta['xla_flags']!r}; {meta['size_set']} sizes, "
-        f"{meta['sizes']['repeats']} repeat(s); {meta['started']}; `{meta['command']}`",
+        f"{meta['sizes']['repeats']} repeat(s); {meta['started']} to {meta.get('finished')}, "
+        f"load average {meta['load_before']} before, {meta.get('load_average')} after; "
+        f"`{meta['command']}`",
         "",
         "Each side in a fresh process of its own, the sides alternated; each figure is the "
         "minimum – maximum over the repeats (one number where they agree to 3 digits). first "
@@ -452,7 +459,7 @@ def markdown(data: dict, meta: dict) -> str:
                 "",
                 "second call: the next step, timed as the first (optax's state after its "
                 "first update is typed otherwise than `opt.init`'s, and its step compiles "
-                f"again); ms per step: the best of {sizes['step_blocks']} blocks of "
+                f"again; first two calls: their sum); ms per step: the best of {sizes['step_blocks']} blocks of "
                 f"{sizes['step_block']} steps after {sizes['step_warmup']} warm-up steps (the "
                 "second call the first of them); later compiles: from the second call on; "
                 "init: `solver.init` / `opt.init`, before the first call and not in it.",
@@ -475,13 +482,15 @@ def markdown(data: dict, meta: dict) -> str:
                 )
             lines += [
                 "",
-                "| jaxsearch / optax | first call | compile s | second call | ms per step |",
-                "| --- | ---: | ---: | ---: | ---: |",
+                "| jaxsearch / optax | first call | compile s | second call | first two calls "
+                "| ms per step |",
+                "| --- | ---: | ---: | ---: | ---: | ---: |",
             ]
             for pair, r in summary["ratios"].items():
                 lines.append(
                     f"| {pair} | {_ratio(r['first_call_s'])} | {_ratio(r['backend_compile_s'])} "
-                    f"| {_ratio(r['second_call_s'])} | {_ratio(r['per_step_ms'])} |"
+                    f"| {_ratio(r['second_call_s'])} | {_ratio(r['first_two_s'])} "
+                    f"| {_ratio(r['per_step_ms'])} |"
                 )
         else:
             if row == "rosen":
@@ -592,6 +601,7 @@ def main(argv=None):
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_before": " ".join(f"{x:.1f}" for x in os.getloadavg()),
     }
     data: dict = {}
     text = ""
