@@ -1,7 +1,7 @@
 """The first call against optax.lbfgs: trace, compile and run of a fresh process's first call.
 
     python -m benchmarks.suite.first_call           # full sizes, 3 repeats (meant for a TPU or GPU)
-    python -m benchmarks.suite.first_call --quick   # small MLP, 1 repeat (about a minute, 2 CPUs)
+    python -m benchmarks.suite.first_call --quick   # small MLP, 1 repeat (8 processes, 2-3 min)
     python -m benchmarks.suite.first_call --only step,rosen --repeats 5 --out /tmp/first_call
 
 What a user waits for before the first result: the first call of a jitted training step or of a
@@ -457,10 +457,11 @@ def markdown(data: dict, meta: dict) -> str:
             lines += [
                 f"## Training step: MLP {widths} (tanh), {sizes['step_rows']} rows",
                 "",
-                "second call: the next step, timed as the first (optax's state after its "
-                "first update is typed otherwise than `opt.init`'s, and its step compiles "
-                f"again; first two calls: their sum); ms per step: the best of {sizes['step_blocks']} blocks of "
-                f"{sizes['step_block']} steps after {sizes['step_warmup']} warm-up steps (the "
+                "second call: the next step, timed as the first (three scalars of "
+                "`opt.init`'s state are weakly typed and those of the updated state not, so "
+                "optax's step compiles again; first two calls: their sum); ms per step: the "
+                f"best of {sizes['step_blocks']} blocks of {sizes['step_block']} steps after "
+                f"{sizes['step_warmup']} warm-up steps (the "
                 "second call the first of them); later compiles: from the second call on; "
                 "init: `solver.init` / `opt.init`, before the first call and not in it.",
                 "",
