@@ -11,14 +11,16 @@
 # the versions (OUT_DIR/environment.txt), the tier (`pytest -m accelerator tests/accelerator`,
 # OUT_DIR/accelerator.xml and .log), and the benchmarks (`python -m
 # benchmarks.studies.tpu_vmap_failures`, `python -m benchmarks.studies.engine --quick`, `python -m
-# benchmarks.suite.networks`, into OUT_DIR). PYTEST_ARGS go to pytest (e.g. `-k vmap`).
+# benchmarks.suite.networks`, `python -m benchmarks.suite.first_call`, into OUT_DIR). PYTEST_ARGS
+# go to pytest (e.g. `-k vmap`).
 #
 # Exits with the tier's status: 0 when it passed, 3 when the default backend is the CPU (the
 # tier would only be skipped; JAXSEARCH_ACCELERATOR_ON_CPU=1 runs it there at small sizes). A
 # benchmark that fails or times out is reported and does not change the exit status.
 #
 # Settings (environment): PYTHON (python3), TIER_TIMEOUT (seconds, 1500), BENCH (1 on an
-# accelerator, 0 on the CPU: run the benchmarks), BENCH_TIMEOUT (seconds each, 600).
+# accelerator, 0 on the CPU: run the benchmarks), BENCH_TIMEOUT (seconds each, 600),
+# FIRST_CALL_TIMEOUT (seconds, 1500: first_call starts 24 processes, each opening the chip).
 #
 # Here in benchmarks/ rather than .ci/: CI has no accelerator and never runs it; like the other
 # scripts here it is run by hand on a machine with the hardware, and writes measurements.
@@ -92,5 +94,8 @@ if [[ ${BENCH:-$([[ $backend == cpu ]] && echo 0 || echo 1)} == 1 ]]; then
     timeout "${BENCH_TIMEOUT:-600}" "$PY" -m benchmarks.suite.networks --out "$OUT_DIR/networks" \
         2>&1 | tee "$OUT_DIR/networks.log"
     echo "suite.networks: exit status ${PIPESTATUS[0]}" | tee -a "$OUT_DIR/summary.txt"
+    timeout "${FIRST_CALL_TIMEOUT:-1500}" "$PY" -m benchmarks.suite.first_call \
+        --out "$OUT_DIR/first_call" 2>&1 | tee "$OUT_DIR/first_call.log"
+    echo "suite.first_call: exit status ${PIPESTATUS[0]}" | tee -a "$OUT_DIR/summary.txt"
 fi
 exit "$tier"

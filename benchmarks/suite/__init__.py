@@ -20,4 +20,5 @@ SCRIPTS = {
     "stochastic": ["--epochs", "2", "--seeds", "0", "--rounds", "1"],
     "pinn_quasi_newton": ["--quick"],
     "fresh_fit": ["--quick"],
+    "first_call": ["--quick"],
 }
