@@ -88,24 +88,21 @@ def _cg_steps_of_max_steps(cls, steps):
 
 @renamed_keyword("max_steps", "max_cg_steps", _cg_steps_of_max_steps)
 class ImplicitAdjoint(AbstractAdjoint):
-    """Derivatives of the solution by the implicit function theorem (the default).
+    """Derivatives of the solution by the implicit function theorem (the default). At a minimiser
+    x*(a) of f(x, a), grad_x f(x*, a) = 0, so dx*/da = -H^-1 (d/da grad_x f)(x*, a), H = grad_x^2
+    f(x*, a); f, its gradient and aux follow by the chain rule. Nothing flows through the
+    iterations (one linear solve per derivative, not the run's memory); derivatives with respect
+    to x0 are zero. The derivative is the exact minimiser's: as accurate as the run converged
+    (check `result.status`).
 
-    At a minimiser x*(a) of f(x, a), grad_x f(x*, a) = 0, so dx*/da = -H^-1 (d/da grad_x f)(x*,
-    a), H = grad_x^2 f(x*, a); f, its gradient and aux at the solution follow by the chain rule.
-    Nothing flows through the iterations: one linear solve per derivative, not the memory of the
-    run; derivatives with respect to x0 are zero.
-
-    H v = b is solved by conjugate gradients on Hessian-vector products, in each leaf's dtype
-    widened to at least float32, inside `lax.custom_linear_solve` (H symmetric): forward
-    (`jax.jvp`, `jax.jacfwd`) and reverse mode (`jax.grad`, `jax.vjp`) work, under `vmap` too. CG
-    starts from 0 and stops where |r|_2 <= `rtol` |b|_2 (default max(1e-10, 10 eps), eps of the
-    widest work dtype), after `max_cg_steps` iterations (default 10 n, as scipy's `cg`), or where
-    p'Hp <= 0 (the derivative assumes H positive definite).
-
-    The derivative is the exact minimiser's: as accurate as the run converged (check
-    `result.status`). With `Solver(value_and_grad=True)` fn's own gradient is differentiated in
-    forward mode; one JAX cannot (a `jax.pure_callback`, a `jax.custom_vjp` function) raises a
-    TypeError when traced.
+    H v = b is solved by conjugate gradients on Hessian-vector products, each leaf in at least
+    float32, inside `lax.custom_linear_solve` (H symmetric): forward (`jax.jvp`, `jax.jacfwd`)
+    and reverse mode (`jax.grad`, `jax.vjp`) work, under `vmap` too. CG starts from 0 and stops
+    where |r|_2 <= `rtol` |b|_2 (default max(1e-10, 10 eps), eps of the widest work dtype), after
+    `max_cg_steps` iterations (default 10 n, as scipy's `cg`), or where p'Hp <= 0 (H is assumed
+    positive definite). With `Solver(value_and_grad=True)` fn's own gradient is differentiated in
+    forward mode; one JAX cannot (a `jax.pure_callback`, a `jax.custom_vjp`) raises a TypeError
+    when traced.
     """
 
     rtol: float | None = eqx.field(static=True, default=None)

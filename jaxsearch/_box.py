@@ -50,8 +50,7 @@ class Box(eqx.Module):
         scalar or a pytree like params broadcasting to its leaves."""
         lower, upper = _split(bounds)
         return cls(
-            lower=_like(lower, diff, "lower", -np.inf),
-            upper=_like(upper, diff, "upper", np.inf),
+            lower=_like(lower, diff, "lower", -np.inf), upper=_like(upper, diff, "upper", np.inf)
         )
 
     def project(self, x: PyTree) -> PyTree:

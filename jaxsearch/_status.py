@@ -78,12 +78,7 @@ CONVERGED = (
 
 # Statuses a step reaches by what it did, not where it ended (not checkable again at its point): a
 # `step` from one changes nothing until `reevaluate`, and a resumed run stops at once.
-KEPT = (
-    Status.CONVERGED_FTOL,
-    Status.CONVERGED_XTOL,
-    Status.STOPPED,
-    Status.CONVERGED_PRECISION,
-)
+KEPT = (Status.CONVERGED_FTOL, Status.CONVERGED_XTOL, Status.STOPPED, Status.CONVERGED_PRECISION)
 
 
 class StatusArray(np.ndarray):

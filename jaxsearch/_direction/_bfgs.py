@@ -59,13 +59,11 @@ class BFGS(AbstractDirection):
 
     (Nocedal & Wright, 2nd ed., eq. 6.17), in the O(n^2) form H - rho (s (Hy)' + (Hy) s') + rho
     (1 + rho y'Hy) s s', symmetrised. H_0 = I, replaced by (y's / y'y) I just before the first
-    pair is stored (N&W eq. 6.20), and again after `reset`.
-
-    A pair is used only where s'y > eps |s| |y| and s'y, y'y and the new matrix are finite,
-    keeping H positive definite; `eps` is `curvature_eps`, else the least precise param leaf's
-    machine epsilon (as `LBFGS`). The state is an n x n matrix over all leaves ravelled (small n;
-    `LBFGS` for large), in the widest leaf dtype, at least float32. `scaled` once a pair is
-    stored.
+    pair is stored (N&W eq. 6.20), and after `reset`. A pair is used only where s'y > eps |s| |y|
+    and s'y, y'y and the new matrix are finite (keeping H positive definite); `eps` is
+    `curvature_eps`, else the least precise leaf's machine epsilon (as `LBFGS`). The state is n x
+    n over all leaves ravelled (small n; `LBFGS` for large), in the widest leaf dtype, at least
+    float32. `scaled` once a pair is stored.
     """
 
     supports_bounds: ClassVar[bool] = False

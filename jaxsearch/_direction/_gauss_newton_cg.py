@@ -22,30 +22,22 @@ class GaussNewtonCGState(eqx.Module):
 
 
 class GaussNewtonCG(AbstractLeastSquares, AbstractMemorylessDirection):
-    """The Gauss-Newton direction for f = 0.5 |r(x)|^2 without forming the Jacobian J: d solves
-
-        (J'J + mu I) d = -J'r
-
-    approximately by `NewtonCG`'s conjugate gradient loop on v -> J'(J v) + mu v (inexact
+    """The Gauss-Newton direction for f = 0.5 |r(x)|^2 without forming J: d solves (J'J + mu I) d =
+    -J'r approximately by `NewtonCG`'s conjugate gradient loop on v -> J'(J v) + mu v (inexact
     Gauss-Newton: Nocedal & Wright, 2nd ed., sections 7.1 and 10.3). Each step linearises r once
-    (`jax.linearize`); each CG iteration is a JVP and a VJP (`jax.linear_transpose`): no m x n
-    array, memory a few copies of x and r.
+    (`jax.linearize`), each CG iteration is a JVP and a VJP (`jax.linear_transpose`): no m x n
+    array, memory a few copies of x and r. Prefer `GaussNewton` (n JVPs and an SVD: O(m n^2)
+    work, m n memory, exact) up to a few hundred unknowns.
 
-    The loop's stopping rule, exits and fields are `NewtonCG`'s (g = J'r), but `forcing` defaults
-    to the constant 1e-4, near the exact Gauss-Newton step whose unit step makes the method fast;
-    `max_cg_steps` defaults to min(2n, 50); non-positive curvature happens only by rounding.
-    Every CG iterate z_j, j >= 1, minimises 0.5 z'(J'J + mu I)z + g'z over a Krylov space
-    containing -g, so g'z_j < 0: a loop cut short still descends.
-
-    `damping` is mu >= 0, absolute (J'J's units). mu = 0 (the default) is Gauss-Newton: where J'J
-    is singular CG stays in J''s range and tends to `GaussNewton`'s least-norm step. mu > 0
-    shortens the step (Levenberg's damping, fixed; `LevenbergMarquardt` adapts it). `eta_max` as
-    `NewtonCG`'s.
-
-    Dense or CG: `GaussNewton` (n JVPs and an SVD: O(m n^2) work, m n memory, exact) up to a few
-    hundred unknowns; beyond, or where m n numbers do not fit, `GaussNewtonCG` (one linearisation
-    and at most `max_cg_steps` JVP + VJP pairs a step). Precision as `NewtonCG`'s, products in
-    the params' and residuals' own dtypes. `scaled` except where d = -g.
+    The loop's stopping rule, exits, fields and precision are `NewtonCG`'s (g = J'r, `eta_max` as
+    there), but `forcing` defaults to the constant 1e-4, near the exact step whose unit step
+    makes Gauss-Newton fast, and non-positive curvature happens only by rounding; `max_cg_steps`
+    defaults to min(2n, 50). Every CG iterate z_j, j >= 1, minimises 0.5 z'(J'J + mu I)z + g'z
+    over a Krylov space containing -g, so g'z_j < 0: a loop cut short still descends. `damping`
+    is mu >= 0, absolute (J'J's units): 0 (the default) is Gauss-Newton, tending to
+    `GaussNewton`'s least-norm step where J'J is singular; mu > 0 shortens the step (Levenberg's
+    fixed damping; `LevenbergMarquardt` adapts it). The products run in the params' and
+    residuals' own dtypes. `scaled` except where d = -g.
     """
 
     damping: float = eqx.field(static=True, default=0.0)

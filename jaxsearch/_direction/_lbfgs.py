@@ -30,53 +30,40 @@ def _is_floating(dtype) -> bool:
 
 
 class LBFGS(AbstractDirection):
-    """L-BFGS direction (Nocedal & Wright, section 7.2).
-
-    Keeps the last `memory_size` pairs (s, y) in buffers with a leading `(memory_size,)` axis per
-    leaf. The initial matrix is gamma * I, gamma = s'y / y'y of the newest pair (N&W eq. 7.20;
-    Shanno & Phua 1978), or with `scale_initial=False` the identity (jaxopt's `use_gamma=False`;
-    L-BFGS-B's theta = 1). `form` picks how d = -H g is computed, the same matrix either way:
+    """L-BFGS direction (Nocedal & Wright, section 7.2): the last `memory_size` pairs (s, y) in
+    buffers with a leading `(memory_size,)` axis per leaf; the initial matrix gamma * I, gamma =
+    s'y / y'y of the newest pair (N&W eq. 7.20; Shanno & Phua 1978), or the identity with
+    `scale_initial=False` (jaxopt's `use_gamma=False`; L-BFGS-B's theta = 1). A pair is stored
+    only if finite in the memory dtype and s'y > eps |s| |y| (eps the least precise memory
+    dtype's, or `curvature_eps`), keeping H positive definite. Memory leaves have their param's
+    dtype, or at least `memory_dtype` (e.g. `jnp.float32` for bfloat16 params); inner products
+    are in at least float32. With bounds it is L-BFGS-B (`_lbfgs_bounded.bounded_direction`).
+    `form` picks how d = -H g is computed, the same matrix either way:
 
     - `"two_loop"`: the two-loop recursion (N&W algorithm 7.4), two `fori_loop`s over the m
       slots; state `TwoLoopLBFGSState`.
     - `"compact"`: the compact representation (Byrd, Nocedal & Schnabel, 1994, eq. 3.13; N&W eq.
-      7.24), loop-free: with R the upper triangle of S'Y and D its diagonal, H g = gamma g + S p
-      - gamma Y R^-1 a, p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b), a = S'g, b = Y'g: 4m vectors
-      read, two m x m triangular solves. State `CompactLBFGSState`, keeping S'Y and Y'Y; the
-      newest pair's column comes, off a CPU, from each buffer's products with y in g's pass; on a
-      CPU from a and b less the previous `compute`'s (y = g - g_previous), except after
-      `gradient_replaced` or for gradients under 32 bits.
+      7.24), loop-free: H g = gamma g + S p - gamma Y R^-1 a, p = R^-T ((D + gamma Y'Y) R^-1 a -
+      gamma b), a = S'g, b = Y'g, R the upper triangle of S'Y and D its diagonal; state
+      `CompactLBFGSState`, keeping S'Y and Y'Y up to date.
     - `"auto"` (the default): the compact form (no loop trips, each of which waits on the host on
       a GPU), except on a CPU or a TPU for params of fewer than `COMPACT_FROM` = 5000 elements,
       where the two-loop recursion compiles faster and runs as fast or faster.
 
-    `init` chooses the form once and the state's class records it. A state saved where `"auto"`
-    chose one form and resumed where it would choose the other is refused by the solver with a
-    TypeError naming `js.LBFGS(form="compact")` (or `"two_loop"`): pass `form` to resume across
-    backends.
-
-    A pair is stored only if finite in the memory dtype and s'y > eps |s| |y| (eps the least
-    precise memory dtype's, or `curvature_eps`), keeping H positive definite. Memory leaves have
-    their param's dtype, or at least `memory_dtype` (e.g. `jnp.float32` for bfloat16 params);
-    inner products accumulate in at least float32, kept in the scalar dtype. With bounds it is
-    L-BFGS-B (`_lbfgs_bounded.bounded_direction`).
+    `init` chooses the form once and the state's class records it; a state resumed where `"auto"`
+    would choose the other is refused with a TypeError naming `js.LBFGS(form="compact")` (or
+    `"two_loop"`): pass `form` to resume across backends.
 
     **Preconditioning.** `preconditioner` P, a symmetric positive definite inverse-Hessian
-    approximation, gives H0 = gamma P, gamma = s'y / y'P y of the newest pair (1 before one, and
-    with `scale_initial=False`): L-BFGS in z = P^(-1/2) x (N&W eq. 7.20 with section 5.1's change
-    of variables; Optim.jl's `P`, as an inverse). P is one of:
-
-    - a callable v -> P v on pytrees like params (leaves widened to at least float32, the result
-      cast back), hashed by identity (a module-level function, or an `eqx.Module` whose arrays
-      are dynamic);
-    - a pytree like params of positive finite diagonal entries (dynamic: another diagonal of the
-      same shapes does not recompile);
-    - a lineax linear operator lineax knows is symmetric (jaxsearch does not import lineax).
-
-    P is fixed for a run (no `precondprep`): for a new P, build a new solver and start from a
-    fresh state. Only the two-loop form takes one: `form="compact"` is refused at construction,
-    `"auto"` takes the two-loop form, and with bounds it is refused when traced. The identity
-    gives the iterates without one, bit for bit.
+    approximation, gives H0 = gamma P, gamma = s'y / y'P y (1 before a pair, and with
+    `scale_initial=False`): L-BFGS in z = P^(-1/2) x (N&W eq. 7.20 with section 5.1's change of
+    variables; Optim.jl's `P`, as an inverse). P is a callable v -> P v on pytrees like params
+    (leaves widened to at least float32, cast back; hashed by identity: a module-level function,
+    or an `eqx.Module` with dynamic arrays); a pytree like params of positive finite diagonal
+    entries (dynamic: no recompile for another); or a lineax operator lineax knows is symmetric.
+    P is fixed for a run: for a new one, build a new solver and start afresh. Only the two-loop
+    form takes one (`form="compact"` is refused, `"auto"` takes two-loop; with bounds it is
+    refused when traced). The identity gives the iterates without one, bit for bit.
     """
 
     supports_bounds = True

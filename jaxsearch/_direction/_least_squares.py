@@ -9,12 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._misc import at_least_float32, divide, leaves, safe_sqrt, widest_float
-from ._base import (
-    AbstractDenseLeastSquares,
-    AbstractMemorylessDirection,
-    DirectionInfo,
-    no_limit,
-)
+from ._base import AbstractDenseLeastSquares, AbstractMemorylessDirection, DirectionInfo, no_limit
 from ._bfgs import HIGHEST
 from ._flat import flatten_tree, jacobian_dtype, unflatten_tree
 
@@ -142,38 +137,31 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
 
         d = -(J'J + lambda D)^-1 J'r,  the minimiser of |r + J d|^2 + lambda |D^(1/2) d|^2,
 
-    D = diag(J'J) kept as Moré's running maximum (J. J. Moré, "The Levenberg-Marquardt algorithm:
-    implementation and theory", Numerical Analysis, Dundee 1977, LNM 630, 1978): D^(1/2) holds
-    each parameter's largest column norm of J so far (floored at sqrt(eps) times the largest), so
-    d is invariant under scaling the parameters. d comes from the SVD of J D^(-1/2) (never J'J,
-    whose condition number is J's squared; singular values below eps s_max max(m, n) dropped), in
-    the matrix dtype as `GaussNewton`'s. fn returns residuals (`AbstractLeastSquares`).
+    D = diag(J'J) as Moré's running maximum (J. J. Moré, "The Levenberg-Marquardt algorithm:
+    implementation and theory", Numerical Analysis, Dundee 1977, LNM 630, 1978): each parameter's
+    largest column norm of J so far (floored at sqrt(eps) times the largest), making d invariant
+    under scaling the parameters. d comes from the SVD of J D^(-1/2) (never J'J, whose condition
+    number is J's squared; singular values below eps s_max max(m, n) dropped), in `GaussNewton`'s
+    matrix dtype. lambda is Moré's: 0 where the Gauss-Newton step has |D^(1/2) d| <= 1.1 Delta,
+    else the root of |D^(1/2) d(lambda)| = Delta by `DAMPING_ITERATIONS` Newton iterations on 1 /
+    |D^(1/2) d(lambda)| - 1 / Delta (Hebden's scheme).
 
-    lambda is Moré's: 0 where the Gauss-Newton step has |D^(1/2) d| <= 1.1 Delta, else the lambda
-    with |D^(1/2) d(lambda)| = Delta, from `DAMPING_ITERATIONS` Newton iterations on 1 / |D^(1/2)
-    d(lambda)| - 1 / Delta (Hebden's scheme). The first step (and after `reset`, or Delta rounded
-    to 0) starts from MINPACK lmder's radius Delta = factor |D^(1/2) x| (factor where that is 0;
-    lmder recommends factor in [0.1, 100]); with `factor=None`, from the damping `tau` (1e-3
-    unless given): lambda = tau, Delta = |D^(1/2) d(tau)|. After a step s = alpha d, with the
-    gain ratio
+    The first step (and after `reset`, or Delta rounded to 0) takes MINPACK lmder's radius Delta
+    = factor |D^(1/2) x| (factor where that is 0; lmder recommends [0.1, 100]), or with
+    `factor=None` the damping `tau` (1e-3 unless given): lambda = tau, Delta = |D^(1/2) d(tau)|.
+    After a step s = alpha d, with rho = (f(x) - f(x + s)) / (L(0) - L(s)), L(s) = 0.5 |r + J
+    s|^2, Delta becomes |D^(1/2) s| / 2 if rho < 1/4; 2 |D^(1/2) s| if rho > 3/4 or lambda was 0
+    (Moré's rule); else it stays, or is |D^(1/2) s| where the search cut the unit step (alpha <
+    0.9, standing in for rejected trust-region trials; with `factor=None` whatever rho), applied
+    at the next `compute`.
 
-        rho = (f(x) - f(x + s)) / (L(0) - L(s)),  L(s) = 0.5 |r + J s|^2,
-
-    Delta becomes |D^(1/2) s| / 2 if rho < 1/4; 2 |D^(1/2) s| if rho > 3/4 or lambda was 0
-    (Moré's rule, gamma = 1/2); else it stays, or is |D^(1/2) s| where the search cut the unit
-    step (alpha < 0.9, standing in for a trust region's rejected trials). With `factor=None` a
-    cut step sets Delta to |D^(1/2) s| whatever rho. The update is applied at the next `compute`.
-
-    The default `factor=1.0` solves all 16 higher-difficulty NIST runs in float64
-    (benchmarks/suite/least_squares.py), MGH10 from start 1 among them, where the `tau` start's
-    first, nearly steepest-descent step leads to b1 < 0 and the flat asymptote b2 -> -inf. With
-    it `Solver`'s defaults are least squares' own: `gtol=0`, `ftol=1e-10` on MINPACK's test, and
-    a step rounding away within f's rounding ends `CONVERGED_PRECISION` (docs/getting-started.md,
-    "Stopping"; benchmarks/studies/least_squares_defaults.py).
-
-    `scaled`: the unit step is tried first; the solver pairs it with `Backtracking(epsilon=0)`,
-    standing in for rejected trust-region steps. `reset` forgets Delta and D; after
-    `gradient_replaced` the step's gain ratio is not used.
+    `factor=1.0` solves all 16 higher-difficulty NIST runs in float64
+    (benchmarks/suite/least_squares.py), MGH10 from start 1 among them, where the `tau` start
+    reaches b1 < 0 and the flat asymptote. With it `Solver` defaults to `gtol=0`, `ftol=1e-10` on
+    MINPACK's test and `CONVERGED_PRECISION` for a step within f's rounding
+    (docs/getting-started.md, "Stopping"; benchmarks/studies/least_squares_defaults.py), and to
+    `Backtracking(epsilon=0)` for the rejected steps; the unit step is tried first (`scaled`).
+    `reset` forgets Delta and D; after `gradient_replaced` the gain ratio is not used.
     """
 
     factor: float | None = eqx.field(static=True, default=1.0)

@@ -22,21 +22,17 @@ class NewtonState(eqx.Module):
 
 
 class Newton(AbstractMemorylessDirection):
-    """Newton's direction d = -(H + tau I)^-1 g, for up to a few hundred unknowns.
-
-    H is formed from n Hessian-vector products (as `NewtonCG`'s) and symmetrised. Where it is not
-    positive definite it is modified by Nocedal & Wright, 2nd ed., algorithm 3.3 (Cholesky with
-    added multiple of the identity): tau_0 = 0 if H's diagonal is positive, else beta - min_i
-    H_ii; while Cholesky of H + tau_k I fails, tau_{k+1} = max(2 tau_k, beta), at most
-    `MAX_SHIFTS` times; beta = `beta` times max |H_ii| (`beta` where the diagonal is zero), scale
-    free (N&W suggest 1e-3). d descends wherever g != 0 and is the Newton step where H is
-    positive definite, so with the unit step tried first (`scaled`) convergence is quadratic
-    there (N&W theorem 3.5).
-
-    Work is in the widest of the scalar dtype, float32 and the params' dtype: n^2 entries and n^3
-    / 3 flops a step (large n: `NewtonCG` or `LBFGS`). A non-finite Hessian gives a non-finite d,
-    and the solver steps along -g.
-    """
+    """Newton's direction d = -(H + tau I)^-1 g, for up to a few hundred unknowns (n^2 entries, n^3
+    / 3 flops a step: for large n `NewtonCG` or `LBFGS`). H is formed from n Hessian-vector
+    products (as `NewtonCG`'s) and symmetrised, in the widest of the scalar dtype, float32 and
+    the params' dtype. Where it is not positive definite it is modified by Nocedal & Wright, 2nd
+    ed., algorithm 3.3 (Cholesky with added multiple of the identity): tau_0 = 0 if H's diagonal
+    is positive, else beta - min_i H_ii; while Cholesky of H + tau_k I fails, tau_{k+1} = max(2
+    tau_k, beta), at most `MAX_SHIFTS` times; beta = `beta` times max |H_ii| (`beta` where the
+    diagonal is zero), scale free (N&W suggest 1e-3). d descends wherever g != 0 and is the
+    Newton step where H is positive definite, so with the unit step tried first (`scaled`)
+    convergence is quadratic there (N&W theorem 3.5). A non-finite Hessian gives a non-finite d,
+    and the solver steps along -g."""
 
     beta: float = eqx.field(static=True, default=1e-3)
 

@@ -19,12 +19,7 @@ from .._misc import (
     tree_zeros_like,
 )
 from ._base import AbstractDirection, DirectionInfo, no_limit
-from ._preconditioner import (
-    Preconditioner,
-    check_fits,
-    check_preconditioner,
-    prepared,
-)
+from ._preconditioner import Preconditioner, check_fits, check_preconditioner, prepared
 
 METHODS = ("fletcher-reeves", "polak-ribiere", "hestenes-stiefel", "dai-yuan", "hager-zhang")
 
@@ -36,11 +31,10 @@ class NonlinearCGState(eqx.Module):
 
 
 class NonlinearCG(AbstractDirection):
-    """Nonlinear conjugate gradient direction d_k = -g_k + beta_k d_{k-1}.
-
-    With g = g_k, p = g_{k-1}, d = d_{k-1} and y = g - p, `method` chooses beta_k (Nocedal &
-    Wright, 2nd ed., section 5.2; Hager & Zhang, SIAM J. Optim. 16 (2005) 170-192; Hager & Zhang,
-    "A survey of nonlinear conjugate gradient methods", Pacific J. Optim. 2 (2006) 35-58):
+    """Nonlinear conjugate gradient direction d_k = -g_k + beta_k d_{k-1}. With g = g_k, p =
+    g_{k-1}, d = d_{k-1} and y = g - p, `method` chooses beta_k (Nocedal & Wright, 2nd ed.,
+    section 5.2; Hager & Zhang, SIAM J. Optim. 16 (2005) 170-192; Hager & Zhang, "A survey of
+    nonlinear conjugate gradient methods", Pacific J. Optim. 2 (2006) 35-58):
 
     - "fletcher-reeves": beta = g'g / p'p  (N&W eq. 5.41a)
     - "polak-ribiere":   beta = max(0, g'y / p'p), PR+  (N&W eq. 5.45)
@@ -52,25 +46,19 @@ class NonlinearCG(AbstractDirection):
     Restarts (beta = 0): on the first call; Powell's (1977) where |g'p| >= `restart_threshold`
     |g|^2 (0.2; None: off); where beta is not finite. Where d_k does not descend the solver takes
     -g_k and calls `reset`, which records -g_k as d_k. FR and DY descend only under strong Wolfe
-    with c2 < 1/2 (e.g. `Zoom(c2=0.1)`); HZ's beta_N gives g'd <= -7/8 |g|^2 with any search
-    (Hager & Zhang 2005, theorem 1.1).
+    with c2 < 1/2; HZ's beta_N gives g'd <= -7/8 |g|^2 with any search (Hager & Zhang 2005,
+    theorem 1.1). With no line search given, `Solver` pairs it with `MoreThuente(gtol=0.1)`,
+    close to the line minimisation conjugacy assumes (N&W recommend c2 = 0.1). `scaled` is False
+    (the solver's guess, N&W eq. 3.60, starts each search). g_{k-1} and d_{k-1} are kept in the
+    params' dtypes; d is formed in at least float32 and rounded once.
 
-    With no line search given, `Solver` pairs it with `MoreThuente(gtol=0.1)`, close to the line
-    minimisation conjugacy assumes (N&W recommend c2 = 0.1): far fewer evaluations than
-    `Zoom()`'s c2 = 0.9 on Rosenbrock (tests/interop/test_against_scipy.py).
-
-    `scaled` is False: the solver starts each search from its scaled guess (N&W eq. 3.60). The
-    state keeps g_{k-1} and d_{k-1} in the params' dtypes; inner products and d are formed in at
-    least float32, d rounded once to each leaf's dtype.
-
-    **Preconditioning.** `preconditioner` P (symmetric positive definite, an inverse-Hessian
-    approximation, of the kinds `LBFGS` takes) gives each rule in z = P^(-1/2) x (N&W section
-    5.1; Hager & Zhang 2006, section 9): d_k = -P g_k + beta_k d_{k-1}, with g'g -> g'P g, p'p ->
-    p'P p, g'y -> z'y, y'y (HZ) -> y'P y and g'p (Powell) -> z'p for z = P g; d'y and d'g stay.
-    HZ's eta_k keeps Euclidean norms (any eta_k < 0 keeps g'd <= -7/8 g'P g). P is fixed for a
-    run; a restart takes -P g; the identity gives the iterates without, bit for bit. A callable
-    or lineax P is applied again to g_{k-1} (FR, PR+) or y (HZ) rather than kept: no copy of
-    params more in the state.
+    **Preconditioning.** `preconditioner` P (of the kinds `LBFGS` takes) gives each rule in z =
+    P^(-1/2) x (N&W section 5.1; Hager & Zhang 2006, section 9): d_k = -P g_k + beta_k d_{k-1},
+    with g'g -> g'P g, p'p -> p'P p, g'y -> z'y, y'y (HZ) -> y'P y and g'p (Powell) -> z'p for z
+    = P g; d'y and d'g stay. HZ's eta_k keeps Euclidean norms (any eta_k < 0 keeps g'd <= -7/8
+    g'P g). P is fixed for a run; a restart takes -P g; the identity gives the iterates without,
+    bit for bit. A callable or lineax P is applied again to g_{k-1} (FR, PR+) or y (HZ) rather
+    than kept in the state.
     """
 
     supports_bounds: ClassVar[bool] = False

@@ -31,13 +31,11 @@ class AbstractSelfScaled(AbstractDirection):
         v = s / s'y - H y / y'Hy,
 
     tau_k and phi_k (1: BFGS, 0: DFP) from `scaling(b, h, n)`, b = s'B_k s / s'y (= (s'g_k)^2 /
-    (g_k'H_k g_k s'y), no inverse formed) and h = y'H_k y / s'y. H_{k+1} y = s for every tau,
-    phi. H_0 = I, unscaled.
-
-    A pair is used only if it passes `BFGS`'s curvature guard and b, h, tau, phi and the new
-    matrix are finite with b, h > 0. Work in the widest param dtype, at least float32; the state
-    is n x n. `scaled` once a pair is stored. Pair it with a Wolfe search (`Zoom`,
-    `MoreThuente`), as the papers do.
+    (g_k'H_k g_k s'y), no inverse formed), h = y'H_k y / s'y; H_{k+1} y = s for every tau, phi;
+    H_0 = I, unscaled. A pair is used only if it passes `BFGS`'s curvature guard and b, h, tau,
+    phi and the new matrix are finite with b, h > 0. Work in the widest param dtype, at least
+    float32; the state is n x n; `scaled` once a pair is stored. Pair it with a Wolfe search
+    (`Zoom`, `MoreThuente`), as the papers do.
     """
 
     supports_bounds: ClassVar[bool] = False

@@ -24,20 +24,14 @@ from ._decrease import AbstractDecreaseSearch, DecreaseSearchState, accepts_max_
 
 
 class AbstractBacktracking(AbstractLineSearch):
-    """Backtracking on Armijo's test against a reference value R of each search,
-
-        phi(t) <= R + c1 t phi'(0),
-
-    with R = phi(0) for Armijo's test (Nocedal & Wright, 2nd ed., algorithm 3.1: `Backtracking`,
-    `StochasticArmijo`) and R = C_k, Zhang & Hager's weighted average of the iterates' values
-    (SIAM J. Optim. 14(4), 2004: `NonmonotoneArmijo`). Where `lost_in_rounding`, the test is on
-    the slope, phi'(t) <= (2 c1 - 1) phi'(0); a non-finite trial fails.
-
-    `update` is the shared loop: a passing trial is the step; a failing one is multiplied by
-    `shrink`; after `max_trials`, or below `min_step`, no step. A subclass writes `init`,
-    `start`, `finish`, `reference`, `lost_in_rounding` and `recorded`; its search state has
-    `dphi0`.
-    """
+    """Backtracking on Armijo's test against a reference value R, phi(t) <= R + c1 t phi'(0): R =
+    phi(0) for Armijo's test (Nocedal & Wright, 2nd ed., algorithm 3.1: `Backtracking`,
+    `StochasticArmijo`), R = C_k, Zhang & Hager's weighted average of the iterates' values (SIAM
+    J. Optim. 14(4), 2004: `NonmonotoneArmijo`). Where `lost_in_rounding`, phi'(t) <= (2 c1 - 1)
+    phi'(0) instead; a non-finite trial fails. `update` is the shared loop: a passing trial is
+    the step, a failing one is multiplied by `shrink`; after `max_trials`, or below `min_step`,
+    no step. A subclass writes `init`, `start`, `finish`, `reference`, `lost_in_rounding` and
+    `recorded`; its search state has `dphi0`."""
 
     c1: eqx.AbstractVar[Setting]
     shrink: eqx.AbstractVar[Setting]
@@ -168,28 +162,25 @@ class Backtracking(AbstractDecreaseBacktracking):
     - `"wolfe"`: Armijo's and phi'(t) >= c2 phi'(0) (N&W eq. 3.6);
     - `"strong-wolfe"`: Armijo's and |phi'(t)| <= c2 |phi'(0)| (N&W eq. 3.7);
 
-    `c2` in (c1, 1), used by the Wolfe conditions only. Each rejected trial (non-finite ones too)
-    is multiplied by `shrink`; after `max_trials` rejections, or when the next trial would be
-    below `min_step`, no step. The search only shrinks, so a step rejected as too short is shrunk
-    too (as jaxopt's `BacktrackingLineSearch`): for the Wolfe conditions a bracketing search
-    (`js.Zoom`, `js.MoreThuente`) finds more steps.
-
-    The first trial is the solver's guess; with `growth` set, min(growth * previous accepted
-    step, max_step_size) once a step was accepted, as optax's. At a binding dynamic cap
-    (`AbstractLineSearch.start`) Armijo's test alone accepts a trial at the cap: no longer step
-    may be tried.
+    `c2` in (c1, 1), for the Wolfe conditions only. Each rejected trial (non-finite too) is
+    multiplied by `shrink`; after `max_trials` rejections, or below `min_step`, no step. A step
+    rejected as too short is shrunk too (as jaxopt's `BacktrackingLineSearch`): for the Wolfe
+    conditions a bracketing search (`js.Zoom`, `js.MoreThuente`) finds more steps. The first
+    trial is the solver's guess; with `growth`, min(growth * previous accepted step,
+    max_step_size) once one was accepted, as optax's. At a binding dynamic cap
+    (`AbstractLineSearch.start`) Armijo's test alone accepts the cap: no longer step may be
+    tried.
 
     Where the change of f is within `epsilon C_k` (`AbstractDecreaseSearch`; `epsilon = None`:
     1e-6 in float64, 3.5e-4 in float32) it is lost in rounding (Hager & Zhang 2005, section 4)
-    and the value tests are made on slopes, as for a quadratic phi: Armijo's becomes phi'(t) <=
-    (2 c1 - 1) phi'(0), Goldstein's lower bound phi'(t) >= (1 - 2 c1) phi'(0). `epsilon = 0`
-    gives the textbook tests (only then is it `monotone`).
+    and value tests are made on slopes, as for a quadratic phi: Armijo's becomes phi'(t) <= (2 c1
+    - 1) phi'(0), Goldstein's lower bound phi'(t) >= (1 - 2 c1) phi'(0). `epsilon = 0` gives the
+    textbook tests (only then is it `monotone`).
 
-    `slopes="first"` evaluates f alone at trials after the first (Armijo's test needs no slope,
-    as jaxopt's): k backtracks then cost k evaluations of f alone and two with the gradient,
-    against k + 1 with `"every"` (the default). Worth it where the gradient costs more than f and
-    steps backtrack often. `max_step_size` (default +inf) and array settings: see
-    `AbstractLineSearch`.
+    `slopes="first"` evaluates f alone at trials after the first (as jaxopt's): k backtracks cost
+    k evaluations of f alone and two with the gradient, against k + 1 with `"every"` (the
+    default); worth it where the gradient costs more than f and steps backtrack often.
+    `max_step_size` (default +inf) and array settings: see `AbstractLineSearch`.
     """
 
     c1: Setting = 1e-4

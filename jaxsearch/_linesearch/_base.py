@@ -24,17 +24,12 @@ class Point(eqx.Module):
 
 
 class SearchState(eqx.Module):
-    """The state of one search, from `AbstractLineSearch.start` until `done`: the fields the
-    solver reads. A search that keeps more (brackets, phi(0), ...) subclasses it, adding fields
-    only.
-
-    The solver evaluates phi(t) = f(x + t d) and phi'(t) at `trial` and hands both to
-    `AbstractLineSearch.update` until `done`. A search ending with `step > 0` last evaluated
-    `step` (the solver keeps that point); `step == 0` is no step. `min_step` is the line's
-    resolution (below it x + t d rounds to x): no trial goes below it. `max_step` is the cap
-    of `search_cap`: no trial exceeds it. Build a new search's fields with `capped_start`,
-    later ones with `after_trial`. Formerly `AbstractSearchState` (a deprecated alias).
-    """
+    """The state of one search, from `AbstractLineSearch.start` until `done`: the fields the solver
+    reads; a search keeping more subclasses it, adding fields only. The solver evaluates phi(t) =
+    f(x + t d) and phi'(t) at `trial` for `update` until `done`; a search ending with `step > 0`
+    last evaluated `step`, `step == 0` is no step. `min_step`: the line's resolution (below it x
+    + t d rounds to x), `max_step`: `search_cap`'s cap; no trial lies outside. Build the fields
+    with `capped_start`, then `after_trial`. Formerly `AbstractSearchState` (a deprecated alias)."""
 
     trial: Scalar  # next step size to evaluate
     done: Bool[Array, ""]
@@ -137,20 +132,16 @@ def trials_before_fallback(max_trials: int) -> int:
 
 
 class AbstractLineSearch(eqx.Module):
-    """A line search over phi(t) = f(x + t d) that sees value *and* slope at every trial (or
-    the value alone at the trials it says need no slope, `slope_needed`).
+    """A line search over phi(t) = f(x + t d) that sees value *and* slope at every trial (or the
+    value alone where `slope_needed` says so).
 
-    Subclasses are immutable configuration: structural settings are static fields; numeric
-    ones Python numbers (hashed: equal searches share compiled programs) or 0-d arrays
-    (dynamic: a sweep reuses one program). All scalars are in `dtype`, at least float32.
-
-    A subclass implements the abstract members (Equinox's abstract/final rule):
-    `max_step_size`, `evaluates_each_step` (a class attribute), `max_trials`, `monotone`,
-    `allowance`, `init`, `start`, `update`, `finish`; optionally `slope_needed`. Check it with
-    `jaxsearch.testing.check_line_search`.
-
-    `max_step_size` caps every trial; the built-ins default it to +inf, so that scaling f
-    changes no iterate (their first trial is the solver's scale-free guess).
+    Subclasses are immutable configuration: structural settings static, numeric ones Python
+    numbers (hashed: equal searches share programs) or 0-d arrays (dynamic: a sweep reuses one
+    program), scalars in `dtype`, at least float32. A subclass implements `max_step_size`,
+    `evaluates_each_step` (a class attribute), `max_trials`, `monotone`, `allowance`, `init`,
+    `start`, `update`, `finish`, optionally `slope_needed` (Equinox's abstract/final rule); check
+    it with `jaxsearch.testing.check_line_search`. `max_step_size` caps every trial; the
+    built-ins default it to +inf, so scaling f changes no iterate.
     """
 
     max_step_size: eqx.AbstractVar[Any]  # no trial step exceeds this (+inf: no static cap)
@@ -241,17 +232,15 @@ class AbstractLineSearch(eqx.Module):
         state: PyTree | None = None,
     ) -> LineSearchResult:
         """This search alone along `direction` from `params`, as jaxopt's `ls.run` or scipy's
-        `line_search`: phi(t) = fn(params + t direction, *args), a scalar, slopes from
-        `jax.value_and_grad`.
+        `line_search`: phi(t) = fn(params + t direction, *args), a scalar, slopes by
+        `jax.value_and_grad`. `params`, `direction`: pytrees of floating arrays of one structure;
+        `value` and `grad` (both or neither): fn and its gradient at `params`; `guess`: the first
+        trial (before `start`'s cap rules); `max_step`: a cap (None: none); `state`: the previous
+        result's (None: `init`'s); `min_step` is `tree_min_step`'s.
 
-        `params` and `direction`: pytrees of floating arrays of one structure. `value` and
-        `grad` (both or neither): fn and its gradient at `params`, saving an evaluation.
-        `guess`: the first trial (before `start`'s cap rules). `max_step`: a cap (None: none).
-        `state`: from the previous call's result (None: `init`'s). `min_step` is the solver's
-        (`tree_min_step`).
-
-        One `lax.while_loop`, at most `max_trials` trials; `eqx.filter_jit`-compiled once per
-        shapes and dtypes; runs under `jax.jit` and `jax.vmap`. A `direction` that does not
-        descend gets `success` False and no step (no raise: it may be traced). Returns a
-        `LineSearchResult`."""
+        One `lax.while_loop` of at most `max_trials` trials, compiled once per shapes and dtypes
+        (`eqx.filter_jit`), under `jax.jit` and `jax.vmap` too. A non-descent `direction` gets
+        `success` False and no step (it may be traced, so no raise). Returns a
+        `LineSearchResult`.
+        """
         return run_alone(self, fn, params, direction, args, value, grad, guess, max_step, state)

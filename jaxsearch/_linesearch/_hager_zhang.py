@@ -56,44 +56,37 @@ def _inside(c, a, b):
 class HagerZhang(AbstractDecreaseSearch):
     """Approximate Wolfe line search of W. W. Hager and H. Zhang, "A new conjugate gradient method
     with guaranteed descent and an efficient line search", *SIAM J. Optim.* 16(1), 170–192
-    (2005), and "Algorithm 851: CG_DESCENT", *ACM Trans. Math. Software* 32(1), 113–137 (2006).
-
-    A finite trial t is accepted when it satisfies
+    (2005), and "Algorithm 851: CG_DESCENT", *ACM Trans. Math. Software* 32(1), 113–137 (2006). A
+    finite trial t is accepted when it satisfies
 
     - T1, the (not strong) Wolfe conditions: phi(t) - phi(0) <= delta t phi'(0) and phi'(t) >=
       sigma phi'(0); or
-    - T2, the approximate Wolfe conditions (once switched, below): (2 delta - 1) phi'(0) >=
-      phi'(t) >= sigma phi'(0) and phi(t) <= phi(0) + epsilon_k,
+    - T2, the approximate Wolfe conditions (once switched): (2 delta - 1) phi'(0) >= phi'(t) >=
+      sigma phi'(0) and phi(t) <= phi(0) + epsilon_k,
 
-    with epsilon_k = epsilon C_k, C_k averaging |f| over the iterates: Q_0 = 1, C_0 = |f_0|,
-    Q_{k+1} = 1 + Delta Q_k, C_{k+1} = C_k + (|f_{k+1}| - C_k) / Q_{k+1}. As CG_DESCENT, T2 is
-    allowed from the first step with |f_{k+1} - f_k| <= omega C_k on (kept between searches).
+    epsilon_k = epsilon C_k, C_k averaging |f| over the iterates: Q_0 = 1, C_0 = |f_0|, Q_{k+1} =
+    1 + Delta Q_k, C_{k+1} = C_k + (|f_{k+1}| - C_k) / Q_{k+1}. As CG_DESCENT, T2 is allowed from
+    the first step with |f_{k+1} - f_k| <= omega C_k on.
 
-    The trials follow the 2006 paper: bracketing B1–B3 (c_{j+1} = rho c_j until phi'(c_j) >= 0,
-    or phi(c_j) > phi(0) + epsilon_k, which starts U3's bisection), then secant^2 steps (S1–S4,
-    trials placed by U0–U3, U3 the bisection d = (1 - theta) a + theta b), bisecting [a, b] (L2)
-    when a secant^2 step shrinks the bracket by less than gamma; secant(a, b) = (a phi'(b) - b
-    phi'(a)) / (phi'(b) - phi'(a)). One deviation: the bisection after phi(c_j) > phi(0) +
-    epsilon_k starts from c_{j-1}, not 0 (every earlier c_i is a valid lower end, as B1 assumes).
-
-    The first trial: the solver's `guess` on the first search (I0 needs x_0, unseen here) and for
-    a `scaled` direction; otherwise QuadStep (I1): phi at psi1 alpha_{k-1}; if that is <= phi(0)
-    and the quadratic through phi(0), phi'(0) and it is strictly convex, its minimiser, else (I2)
-    psi2 alpha_{k-1}. The QuadStep evaluation is a trial, never accepted itself (it may be the
-    fallback); if not finite, the first trial is theta psi1 alpha_{k-1}. `quad_step=False`: I2
-    always.
-
-    A non-finite trial is never accepted: it is U3's case (above phi(0) + epsilon_k), the upper
-    end b. Trials lie within [`min_step`, `max_step_size`].
+    Trials follow the 2006 paper: bracketing B1–B3 (c_{j+1} = rho c_j until phi'(c_j) >= 0, or
+    phi(c_j) > phi(0) + epsilon_k, which starts U3's bisection, here from c_{j-1}, not 0: every
+    earlier c_i is a valid lower end, as B1 assumes), then secant^2 steps (S1–S4, placed by
+    U0–U3, U3 bisecting d = (1 - theta) a + theta b), bisecting [a, b] (L2) where a secant^2 step
+    shrinks it by less than gamma; secant(a, b) = (a phi'(b) - b phi'(a)) / (phi'(b) - phi'(a)).
+    The first trial: the solver's `guess` on the first search (I0 needs x_0) and for a `scaled`
+    direction; otherwise QuadStep (I1): phi at psi1 alpha_{k-1} and, if that is <= phi(0) and the
+    quadratic through phi(0), phi'(0) and it is strictly convex, its minimiser, else (I2) psi2
+    alpha_{k-1}. The QuadStep evaluation is a trial, never accepted itself; if not finite, the
+    first trial is theta psi1 alpha_{k-1}. `quad_step=False`: I2 always. A non-finite trial is
+    U3's case, the upper end b. Trials lie within [`min_step`, `max_step_size`].
 
     It fails after `judged_trials` (`max_trials` - 1; default 51) trials, when expansion reaches
-    `max_step_size`, when the next trial would not lie strictly inside the bracket, when the
-    bracket is narrower than `min_step` or the next trial below it. Where a T1 search fails
-    CG_DESCENT switches to T2 for good and searches again; here the switch holds from the next
-    search, and the trials seen are checked for T2 instead: the lowest is the step, with
-    `success`. Otherwise the step is the lowest trial with sufficient decrease (phi(t) <= phi(0)
-    + delta t phi'(0), approximate mode phi(t) <= phi(0) + epsilon_k) and a finite slope,
-    re-evaluated if not the last, with `success` False; or no step.
+    `max_step_size`, when the next trial would not lie strictly inside the bracket, or when the
+    bracket or the next trial is below `min_step`. Where a T1 search fails, CG_DESCENT switches
+    to T2 for good and searches again; here the switch holds from the next search, and the trials
+    seen are checked for T2 (the lowest is the step, with `success`). Otherwise the step is the
+    lowest trial with sufficient decrease (approximate mode: phi(t) <= phi(0) + epsilon_k) and a
+    finite slope, re-evaluated if not the last, `success` False; or no step.
 
     Defaults are the 2006 paper's (section 4): `delta` = 0.1, `sigma` = 0.9, `epsilon` = 1e-6,
     `theta` = 0.5, `gamma` = 0.66, `omega` = 1e-3, `Delta` = 0.7, `psi1` = 0.1, `psi2` = 2, `rho`
@@ -102,14 +95,12 @@ class HagerZhang(AbstractDecreaseSearch):
     0, 0 < theta < 1, 0 < gamma < 1, omega >= 0, 0 <= Delta <= 1, 0 < psi1 < 1, psi2 > 0, rho >
     1, max_trials >= 1.
 
-    A dynamic cap (`AbstractLineSearch.start`) replaces `max_step_size` above. Where it binds, a
-    QuadStep trial clipped to it is B1's c_0 instead, and a finite trial at the cap ends the
-    search with `success` when phi'(cap) <= delta phi'(0) (as dcsrch's stpmax) and it passes T1's
-    first half (approximate mode: T2's first half); failing that, it is U3's case unless
-    phi'(cap) >= 0 (an upper end).
-
-    Approximate Wolfe accepts a rise up to epsilon_k: `monotone` only with `epsilon = 0`.
-    `max_step_size` (default +inf) and array settings: see `AbstractLineSearch`.
+    A dynamic cap (`AbstractLineSearch.start`) replaces `max_step_size` above; where it binds, a
+    QuadStep trial clipped to it is B1's c_0, and a finite trial at the cap ends the search with
+    `success` when phi'(cap) <= delta phi'(0) (as dcsrch's stpmax) and it passes T1's first half
+    (approximate mode: T2's); failing that, it is U3's case unless phi'(cap) >= 0. Approximate
+    Wolfe accepts a rise up to epsilon_k: `monotone` only with `epsilon = 0`. `max_step_size`
+    (default +inf) and array settings: see `AbstractLineSearch`.
     """
 
     delta: Setting = 0.1

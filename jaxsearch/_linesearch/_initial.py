@@ -156,19 +156,12 @@ class InitialConstantChange(AbstractInitialStep):
 
 
 class InitialHagerZhang(_Stateless):
-    """Hager & Zhang's initial steps (CG_DESCENT, "Algorithm 851", ACM TOMS 32 (2006),
-    section 4, I0 and I2), for any direction d:
-
-    - before the first step, and after a step that did not move (I0): t = psi0 |x|_inf /
-      |d|_inf where x != 0, else psi0 |f| / -phi'(0) where f != 0, else 1 (with d = -g,
-      the paper's psi0 |x|_inf / |g|_inf and psi0 |f| / |g|_2^2);
-    - otherwise (I2): t = psi2 t_{k-1}.
-
-    Their I1 (a trial at psi1 t_{k-1} and the minimiser of the quadratic through it, when
-    that quadratic is convex) evaluates f before the search starts: the solver evaluates f
-    only at a search's trials, so I1 is not offered; the search's own first trial at psi2
-    t_{k-1} takes its place. The defaults are the paper's, `psi0` = 0.01 and `psi2` = 2.
-    """
+    """Hager & Zhang's initial steps (CG_DESCENT, "Algorithm 851", ACM TOMS 32 (2006), section 4, I0
+    and I2), for any d: before the first step and after one that did not move (I0), t = psi0
+    |x|_inf / |d|_inf where x != 0, else psi0 |f| / -phi'(0) where f != 0, else 1 (for d = -g the
+    paper's forms); otherwise (I2) t = psi2 t_{k-1}. I1 evaluates f before the search, which the
+    solver does only at trials: the search's first trial at psi2 t_{k-1} takes its place.
+    Defaults are the paper's, `psi0` = 0.01 and `psi2` = 2."""
 
     psi0: Setting = 0.01
     psi2: Setting = 2.0

@@ -94,41 +94,36 @@ class MoreThuente(AbstractScaleKeepingSearch):
     decrease", *ACM Trans. Math. Software* 20(3), 286–307 (1994), as MINPACK-2's `dcsrch` and
     `dcstep` (inside L-BFGS-B and scipy's `line_search_wolfe1`). Defaults are L-BFGS-B's: `ftol`
     = 1e-3, `gtol` = 0.9, `xtol` = 0.1 and 20 trials, `max_trials = 21` counting the
-    re-evaluation of a failed search's best trial.
+    re-evaluation of a failed search's best trial. Requires 0 < ftol <= gtol < 1 (then a step
+    exists wherever phi is bounded below), `xtol >= 0`, `max_trials >= 1`.
 
     The interval [t_x, t_y] (either order) extrapolates while nothing is bracketed: the next
     trial lies in t + [1.1, 4] (t - t_x). The first stage works on psi(t) = phi(t) - phi(0) -
     ftol t phi'(0) where a trial lowered phi without sufficient decrease; the second, on phi,
     starts at the first trial with psi(t) <= 0 and phi'(t) >= 0 (`dcsrch`'s test; the paper's
-    phi'(t) > 0 differs only where both conditions hold already). Trials come from `dcstep`'s
-    four cases; once bracketed, a trial bisects where the interval did not shrink by 0.66 over
-    two trials. No trial exceeds `max_step_size` or lies below `min_step`.
+    phi'(t) > 0 differs only where both conditions hold). Trials come from `dcstep`'s four cases;
+    once bracketed, a trial bisects where the interval did not shrink by 0.66 over two trials. A
+    non-finite trial becomes the far end and the next bisects [t_x, t]; a non-finite interpolated
+    step is replaced by bisection or the far end of the extrapolation range. No trial exceeds
+    `max_step_size` or lies below `min_step`.
 
-    A non-finite trial is never accepted: it becomes the far end and the next trial bisects [t_x,
-    t]; a non-finite interpolated step is replaced by bisection, or the far end of the
-    extrapolation range.
-
-    As `dcsrch` warns, the search fails when a trial at `max_step_size` has sufficient decrease
-    and phi'(t) <= ftol phi'(0); when a trial at `min_step` lacks sufficient decrease or has
-    phi'(t) >= ftol phi'(0); when the next trial would not lie strictly inside the bracket; when
-    the bracket is at most `xtol` times its upper end wide, or below `min_step`; when the next
-    trial would be below `min_step`; or after `judged_trials` (`max_trials` - 1) trials. It then
-    returns the lowest trial with sufficient decrease (re-evaluated if not the last), or no step;
-    `success` False.
-
-    Requires 0 < ftol <= gtol < 1 (then a minimiser of psi where psi < 0 satisfies both
-    conditions: a step exists where phi is bounded below), `xtol >= 0`, `max_trials >= 1`.
+    As `dcsrch` warns, it fails when a trial at `max_step_size` has sufficient decrease and
+    phi'(t) <= ftol phi'(0); when a trial at `min_step` lacks sufficient decrease or has phi'(t)
+    >= ftol phi'(0); when the next trial would not lie strictly inside the bracket; when the
+    bracket is at most `xtol` times its upper end wide, or below `min_step`; when the next trial
+    is below `min_step`; or after `judged_trials` (`max_trials` - 1) trials. It then returns the
+    lowest trial with sufficient decrease (re-evaluated if not the last), or no step; `success`
+    False.
 
     An addition to `dcsrch`: where the change of f is within `epsilon C_k`
     (`AbstractDecreaseSearch`; `epsilon = None`: 1e-6 in float64, 3.5e-4 in float32) it is lost
     in rounding (Hager & Zhang 2005, section 4): sufficient decrease is tested as phi'(t) <= (2
-    ftol - 1) phi'(0), and the value replaced by phi(0) + t (phi'(0) + phi'(t)) / 2. `epsilon =
-    0` gives `dcsrch` (only then is it `monotone`).
-
-    A dynamic cap (`AbstractLineSearch.start`; L-BFGS-B's `stpmax`) replaces `max_step_size`
-    above. Where it binds, a trial at the cap with sufficient decrease and phi'(cap) <= ftol
-    phi'(0) ends the search with `success` (the step L-BFGS-B accepts from `dcsrch`'s warning).
-    `max_step_size` (default +inf) and array settings: see `AbstractLineSearch`.
+    ftol - 1) phi'(0), the value replaced by phi(0) + t (phi'(0) + phi'(t)) / 2. `epsilon = 0`
+    gives `dcsrch` (only then is it `monotone`). A dynamic cap (`AbstractLineSearch.start`;
+    L-BFGS-B's `stpmax`) replaces `max_step_size` above; where it binds, a trial at the cap with
+    sufficient decrease and phi'(cap) <= ftol phi'(0) ends the search with `success`, as L-BFGS-B
+    accepts `dcsrch`'s warning. `max_step_size` (default +inf) and array settings: see
+    `AbstractLineSearch`.
     """
 
     ftol: Setting = 1e-3

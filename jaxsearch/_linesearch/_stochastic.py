@@ -17,38 +17,29 @@ class StochasticArmijo(AbstractDecreaseBacktracking):
     step to step: SGD with Armijo line-search (SLS) of Vaswani, Mishkin, Laradji, Schmidt, Gidel
     & Lacoste-Julien, "Painless Stochastic Gradient: Interpolation, Line-Search, and Convergence
     Rates", NeurIPS 2019 (algorithms 1 and 2). With f_k the objective on step k's batch (in
-    `args`) and phi(t) = f_k(x_k + t d):
+    `args`), phi(t) = f_k(x_k + t d) and `Solver.step` evaluates f_k and its gradient at x_k
+    first (`evaluates_each_step`; `run` does not). The condition is phi(t) <= phi(0) + c1 t
+    phi'(0) (for a preconditioned d = -D^{-1} grad f_k, Armijo in the D^{-1}-norm of Vaswani et
+    al. 2020). Where no trial passes within `max_trials` or above the line's resolution, no step
+    is taken (`Status.LINESEARCH_FAILED`) and the last trial times `shrink` is carried forward as
+    if accepted, as the authors' code does, so a step far too large is shrunk over a few steps
+    (their code's untested 1e-6 grad f move after a failure is left out). The first search starts
+    at `init_step`, the solver's guess unused. No cap by default, as the paper: a flat
+    objective's step grows by `gamma` per epoch while Armijo holds. Rounding (`epsilon`), a
+    dynamic cap and array settings: as `Backtracking`.
 
-    - **Each step on its own batch** (`evaluates_each_step`): `Solver.step` first evaluates f_k
-      and its gradient at x_k on its args (no `Solver.reevaluate` needed); `run` does not.
-    - **Condition.** phi(t) <= phi(0) + c1 t phi'(0) (the paper's c = `c1` = 0.1; for a
-      preconditioned d = -D^{-1} grad f_k, Armijo in the D^{-1}-norm of Vaswani et al. 2020).
-    - **Backtracking.** A rejected trial (non-finite ones too) is multiplied by `shrink` (the
-      paper's beta = 0.9). After `max_trials`, or below the line's resolution, no step
-      (`Status.LINESEARCH_FAILED`), and the last trial times `shrink` is carried forward as if
-      accepted, as the authors' code does, so a step far too large is shrunk over a few steps,
-      not retried. (Their code also moves x by 1e-6 grad f after a failure, untested; here a step
-      always passes the test.)
-    - **Reset** (algorithm 2), the first trial of step k > 1 from the carried eta_{k-1}:
-      `reset="grow"` (option 1, the default) eta_{k-1} `gamma` ** (1 / `batches_per_epoch`) (the
-      paper's gamma^(b/n), gamma = 2); `"keep"` (option 0) eta_{k-1}; `"init"` (option 2)
-      `init_step` (eta_max) every step. The first search starts at `init_step`; the solver's
-      guess is not used.
-    - **No cap** by default, as the paper and the authors' code: a flat objective's step grows by
-      `gamma` per epoch while Armijo holds. `max_step_size` caps trials where wanted.
-
-    Defaults: the paper's constants (c = 0.1, beta = 0.9, gamma = 2), the authors' code's initial
-    step 1, 100 trials and 500 batches per epoch (set `batches_per_epoch` to yours). Rounding
-    (`epsilon`), a dynamic cap and array settings: as `Backtracking`.
-
-    **Arguments:**
+    **Arguments** (defaults: the paper's c = 0.1, beta = 0.9, gamma = 2; the authors' code's
+    initial step 1, 100 trials, 500 batches per epoch):
 
     - `c1`: the Armijo constant, in (0, 1).
-    - `shrink`: the backtracking factor, in (0, 1).
+    - `shrink`: the backtracking factor (the paper's beta), in (0, 1).
     - `gamma`: the growth over an epoch with `reset="grow"`, >= 1.
-    - `batches_per_epoch`: steps per epoch (an int >= 1), the paper's n / b.
-    - `init_step`: the first trial of the first search (of every one with `reset="init"`), > 0.
-    - `reset`: "grow", "keep" or "init" (static), as above.
+    - `batches_per_epoch`: steps per epoch (an int >= 1), the paper's n / b: set it to yours.
+    - `init_step`: the first trial of the first search (of every one with `reset="init"`; the
+      paper's eta_max), > 0.
+    - `reset` (algorithm 2, static): the first trial of step k > 1 from the carried eta_{k-1}:
+      `"grow"` (option 1, the default) eta_{k-1} gamma ** (1 / batches_per_epoch), the paper's
+      gamma^(b/n); `"keep"` (option 0) eta_{k-1}; `"init"` (option 2) `init_step`.
     - `max_step_size`: no trial exceeds it, > 0 (default +inf).
     - `max_trials`: the trial budget (an int >= 1; `max_steps`, its old name, is deprecated).
     - `epsilon`: the rounding tolerance (None: as `Backtracking`'s, >= 0).

@@ -34,24 +34,22 @@ class Zoom(AbstractScaleKeepingSearch):
         phi(t) <= phi(0) + c1 t phi'(0)   and   |phi'(t)| <= c2 |phi'(0)|,
 
     with `c1` = 1e-4 and `c2` = 0.9 by default, by Nocedal & Wright, *Numerical Optimization*,
-    2nd ed., algorithms 3.5 (bracketing) and 3.6 (zoom). A zoom trial is the cubic's minimiser
-    through the bracket's ends, else the quadratic's through phi(lo), phi'(lo), phi(hi), where it
-    lies at least `safeguard` times the width from either end; a cubic minimiser nearer an end
-    (at least `min_step` inside) is taken while the bracket shrinks below 0.66 of its width two
-    trials before (Moré & Thuente 1994), else the trial bisects. Expansion uses safeguarded cubic
-    extrapolation. A non-finite trial fails sufficient decrease, so the search backs off from it.
+    2nd ed., algorithms 3.5 (bracketing, by safeguarded cubic extrapolation) and 3.6 (zoom). A
+    zoom trial is the cubic's minimiser through the bracket's ends, else the quadratic's through
+    phi(lo), phi'(lo), phi(hi), where it lies at least `safeguard` times the width from either
+    end; a cubic minimiser nearer an end (at least `min_step` inside) while the bracket shrinks
+    below 0.66 of its width two trials before (Moré & Thuente 1994); else bisection. A non-finite
+    trial fails sufficient decrease, so the search backs off from it.
 
-    It fails after `judged_trials` trials, when the bracket is below `xtol` relative to its
-    position or below `min_step` (or the next trial would be), or when expansion reaches
-    `max_step_size`. It then returns the lowest trial with sufficient decrease (re-evaluated if
-    not the last), or no step; `success` False. So phi is evaluated at most `max_trials` (26)
-    times.
-
-    Rounding (`epsilon`, as `Backtracking`): a change lost in rounding is judged by phi'(t) <= (2
-    c1 - 1) phi'(0), its value compared with no other. At a binding dynamic cap
-    (`AbstractLineSearch.start`), a trial at the cap with sufficient decrease and phi'(cap) <= c1
-    phi'(0) ends the search with `success`, as dcsrch stops at stpmax. `monotone` only with
-    `epsilon = 0`. `max_step_size` (default +inf) and array settings: see `AbstractLineSearch`.
+    It fails after `judged_trials` trials (phi is evaluated at most `max_trials`, 26, times),
+    when the bracket is below `xtol` relative to its position or below `min_step` (or the next
+    trial would be), or when expansion reaches `max_step_size`, returning the lowest trial with
+    sufficient decrease (re-evaluated if not the last) or no step, `success` False. Rounding
+    (`epsilon`, as `Backtracking`): a change lost in rounding is judged by phi'(t) <= (2 c1 - 1)
+    phi'(0), its value compared with no other; `monotone` only with `epsilon = 0`. At a binding
+    dynamic cap (`AbstractLineSearch.start`), a trial at the cap with sufficient decrease and
+    phi'(cap) <= c1 phi'(0) ends the search with `success`, as dcsrch stops at stpmax.
+    `max_step_size` (default +inf) and array settings: see `AbstractLineSearch`.
     """
 
     c1: Setting = 1e-4

@@ -11,14 +11,7 @@ from jaxtyping import PyTree
 from .._contract import same_avals
 from .._direction import AbstractDirection, AbstractLeastSquares, DirectionInfo
 from .._misc import at_least_float32, widest_float
-from ._common import (
-    abstract_values,
-    contract,
-    counting_compiles,
-    param_cases,
-    require,
-    scoped_x64,
-)
+from ._common import abstract_values, contract, counting_compiles, param_cases, require, scoped_x64
 
 
 def _quadratic_problem(n: int, seed: int):
@@ -61,13 +54,38 @@ def _advance(direction, state, x, grad, d, a, b, dtype, accept):
     t = -(g @ p) / (p @ (a @ p))
     x_new = _like(_flat(x, dtype) + t * p, x)
     grad_new = _gradient(x_new, a, b, dtype)
+    s, y = _pair(x_new, x, grad_new, grad)
+    return x_new, direction.update(state, s, y, dtype, accept=accept)
+
+
+def _pair(x_new, x, grad_new, grad):
+    """(s, y) = (x_new - x, grad_new - grad), each leaf in at least float32."""
 
     def sub(u, v):
         wide = at_least_float32(widest_float(u.dtype, v.dtype))
         return u.astype(wide) - v.astype(wide)
 
-    s, y = jax.tree.map(sub, x_new, x), jax.tree.map(sub, grad_new, grad)
-    return x_new, direction.update(state, s, y, dtype, accept=accept)
+    return jax.tree.map(sub, x_new, x), jax.tree.map(sub, grad_new, grad)
+
+
+def _require_kept(who: str, kept, state) -> None:
+    require(
+        _same(kept, state),
+        who,
+        "update(accept=False) changed the state",
+        "select the old state where accept is False (e.g. jnp.where(accept, new, old) on every "
+        "leaf)",
+    )
+
+
+def _require_no_compile(who: str, more: int, what: str) -> None:
+    require(
+        more == 0,
+        who,
+        f"one compile: {what} compiled {more} more programs (the state holds Python numbers, "
+        "or changed avals)",
+        "make every leaf of the state a JAX array of fixed dtype (no Python numbers)",
+    )
 
 
 def _cosine(grad, d) -> float:
@@ -107,26 +125,14 @@ def _check_direction_at(direction: AbstractDirection, name, x64, params, seed) -
                 with contract(name + " params"):
                     same_avals(direction, "compute", initial, new_state, "state")
                 kept = _advance(direction, new_state, x, grad, d, a, b, dtype, jnp.array(False))[1]
-                require(
-                    _same(kept, new_state),
-                    who,
-                    "update(accept=False) changed the state",
-                    "select the old state where accept is False (e.g. jnp.where(accept, new, "
-                    "old) on every leaf)",
-                )
+                _require_kept(who, kept, new_state)
                 computed_at = (x, new_state)  # the engine resets the state `compute` returned
                 x, state = _advance(direction, new_state, x, grad, d, a, b, dtype, jnp.array(True))
                 with contract(name + " params"):
                     same_avals(direction, "update", initial, state, "state")
                 if k == 0:
                     first = len(compiles)
-            require(
-                len(compiles) == first,
-                who,
-                f"one compile: later steps compiled {len(compiles) - first} more programs "
-                "(the state holds Python numbers, or changed avals)",
-                "make every leaf of the state a JAX array of fixed dtype (no Python numbers)",
-            )
+            _require_no_compile(who, len(compiles) - first, "later steps")
         # `reset` forgets: compute at g from the reset state is compute from `init`'s.
         x, computed = computed_at
         reset, replaced = _reset_and_replaced(direction, computed)
@@ -269,12 +275,7 @@ def _advance_residuals(direction, state, x, grad, d, a, b, curvature, dtype, acc
     t = jax.lax.while_loop(higher, lambda t: jnp.where(t > 2.0**-30, t / 2, 0), jnp.ones((), dtype))
     x_new = moved(t)
     grad_new = jax.grad(_objective)(x_new, a, b, curvature, dtype)
-
-    def sub(u, v):
-        wide = at_least_float32(widest_float(u.dtype, v.dtype))
-        return u.astype(wide) - v.astype(wide)
-
-    s, y = jax.tree.map(sub, x_new, x), jax.tree.map(sub, grad_new, grad)
+    s, y = _pair(x_new, x, grad_new, grad)
     return x_new, direction.update(state, s, y, dtype, accept=accept)
 
 
@@ -321,13 +322,7 @@ def _check_least_squares_at(direction: AbstractDirection, name, x64, params, see
                     kept = _advance_residuals(
                         direction, new_state, x, grad, d, a, b, c, dtype, jnp.array(False)
                     )[1]
-                    require(
-                        _same(kept, new_state),
-                        who_here,
-                        "update(accept=False) changed the state",
-                        "select the old state where accept is False (e.g. jnp.where(accept, "
-                        "new, old) on every leaf)",
-                    )
+                    _require_kept(who_here, kept, new_state)
                     computed_at = (x, new_state, d)
                     x, state = _advance_residuals(
                         direction, new_state, x, grad, d, a, b, c, dtype, jnp.array(True)
@@ -362,13 +357,7 @@ def _check_least_squares_at(direction: AbstractDirection, name, x64, params, see
                 )
                 allowed += len(compiles) - before
             more = len(compiles) - allowed - (first or 0)
-            require(
-                more == 0,
-                who,
-                f"one compile: later steps and problems compiled {more} more "
-                "programs (the state holds Python numbers, or changed avals)",
-                "make every leaf of the state a JAX array of fixed dtype (no Python numbers)",
-            )
+            _require_no_compile(who, more, "later steps and problems")
 
 
 def _check_outputs(who: str, grad, d, scaled, limit) -> None:
