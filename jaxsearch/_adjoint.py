@@ -170,13 +170,12 @@ class ImplicitAdjoint(AbstractAdjoint):
 
 
 class UnrolledAdjoint(AbstractAdjoint):
-    """Derivatives through the iterations as `run` executed them, stopping decisions held fixed.
-    Reverse mode only (`jax.grad`, `jax.vjp`): the loops are checkpointed
-    (`equinox.internal.while_loop(kind="checkpointed")`, binomial checkpointing, Griewank &
-    Walther, *Algorithm 699*, 2000), recomputing iterations from a few saved states.
-    `checkpoints`: how many states the solver's loop saves (default from its bound, `max_steps`
-    times the search's trial budget). A direction's inner loop is unrolled too where it goes
-    through `run_loop`."""
+    """Derivatives through the iterations as `run` executed them, stopping decisions held fixed;
+    reverse mode only (`jax.grad`, `jax.vjp`). The loops are checkpointed
+    (`equinox.internal.while_loop(kind="checkpointed")`: binomial checkpointing, Griewank &
+    Walther, *Algorithm 699*, 2000), `checkpoints` the states the solver's loop saves (default
+    from its bound, `max_steps` times the search's trial budget). A direction's inner loop is
+    unrolled too where it goes through `run_loop`."""
 
     checkpoints: int | None = eqx.field(static=True, default=None, converter=as_int)
 

@@ -30,32 +30,24 @@ REPORT = Report(batched=True)  # as `run` under `jax.vmap`: the search's state u
 def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) -> Result:
     """Minimise fn from each of a batch of starts, at a cost that follows the problems' evaluations
     rather than the slowest's: per problem, what `jax.jit(jax.vmap(lambda x, *a: solver.run(fn,
-    x, *a)))(x0s, *args)` returns (every field of the `Result`), bit for bit as said below.
-
-    Every leaf of `x0s` and `args` has the batch, of one size B, on its leading axis. One
-    compiled program builds every start (`init`'s state), then runs W = min(B, `lanes`) lanes in
-    a `lax.while_loop`, one engine iteration on every running lane, under `vmap`. Lanes whose
-    problems end write their final iterates and states out and start the next problems in order.
-    Once none waits, the pool shrinks to W / 4, W / 16, ... (no fewer than 256) as the running
-    problems fit, one loop per width. Each `Result` is built as `run`'s (`_traced.finish`).
+    x, *a)))(x0s, *args)` returns, bit for bit as said below. One compiled program per (solver,
+    fn, B, W, value_dtype, avals of x0s and args) builds every start (`init`'s state), then runs
+    W = min(B, `lanes`) lanes in a `lax.while_loop`, one engine iteration on every running lane
+    under `vmap`; lanes whose problems end write them out and start the next in order. Once none
+    waits, the pool shrinks to W / 4, W / 16, ... (no fewer than 256) as the running problems
+    fit. Each `Result` is built as `run`'s (`_traced.finish`).
 
     Bit for bit where XLA computes a problem's arithmetic the same in any program and place of a
-    batch: on XLA's CPU, where it does not contract multiply-adds into FMAs (e.g.
+    batch: on XLA's CPU, where it contracts no multiply-adds into FMAs (e.g.
     `XLA_FLAGS=--xla_cpu_max_isa=AVX`; tests/scale/test_batched.py). With FMA (x86 from AVX2 on,
-    the default) a problem's last bits depend on its place and the program, even for
+    the default) a problem's last bits depend on its place and program, even for
     `jax.jit(jax.vmap(run))` in another order (`benchmarks/suite/batched.py` counts the matches).
 
-    Compiles one program per (solver, fn, B, W, value_dtype, avals of x0s and args).
-
-    **Arguments:**
-
-    - `solver`: a `js.Solver` with `throw=False` (read `result.status`).
-    - `fn`, `x0s`, `*args`: as `Solver.run`'s, with the batch in front.
-    - `lanes`: the pool's width W for a larger batch (default 1024): wider runs fewer iterations,
-      narrower spends less on ended lanes while the slowest run.
-    - `value_dtype`: as `Solver.run`'s.
-
-    Returns a `js.Result` with the batch in front of every leaf (as `jax.vmap`'s).
+    **Arguments:** `solver`, a `js.Solver` with `throw=False` (read `result.status`); `fn`,
+    `x0s`, `*args`, as `Solver.run`'s with the batch, of one size B, leading every leaf; `lanes`,
+    the pool's width W for a larger batch (default 1024: wider runs fewer iterations, narrower
+    spends less on ended lanes); `value_dtype`, as `Solver.run`'s. Returns a `js.Result` with the
+    batch in front of every leaf.
     """
     check_fn(fn)
     lanes = _count("lanes", lanes)

@@ -1,11 +1,9 @@
-"""Complex parameters, optimised as pairs of reals.
-
-A real f of z = x + iy is a real function of (x, y). `run`, `step` and `init` hand the solver the
-*real view* of complex params: a leaf of shape s becomes a real one of shape (*s, 2) holding (x,
-y) (complex64: float32; complex128: float64), fn gets x + iy, and results are turned back. The
-state is the real view's; `result.grad` is df/dx + i df/dy, the direction of steepest ascent
-(`params - t * result.grad` descends), where `jax.grad` returns the conjugate.
-"""
+"""Complex parameters, optimised as pairs of reals: a real f of z = x + iy is a real function of (x,
+y). `run`, `step` and `init` hand the solver the *real view* of complex params, a leaf of shape s
+becoming a real one of shape (*s, 2) holding (x, y) (complex64: float32; complex128: float64); fn
+gets x + iy, and results are turned back. The state is the real view's; `result.grad` is df/dx +
+i df/dy, the direction of steepest ascent (`params - t * result.grad` descends), where `jax.grad`
+returns the conjugate."""
 
 import equinox as eqx
 import jax

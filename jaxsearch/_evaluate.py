@@ -49,12 +49,10 @@ def share(traced: "TracedOnce", fn, params, args: tuple) -> None:
 
 
 class TracedOnce(eqx.Module):
-    """`fn(params, *args)` traced to a jaxpr once, at the example arguments; calling it (or
-    differentiating it) evaluates the jaxpr and never runs the Python function again.
-
-    Array leaves of (params, args) are inputs; every other leaf is fixed at its example value.
-    Inside `sharing_traces`, an equal fn at equal avals reuses the first trace.
-    """
+    """`fn(params, *args)` traced to a jaxpr once, at the example arguments: calling or
+    differentiating it evaluates the jaxpr, never the Python function. Array leaves of (params,
+    args) are inputs, other leaves fixed at their example values; inside `sharing_traces` an
+    equal fn at equal avals reuses the first trace."""
 
     jaxpr: jax.extend.core.ClosedJaxpr = eqx.field(static=True)
     out_tree: jtu.PyTreeDef = eqx.field(static=True)

@@ -35,11 +35,10 @@ def step_record(
 ) -> dict:
     """The record of the step that began after `evals_at_start` evaluations and ended in `after`:
     step number, f and the gradient's `norm` (`gtol_norm`) at the new point, step size,
-    cumulative and this step's evaluations of fn (f at x0 is step 0's), cumulative evaluations
-    with a gradient and directions replaced by steepest descent, the `SearchEnd` code, and
-    `final` where the run stops after it (a status, `last_step`, `stall_steps` without progress,
-    or `last_eval`). Step 0 is this record of the state after evaluating x0
-    (`_transitions.take_base`)."""
+    cumulative and this step's evaluations of fn, cumulative evaluations with a gradient and
+    directions replaced by steepest descent, the `SearchEnd` code, and `final` where the run
+    stops after it (a status, `last_step`, `stall_steps` without progress, `last_eval`). Step 0
+    is this record of the state after evaluating x0 (`_transitions.take_base`)."""
     record = dict(
         step=after.num_steps,
         value=after.value,
@@ -57,14 +56,12 @@ def step_record(
 
 
 class History(eqx.Module):
-    """Per-step records of `Solver.run(..., history=True)`, kept on the device.
-
-    Row k is step k (fields: see `Solver.run`); row 0 is x0, with f(x0), its one evaluation, step
-    size 0 and `SearchEnd.NOT_SEARCHED`. A resumed run's rows go on from the state's step count
-    (first the evaluation at its start where fn gave other values than the state holds). Each
-    buffer has `max_steps + 1` rows; rows from `length` on are unused (NaN, or -1 for counts).
-    Under `jax.vmap` every leaf has a leading batch axis. `to_numpy()` returns the used rows.
-    """
+    """Per-step records of `Solver.run(..., history=True)`, on the device. Row k is step k (fields:
+    see `Solver.run`); row 0 is x0, with f(x0), its one evaluation, step size 0 and
+    `SearchEnd.NOT_SEARCHED`. A resumed run's rows go on from the state's step count (first the
+    evaluation at its start where fn gave other values than the state holds). Each buffer has
+    `max_steps + 1` rows; rows from `length` on are unused (NaN, or -1 for counts). Under
+    `jax.vmap` every leaf has a leading batch axis. `to_numpy()` returns the used rows."""
 
     step: Int[Array, " rows"]
     value: Array

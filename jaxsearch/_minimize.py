@@ -106,27 +106,21 @@ def minimize(
 
     **Arguments.**
 
-    - `fun(x, *args)`: a scalar, JAX-traceable. `args`: a tuple (or one value) passed
-      through; Python numbers in it are static (a new value compiles anew): pass arrays.
-    - `x0`: an array of any shape (a list or tuple is an array, as scipy's array_like; an
-      integer one becomes the default floating dtype), or a dict or other pytree of
-      floating arrays; its dtype is the run's (float32 stays
-      float32).
-    - `jac`: None or False (jax's gradient of fun; so are `"2-point"`, `"3-point"` and
-      `"cs"`), True (fun returns `(f, g)`: `Solver(value_and_grad=True)`), or a callable
-      `jac(x, *args)` returning the gradient (each evaluation calls fun and jac).
-    - `bounds` (L-BFGS-B only; another method raises a ValueError): a sequence of one
-      `(lo, hi)` pair per entry of x0 (in x0's order), None for no bound, or a
-      `scipy.optimize.Bounds` (anything with `lb` and `ub`, broadcast to x0's shape).
-      x0 outside them is projected into the box, as scipy clips it.
-    - `hess`, `hessp` (Newton-CG uses jax's Hessian-vector products) and `constraints`
-      (jaxsearch handles bounds only) are refused with a ValueError naming the alternative.
+    - `fun(x, *args)`: a scalar, JAX-traceable; `args` a tuple (or one value) passed through,
+      its Python numbers static (a new value compiles anew: pass arrays).
+    - `x0`: an array (a list or tuple is one, as scipy's array_like; an integer one becomes the
+      default floating dtype) or a pytree of floating arrays; its dtype is the run's.
+    - `jac`: None or False (jax's gradient; so are `"2-point"`, `"3-point"` and `"cs"`), True
+      (fun returns `(f, g)`: `Solver(value_and_grad=True)`), or a callable `jac(x, *args)`.
+    - `bounds` (L-BFGS-B only): one `(lo, hi)` pair per entry of x0, None for no bound, or a
+      `scipy.optimize.Bounds` (anything with `lb` and `ub`); x0 is projected into the box.
+    - `hess`, `hessp` and `constraints` are refused with a ValueError naming the alternative.
     - `callback(intermediate_result)`: called after each iteration with a `MinimizeResult`
       (`x` the new iterate, `fun` f there; a callback whose one parameter has another name
       gets x, scipy's legacy form); `StopIteration` ends the run with status 99. A callback
       (or `return_all`) runs one step per call (`Solver.run` resumed with `state=`, the same
-      steps), so it needs concrete values: inside `jax.jit` or `jax.vmap` it raises a
-      TypeError (use `Solver.run(callback=...)` there).
+      steps), so inside `jax.jit` or `jax.vmap` it raises a TypeError (use
+      `Solver.run(callback=...)` there).
 
     Without a callback, `minimize` is one `Solver.run`: compiled once per method, options,
     fun and x0's shapes and dtypes, usable inside `jax.jit` and under `jax.vmap`. Returns a

@@ -45,25 +45,23 @@ def scipy_status(status, method: str):
 
 class MinimizeResult(eqx.Module):
     """What `js.minimize` returns: scipy's `OptimizeResult` fields as attributes and items (`res.x`,
-    `res["x"]`, `res.keys()`), in a pytree `jax.jit` and `jax.vmap` return.
+    `res["x"]`, `res.keys()`), in a pytree `jax.jit` and `jax.vmap` return:
 
     - `x`: the point returned (the lowest f seen, as `js.Solver.run`; like `x0`); `fun`, `jac`: f
-      and its gradient there.
+      and its gradient there;
     - `nit`: iterations; `nfev`: evaluations of fun (value and gradient as one, as scipy with
-      `jac=True`); `njev`: those with the gradient.
-    - `status`: scipy's code. L-BFGS-B: 0 converged, 1 `maxiter` or `maxfun` reached, 2 any other
-      end. BFGS, CG, Newton-CG: 0 converged, 1 `maxiter`, 2 precision loss (no step found, no
-      progress), 3 a non-finite value. 99 where `callback` raised `StopIteration`. An int32
-      array, one per problem under `jax.vmap`.
-    - `success`: `status == 0`, a boolean array.
+      `jac=True`); `njev`: those with the gradient;
+    - `status`: scipy's code, an int32 array (one per problem under `jax.vmap`). L-BFGS-B: 0
+      converged, 1 `maxiter` or `maxfun` reached, 2 any other end. BFGS, CG, Newton-CG: 0
+      converged, 1 `maxiter`, 2 precision loss (no step found, no progress), 3 a non-finite
+      value. 99 where `callback` raised `StopIteration`;
+    - `success`: `status == 0`, a boolean array;
     - `message`: why the run stopped (`js.Result.message`), read on the host: a string, a list
-      for a batch; inside `jax.jit`, a TypeError.
+      for a batch; inside `jax.jit`, a TypeError;
     - `allvecs`: the iterates, x0 first, with `options={"return_all": True}` (BFGS, CG,
-      Newton-CG), else None.
-    - `result`: the underlying `js.Result`.
-
-    No `hess_inv`: neither L-BFGS's memory nor BFGS's scaled start would give scipy's matrix;
-    `result.state` holds what the direction kept.
+      Newton-CG), else None;
+    - `result`: the underlying `js.Result`, whose `state` holds what the direction kept (no
+      `hess_inv`: neither L-BFGS's memory nor BFGS's scaled start would give scipy's matrix).
     """
 
     x: PyTree

@@ -19,22 +19,16 @@ from ._state import BestPoint, SolverState, fingerprint
 
 
 class OptaxState(NamedTuple):
-    """The state of `Solver.as_optax()`, laid out for optax's lookups by name.
-
-    - `value`, `grad`: f and its gradient at the params the last update led to (inf and zeros
-      before the first), which `optax.value_and_grad_from_state` returns instead of evaluating
-      again. With a search that `evaluates_each_step`, `value` is inf after every update (they
-      are on the last batch).
-    - `solver`: the rest of the solver's state, its `grad` None (kept once, above).
-    - `count`: updates made (int32, saturating), as optax's states count them, also those that
-      took no step, so a loop stopping on `count` ends; `solver.num_steps` counts the steps that
-      searched.
-
-    `optax.tree.get(state, key)` matches keys only among NamedTuple fields and dict keys and
-    raises on two matches; `solver`'s parts are Equinox modules (L-BFGS has a `count` too), so
-    `count`, `value` and `grad` are found once, here, unless params hold a dict or NamedTuple key
-    of that name (as in `optax.lbfgs()`'s state).
-    """
+    """The state of `Solver.as_optax()`, laid out for optax's lookups by name: `value`, `grad`, f
+    and its gradient at the params the last update led to (inf and zeros before the first), which
+    `optax.value_and_grad_from_state` returns instead of evaluating (`value` is inf after every
+    update of a search that `evaluates_each_step`: they are on the last batch); `solver`, the
+    rest of the solver's state (its `grad` None, kept once above); `count`, updates made (int32,
+    saturating), as optax's states count them, also those that took no step (`solver.num_steps`
+    counts the steps that searched). `optax.tree.get` matches keys only among NamedTuple fields
+    and dict keys and raises on two; `solver`'s parts are Equinox modules (L-BFGS has a `count`),
+    so the three are found once, here, unless params hold such a key (as in `optax.lbfgs()`'s
+    state)."""
 
     value: Scalar
     grad: PyTree

@@ -36,16 +36,14 @@ def _inner_solver(solver):
 
 
 class OptimistixMinimiser(optx.AbstractMinimiser):
-    """A jaxsearch `Solver` as an `optx.AbstractMinimiser` (see `Solver.as_optimistix`). One
-    optimistix step is one `Solver.step`; the state is the `SolverState`. `rtol` (`ftol`), `atol`
+    """A jaxsearch `Solver` as an `optx.AbstractMinimiser` (see `Solver.as_optimistix`): one
+    optimistix step is one `Solver.step`, the state the `SolverState`. `rtol` (`ftol`), `atol`
     (`gtol`) and `norm` (`optx.max_norm`, or `optx.two_norm` with `gtol_norm="2"`) are for code
     that reads them: the solver's rules decide when to stop.
 
-    **Arguments:**
-
-    - `solver`: the `js.Solver` to run, with neither a least-squares direction (optimistix's
-      minimise gives f, not residuals) nor `value_and_grad=True`. Its stopping rules (`gtol`,
-      `ftol`, `xtol`, `max_evals`, `stall_steps`, `stop_when`) apply.
+    **Arguments:** `solver`, the `js.Solver` to run, with neither a least-squares direction
+    (optimistix's minimise gives f, not residuals) nor `value_and_grad=True`; its stopping rules
+    (`gtol`, `ftol`, `xtol`, `max_evals`, `stall_steps`, `stop_when`) apply.
     """
 
     solver: Any  # the Solver that runs: has_aux=True, throw=False, checkpointed loops

@@ -30,10 +30,10 @@ class _StatusType(enum.EnumMeta):
 
 
 class Status(enum.IntEnum, metaclass=_StatusType):
-    """Outcome of a step or a run, an int32 in the state and the result. Compare with the members
+    """Outcome of a step or a run, an int32 in the state and the result: compare with the members
     (`result.status == js.Status.CONVERGED_GTOL`) or read `result.message`.
-    `js.Status(result.status)` is the member, printing as its name; for a batch (`jax.vmap`), a
-    `StatusArray`. Only `CONVERGED_GTOL` and `CONVERGED_FTOL` count as success: a step that
+    `js.Status(result.status)` is the member, printing as its name (for a batch, a
+    `StatusArray`). Only `CONVERGED_GTOL` and `CONVERGED_FTOL` count as success: a step that
     rounded away is `STALLED`."""
 
     RUNNING = 0

@@ -33,26 +33,24 @@ def step_status(
 ) -> Int[Array, ""]:
     """The status of a step that searched, by the first rule that applies:
 
-    1. cut off at the run's evaluation budget (`out_of_evals`, before its own trial budget):
-    `MAX_EVALS`; at its trial budget: `LINESEARCH_FAILED`; 2. (least squares) it changed no
-    parameter where the unit step predicted a decrease of at most `PRECISION` eps |f_k| or itself
-    rounds to x (MINPACK's "no further improvement in x is possible"), or `ftol` is in (0,
-    `PRECISION` eps) and f changed by at most that: `CONVERGED_PRECISION`; 3. no step, giving up
-    below the line's resolution: `STALLED`; no step otherwise: `LINESEARCH_FAILED`; 4. a step
-    that changed no parameter: `STALLED`; 5. gradient norm at most `gtol`: `CONVERGED_GTOL`; 6. f
-    fell by at most `ftol` max(|f_k|, |f_{k+1}|, 1) (scipy's; `ftol=0`: off), and not by exactly
-    0 where `ftol` is below f's resolution (searches accept steps on slopes where f no longer
-    changes): `CONVERGED_FTOL`. With `model` (least squares) MINPACK's test: f fell by at most
-    `ftol` |f_k| and the unit step predicted at most that too; 7. `change` = max_i |x_{k+1,i} -
-    x_{k,i}| at most `xtol` (torch's `tolerance_change`; 0: off): `CONVERGED_XTOL`; 8. `stop`
-    (the caller's `stop_when`): `STOPPED`; 9. else `RUNNING`.
+    1. cut off at the run's evaluation budget (`out_of_evals`): `MAX_EVALS`; at its trial budget:
+    `LINESEARCH_FAILED`; 2. (least squares) no parameter changed where the unit step predicted a
+    decrease of at most `PRECISION` eps |f_k| or itself rounds to x (MINPACK's "no further
+    improvement in x is possible"), or `ftol` is in (0, `PRECISION` eps) and f changed by at most
+    that: `CONVERGED_PRECISION`; 3. no step, giving up below the line's resolution: `STALLED`; no
+    step otherwise: `LINESEARCH_FAILED`; 4. a step that changed no parameter: `STALLED`; 5.
+    gradient norm at most `gtol`: `CONVERGED_GTOL`; 6. f fell by at most `ftol` max(|f_k|,
+    |f_{k+1}|, 1) (scipy's; 0: off), and not by exactly 0 where `ftol` is below f's resolution
+    (searches accept steps on slopes where f no longer changes): `CONVERGED_FTOL`; with `model`,
+    MINPACK's test: f fell, and the unit step predicted it to fall, by at most `ftol` |f_k|; 7.
+    `change` = max_i |x_{k+1,i} - x_{k,i}| at most `xtol` (torch's `tolerance_change`; 0: off):
+    `CONVERGED_XTOL`; 8. `stop` (the caller's `stop_when`): `STOPPED`; else `RUNNING`.
 
     `xtol` and `stop_when` come last, ending only steps that would go on. None for
-    `out_of_evals`, `change` or `stop`: no such rule. `model` (least squares only): (-phi'(0) =
-    -g'd of the unit step, whether x + d rounds to x); for Gauss-Newton and Levenberg-Marquardt
-    -g'd lies between the linear model's predicted decrease and twice it (as MINPACK's `prered`
-    |r|^2). `before`, `after`: f at the step's ends in the value dtype; the decrease is in
-    `grad_norm`'s dtype.
+    `out_of_evals`, `change` or `stop`: no such rule. `model` (least squares only): (-g'd of the
+    unit step, whether x + d rounds to x), between the linear model's predicted decrease and
+    twice it for Gauss-Newton and Levenberg-Marquardt (as MINPACK's `prered` |r|^2). `before`,
+    `after`: f at the step's ends in the value dtype; the decrease is in `grad_norm`'s dtype.
     """
     dtype = grad_norm.dtype
     decrease = before.astype(dtype) - after.astype(dtype)
@@ -170,9 +168,8 @@ def returns_last(
     """Whether a run keeping a best point returns the last iterate (f = `last`) rather than the
     lowest (`best`): where the last is within the search's rounding `allowance` of the best, not
     above f(x0) (`start`), no steeper, and the run did not stop for want of progress. Values that
-    close are rounding noise, and near a minimiser the last iterate is the flatter one (CUTEst
-    runs meeting gtol end with far smaller |g| than at their lowest value, equal to 12 digits).
-    `last` and `best` compare in `last_grad_norm`'s dtype, `last` and `start` in theirs."""
+    close are rounding noise, and near a minimiser the last iterate is the flatter one. `last`
+    and `best` compare in `last_grad_norm`'s dtype, `last` and `start` in theirs."""
     dtype = last_grad_norm.dtype
     within = last.astype(dtype) <= best.astype(dtype) + allowance
     flatter = last_grad_norm <= best_grad_norm
@@ -191,14 +188,11 @@ def stop_cause(xp, status, last_status, step_size, x_finite, value_finite, searc
     """Which cause ended a run or step with `status` (a `Cause`; `NONE` unless `STALLED`,
     `NONFINITE` or `LINESEARCH_FAILED`), from the state's `last_status`, `step_size` (0: none),
     `search_end` (a `SearchEnd`), and whether the start point (`x_finite`) and f there
-    (`value_finite`) are finite. `xp`: `numpy` (`Result.message`) or `jax.numpy` (`throw`).
-
-    `STALLED`: the last step moved yet changed no parameter, or its search gave up below the
-    resolution; or the run stopped `RUNNING` for want of progress; or `CONVERGED_GTOL` held only
-    above the lowest f (`returned_status`). `NONFINITE` is decided at the start point only (no
-    search accepts a non-finite trial): the point, else f, else its gradient. `LINESEARCH_FAILED`
-    names how the last search ended (`FAILED_SEARCH_CAUSES`).
-    """
+    (`value_finite`) are finite; `xp` is `numpy` (`Result.message`) or `jax.numpy` (`throw`).
+    `STALLED`: the last step moved yet changed no parameter, or gave up below the resolution; or
+    the run stopped for want of progress; or `CONVERGED_GTOL` held only above the lowest f
+    (`returned_status`). `NONFINITE` is decided at the start point only: the point, else f, else
+    its gradient. `LINESEARCH_FAILED` names how the last search ended (`FAILED_SEARCH_CAUSES`)."""
     stalled = status == Status.STALLED
     nonfinite = status == Status.NONFINITE
     failed = status == Status.LINESEARCH_FAILED

@@ -19,15 +19,11 @@ class BarzilaiBorweinState(eqx.Module):
 class BarzilaiBorwein(AbstractDirection):
     """d = -alpha_k g_k with the Barzilai-Borwein step of the last pair s = x_k - x_{k-1}, y = g_k -
     g_{k-1} (Barzilai & Borwein, "Two-point step size gradient methods", IMA J. Numer. Anal. 8,
-    1988, eqs. 5 and 6):
-
-        BB1 (`variant="long"`):  alpha_k = s's / s'y,       BB2 (`"short"`): s'y / y'y,
-
+    1988, eqs. 5 and 6): BB1 (`variant="long"`) alpha_k = s's / s'y, BB2 (`"short"`) s'y / y'y,
     clipped to [`alpha_min`, `alpha_max`]. Before the first pair, after `reset`, and where s'y <=
     0 or a product is not finite, d = -g (`scaled` False: the search starts from the solver's
     guess); otherwise `scaled`, the unit step the BB step. BB steps are not monotone: pair with a
-    nonmonotone search (Raydan, SIAM J. Optim. 7(1), 1997), `NonmonotoneArmijo` by default.
-    """
+    nonmonotone search (Raydan, SIAM J. Optim. 7(1), 1997), `NonmonotoneArmijo` by default."""
 
     variant: str = eqx.field(static=True, default="long")
     alpha_min: float = 1e-10

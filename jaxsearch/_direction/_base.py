@@ -11,21 +11,16 @@ from jaxtyping import Array, Bool, PyTree, Scalar
 
 
 class DirectionInfo(NamedTuple):
-    """What a direction may use at the current point (scalars in `dtype`, at least float32).
-
-    - `hvp(v)`: the Hessian-vector product at x (forward-over-reverse, or with
-      `Solver(value_and_grad=True)` a forward difference of fn's gradient); fn is traced for it
-      only if called.
-    - `box`: the `Box` x lies in, or None without bounds.
-    - `while_loop`: the loop `run_loop` runs an inner loop with (the adjoint's, so a run can be
-      differentiated through it); None: `lax.while_loop`.
-    - `residuals(p)`: fn's residuals r(p) at the call's args, aux dropped, for an
-      `AbstractLeastSquares` direction (None otherwise); traced only if called.
-    - `jacobian`: (r, J) at x, flattened residuals (`flatten_tree`) and their m x n Jacobian in
-      the widest of x's and r's dtypes, at least float32, from the evaluation that gave `grad`,
-      for an `AbstractDenseLeastSquares` direction in `Solver.run`; None otherwise (the direction
-      then forms J from `residuals`).
-    """
+    """What a direction may use at the current point (scalars in `dtype`, at least float32):
+    `hvp(v)`, the Hessian-vector product (forward-over-reverse, or with
+    `Solver(value_and_grad=True)` a forward difference of fn's gradient); `box`, the `Box` x lies
+    in (None without bounds); `while_loop`, the loop `run_loop` runs with (the adjoint's; None:
+    `lax.while_loop`); `residuals(p)`, fn's residuals at the call's args, aux dropped, for an
+    `AbstractLeastSquares` (else None); `jacobian`, (r, J) at x, the flattened residuals and
+    their m x n Jacobian in the widest of x's and r's dtypes (at least float32) from the
+    evaluation that gave `grad`, for an `AbstractDenseLeastSquares` in `Solver.run` (else None:
+    such a direction forms J from `residuals`). fn is traced for `hvp` and `residuals` only where
+    they are called."""
 
     x: PyTree
     grad: PyTree
@@ -51,15 +46,13 @@ def run_loop(info: DirectionInfo, cond: Callable, body: Callable, init: PyTree, 
 
 
 class AbstractDirection(eqx.Module):
-    """A rule for the search direction d at the current point.
-
-    Subclasses are immutable configuration (static fields); their data lives in `init`'s state,
-    whose leaves keep fixed dtypes so a jitted step never retraces. Scalars are in `dtype`, at
-    least float32. A subclass implements `supports_bounds` (a class attribute), `init`,
-    `compute`, `update`, `reset` and `gradient_replaced` (Equinox's abstract/final rule); inner
-    loops go through `run_loop`. Check it with `jaxsearch.testing.check_direction`;
-    `flatten_tree` and `unflatten_tree` turn a pytree into one vector and back.
-    """
+    """A rule for the search direction d at the current point. Subclasses are immutable
+    configuration (static fields); their data lives in `init`'s state, whose leaves keep fixed
+    dtypes so a jitted step never retraces; scalars are in `dtype`, at least float32. A subclass
+    implements `supports_bounds` (a class attribute), `init`, `compute`, `update`, `reset` and
+    `gradient_replaced` (Equinox's abstract/final rule); inner loops go through `run_loop`. Check
+    it with `jaxsearch.testing.check_direction`; `flatten_tree` and `unflatten_tree` turn a
+    pytree into one vector and back."""
 
     @abc.abstractmethod
     def init(self, params: PyTree, dtype) -> PyTree:

@@ -48,11 +48,10 @@ class LBFGS(AbstractDirection):
       `CompactLBFGSState`, keeping S'Y and Y'Y up to date.
     - `"auto"` (the default): the compact form (no loop trips, each of which waits on the host on
       a GPU), except on a CPU or a TPU for params of fewer than `COMPACT_FROM` = 5000 elements,
-      where the two-loop recursion compiles faster and runs as fast or faster.
-
-    `init` chooses the form once and the state's class records it; a state resumed where `"auto"`
-    would choose the other is refused with a TypeError naming `js.LBFGS(form="compact")` (or
-    `"two_loop"`): pass `form` to resume across backends.
+      where the two-loop recursion compiles faster and runs as fast or faster. `init` chooses
+      once and the state's class records it; a state resumed where `"auto"` would choose the
+      other is refused with a TypeError naming `js.LBFGS(form="compact")` (or `"two_loop"`): pass
+      `form` to resume across backends.
 
     **Preconditioning.** `preconditioner` P, a symmetric positive definite inverse-Hessian
     approximation, gives H0 = gamma P, gamma = s'y / y'P y (1 before a pair, and with

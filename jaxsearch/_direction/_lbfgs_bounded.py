@@ -1,15 +1,11 @@
 """L-BFGS-B (Byrd, Lu, Nocedal & Zhu, "A limited memory algorithm for bound constrained
 optimization", SIAM J. Sci. Comput. 16(5), 1995; Morales & Nocedal, "Remark on Algorithm 778",
 ACM TOMS 38(1), 2011, for L-BFGS-B 3.0): the direction from either form of `LBFGS`'s memory
-(`bounded_direction`), and its core math.
-
-The core math works on flat 1-D arrays of one floating dtype (results in `x`'s): the compact
-matrix B = theta I - W M W' (§3), the generalized Cauchy point (§4, algorithm CP) and the direct
-primal subspace minimisation (§5.1). Shapes are static: of `m` slots, `count` (traced) are valid
-and the rest masked out; `count = 0` gives B = theta I. `lower`, `upper` may hold -inf, +inf,
-lower <= upper; `x` is feasible (`_bounds.project` first). The 2m columns of W are [Y, theta S],
-pairs oldest first.
-"""
+(`bounded_direction`), and its core math on flat 1-D arrays of one floating dtype: the compact
+matrix B = theta I - W M W' (§3), the generalized Cauchy point (§4, algorithm CP), the direct
+primal subspace minimisation (§5.1). Shapes are static: of `m` slots, `count` (traced) are valid,
+the rest masked out (`count = 0`: B = theta I). `lower`, `upper` may hold -inf, +inf; `x` is
+feasible (`_bounds.project` first). W's 2m columns are [Y, theta S], pairs oldest first."""
 
 from collections.abc import Callable
 
@@ -29,12 +25,12 @@ from ._slots import in_order
 def bounded_direction(
     state: AbstractLBFGSState, info: DirectionInfo
 ) -> tuple[PyTree, Bool[Array, ""], Scalar]:
-    """(d, scaled, limit): L-BFGS-B's direction at `info.x` in `info.box` from `state`'s memory
-    (either form): the generalized Cauchy point of the model with B = theta I - W M W' (theta = 1
-    / gamma), then the subspace minimisation over the free variables, projected onto the box; d =
-    x_bar - x, on one flat vector in the widest leaf dtype (at least float32). As L-BFGS-B's
-    first iteration: `scaled` once a pair is stored or where every variable has two finite
-    bounds, and with no pair and any finite bound the step is capped at 1 (`limit`)."""
+    """(d, scaled, limit): L-BFGS-B's direction at `info.x` in `info.box` from `state`'s memory: the
+    generalized Cauchy point of the model with B = theta I - W M W' (theta = 1 / gamma), then the
+    subspace minimisation, projected onto the box; d = x_bar - x, on one flat vector in the
+    widest leaf dtype (at least float32). As L-BFGS-B's first iteration: `scaled` once a pair is
+    stored or where every variable has two finite bounds; with no pair and any finite bound,
+    `limit` 1."""
     x, grad, box, dtype, while_loop = info.x, info.grad, info.box, info.dtype, info.while_loop
     work = widest_float(*(at_least_float32(b.dtype) for b in jtu.tree_leaves(state.s)), dtype)
     flat = lambda tree: jnp.concatenate(  # noqa: E731
@@ -74,17 +70,17 @@ def compact_representation(
     theta: Float[ArrayLike, ""],
 ) -> tuple[Float[Array, "n two_m"], Float[Array, "two_m two_m"]]:
     """W and M of the compact limited-memory BFGS matrix B = theta I - W M W' (§3, eqs. 3.2-3.4;
-    Byrd, Nocedal & Schnabel 1994). `s`, `y`: circular buffers as `js.LBFGS` stores them, the
-    `count` valid pairs in slots head - count, ..., head - 1 (mod m), oldest first. With S, Y the
-    n x k matrices of the k = count valid pairs,
+    Byrd, Nocedal & Schnabel 1994), from `js.LBFGS`'s circular buffers `s`, `y` (the `count`
+    valid pairs in slots head - count, ..., head - 1 mod m). With S, Y the n x k matrices of the
+    k valid pairs, oldest first,
 
         W = [Y, theta S]    (n x 2m),
         M = [[-D, L'], [L, theta S'S]]^-1    (2m x 2m),
 
-    D = diag(s_i'y_i), L the strict lower triangle of S'Y (eq. 3.4), columns in chronological
-    order. The m - k columns past the valid pairs are zero and their rows and columns of M^-1 the
-    identity's, so they decouple: B is the BFGS matrix of the k pairs from theta I. Requires
-    s_i'y_i > 0 and theta > 0 (usually y'y / s'y of the newest pair).
+    D = diag(s_i'y_i), L the strict lower triangle of S'Y (eq. 3.4). The m - k columns past the
+    valid pairs are zero, with identity rows and columns in M^-1, so they decouple: B is the BFGS
+    matrix of the k pairs from theta I. Requires s_i'y_i > 0 and theta > 0 (usually y'y / s'y of
+    the newest pair).
     """
     dtype = s.dtype
     m = s.shape[0]
@@ -140,21 +136,15 @@ def cauchy_point(
     middle: Float[Array, "two_m two_m"],
     while_loop: Callable = lambda cond, body, init, max_steps: lax.while_loop(cond, body, init),
 ) -> tuple[Float[Array, " n"], Float[Array, " two_m"], Bool[Array, " n"]]:
-    """The generalized Cauchy point (§4, algorithm CP): the first local minimiser x^c of the model
-    m(z) = g'(z - x) + (z - x)'B(z - x)/2 along the projected steepest-descent path x(t) = P(x -
-    t g).
-
-    The breakpoints t_i (eqs. 4.1-4.2) are sorted once; a loop walks the segments, updating f',
-    f'', p = W'd and c = W'(x(t) - x) by eqs. 4.6-4.9 (O(m^2) per segment), and stops in the
-    first segment whose minimiser t_old - f'/f'' comes before the next breakpoint (or where f' >=
-    0 at one). Tied breakpoints are zero-length segments, which the recurrences handle exactly.
-    f'' is kept at least eps * f''(0), a rounding safeguard not in the paper (in exact arithmetic
-    it stays positive).
-
-    Returns `(x_cauchy, c, free)`: x^c in the box, variables at reached breakpoints exactly at
-    their bounds; c = W'(x^c - x); the mask of free variables, strictly between their bounds. x
-    feasible, theta > 0. `while_loop` runs the walk (at most n segments), as `run_loop`.
-    """
+    """The generalized Cauchy point (§4, algorithm CP): the first local minimiser x^c of m(z) = g'(z
+    - x) + (z - x)'B(z - x)/2 along x(t) = P(x - t g). The breakpoints (eqs. 4.1-4.2) are sorted
+    once; a loop (`while_loop`, at most n segments) walks the segments, updating f', f'', p = W'd
+    and c = W'(x(t) - x) by eqs. 4.6-4.9 (O(m^2) each), and stops in the first whose minimiser
+    t_old - f'/f'' comes before the next breakpoint (or where f' >= 0 at one). Tied breakpoints
+    are zero-length segments, handled exactly. f'' is kept at least eps * f''(0), a rounding
+    safeguard not in the paper. Returns `(x_cauchy, c, free)`: x^c in the box (reached variables
+    exactly at their bounds), c = W'(x^c - x), and the mask of variables strictly between their
+    bounds. x feasible, theta > 0."""
     dtype = x.dtype
     n = x.shape[0]
     theta = jnp.asarray(theta).astype(dtype)
@@ -228,19 +218,15 @@ def subspace_minimisation(
     middle: Float[Array, "two_m two_m"],
     projection: bool = True,
 ) -> tuple[Float[Array, " n"], Bool[Array, ""]]:
-    """The direct primal subspace minimisation (§5.1): minimise m over the free variables (a mask Z,
-    keeping shapes static), the active ones fixed at the Cauchy point. With r^c = Z'(g + theta
-    (x^c - x) - W M c), Sherman-Morrison-Woodbury gives
+    """The direct primal subspace minimisation (§5.1) of m over the free variables (a mask Z,
+    keeping shapes static), the others at the Cauchy point. With r^c = Z'(g + theta (x^c - x) - W
+    M c), Sherman-Morrison-Woodbury gives the 2m x 2m solve
 
-        d^u = -r^c / theta - Z'W N^-1 M W'Z r^c / theta^2,   N = I - M W'Z Z'W / theta,
+        d^u = -r^c / theta - Z'W N^-1 M W'Z r^c / theta^2,   N = I - M W'Z Z'W / theta.
 
-    a 2m x 2m solve. Then:
-
-    - `projection=False`, the 1995 paper (eq. 5.8): x_bar = x^c + alpha* d^u, alpha* = min(1,
-      max{a: x^c + a d^u feasible});
-    - `projection=True` (default), L-BFGS-B 3.0: x_bar = P(x^c + d^u) where g'(x_bar - x) < 0,
-      else the 1995 point (a descent direction wherever x^c != x).
-
+    `projection=False`, the 1995 paper (eq. 5.8): x_bar = x^c + alpha* d^u, alpha* = min(1,
+    max{a: x^c + a d^u feasible}); `projection=True` (default), L-BFGS-B 3.0: x_bar = P(x^c +
+    d^u) where g'(x_bar - x) < 0, else the 1995 point (a descent direction wherever x^c != x).
     Returns `(x_bar, projected)`; without free variables x_bar = x^c.
     """
     dtype = x.dtype

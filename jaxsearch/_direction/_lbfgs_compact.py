@@ -27,15 +27,12 @@ from ._slots import in_order, slot
 
 class CompactLBFGSState(AbstractLBFGSState):
     """The state of `LBFGS`'s compact form (`form="compact"`, or "auto" on a GPU or for large
-    params): the memory, and
-
-    - `s_dot_y` (m, m): s_i'y_j, slots in buffer order, current where pair i was stored no later
-      than pair j (R's entries, the only ones read);
-    - `y_dot_y` (m, m): y_i'y_j; `pending`: pairs stored since both were brought up to date;
-    - `s_dot_grad`, `y_dot_grad` (m,): S'g and Y'g at the last `direction`'s g; `follows` while
-      the next pair's y starts at that g (`gradient_replaced` clears it), so S'y = S'g_new - S'g.
-      All three None for gradients under 32 bits (`_by_differences`).
-    """
+    params): the memory; `s_dot_y` (m, m), s_i'y_j in buffer order, current where pair i was
+    stored no later than pair j (R's entries, the only ones read); `y_dot_y` (m, m), y_i'y_j;
+    `pending`, pairs stored since both were brought up to date; `s_dot_grad`, `y_dot_grad` (m,),
+    S'g and Y'g at the last `direction`'s g, and `follows` while the next pair's y starts there
+    (`gradient_replaced` clears it), so S'y = S'g_new - S'g; all three None for gradients under
+    32 bits (`_by_differences`)."""
 
     made_by: ClassVar[str] = 'js.LBFGS(form="compact")'  # named where a state is refused
 
@@ -137,14 +134,11 @@ class CompactLBFGSState(AbstractLBFGSState):
     def _brought_up_to_date(self, with_s, with_y, dtype) -> "CompactLBFGSState":
         """S'Y and Y'Y with the newest pair's column (and Y'Y's row), from this `direction`'s (m, k)
         products `with_s`, `with_y` of each buffer with g (column 1: with the newest y, where no
-        products with the last gradient are kept). After several pairs since the last `direction`
-        (never from the solver) both are rebuilt. S'Y's newest row lies below R's diagonal for
-        good, so it is never computed.
-
-        `_by_differences`, one pair since: S'y = S'g - S'g_last, Y'y = Y'g - Y'g_last, and the
-        pair's own s'y, y'y from `update`: no pass over the memory. After `gradient_replaced` the
-        memory is multiplied by y.
-        """
+        products with the last gradient are kept); rebuilt after several pairs since the last
+        `direction` (never from the solver). S'Y's newest row lies below R's diagonal for good:
+        never computed. `_by_differences`, one pair since: S'y = S'g - S'g_last, Y'y = Y'g -
+        Y'g_last, the pair's own s'y, y'y from `update`, no pass over the memory; after
+        `gradient_replaced` the memory is multiplied by y."""
         newest = (self.head - 1) % self.rho.shape[0]
 
         def fold(st, s_dot_y_new, y_dot_y_new):

@@ -47,20 +47,18 @@ def _jacobian(info: DirectionInfo, owner: str) -> tuple[Array, Array, int, int]:
 class GaussNewtonState(eqx.Module):
     """Diagnostics only: Gauss-Newton keeps no information between steps."""
 
-    # Jacobian-vector products of `compute` since init: n per `compute` that forms J itself,
-    # none where the solver hands it J (`DirectionInfo.jacobian`, in `Solver.run`)
+    # Jacobian-vector products of `compute` since init (none where the solver hands it J)
     num_jvp: Int[Array, ""]
 
 
 class GaussNewton(AbstractDenseLeastSquares, AbstractMemorylessDirection):
     """The Gauss-Newton direction for f = 0.5 |r(x)|^2: the least-norm d minimising |r + J d|
-    (Nocedal & Wright, 2nd ed., section 10.3, eq. 10.23). fn returns residuals
-    (`AbstractLeastSquares`); J is formed as `AbstractDenseLeastSquares` says and the system
-    solved by `jnp.linalg.lstsq` (an SVD) in the widest of the params' and residuals' dtypes, at
-    least float32. d descends wherever J'r != 0 (g'd = -|J d|^2); `scaled`: the unit step is
-    tried first. Quadratic convergence at a zero-residual solution with J of full rank (N&W
-    theorem 10.1 for global convergence); where J is rank deficient or residuals are large,
-    prefer `LevenbergMarquardt`."""
+    (Nocedal & Wright, 2nd ed., section 10.3, eq. 10.23), J formed as `AbstractDenseLeastSquares`
+    says and the system solved by `jnp.linalg.lstsq` (an SVD) in the widest of the params' and
+    residuals' dtypes, at least float32. d descends wherever J'r != 0 (g'd = -|J d|^2); the unit
+    step is tried first (`scaled`): quadratic convergence at a zero-residual solution with J of
+    full rank (N&W theorem 10.1 for global convergence). Where J is rank deficient or residuals
+    are large, prefer `LevenbergMarquardt`."""
 
     supports_bounds: ClassVar[bool] = False
 
@@ -74,9 +72,8 @@ class GaussNewton(AbstractDenseLeastSquares, AbstractMemorylessDirection):
         return unflatten_tree(d, info.grad), jnp.array(True), state, no_limit(info.dtype)
 
 
-# The Newton iterations of `_damping_for` (Moré 1978, after Hebden 1973): from lambda = 0 on the
-# concave, increasing 1 / |p(lambda)| they approach the root monotonically, and quadratically
-# once near it.
+# The Newton iterations of `_damping_for` (Moré 1978, after Hebden 1973): on the concave, increasing
+# 1 / |p(lambda)| they approach the root from 0 monotonically, quadratically near it.
 DAMPING_ITERATIONS = 20
 
 
@@ -95,8 +92,8 @@ def _damping_for(singular, projected, radius, cut):
 
     def newton(_, damping):
         norm, slope = norm_and_slope(damping)
-        # A radius that is not positive and finite comes with a restart, where the caller
-        # does not use this damping: 0 then, not a NaN, whose derivative would be NaN.
+        # A radius that is not positive and finite comes with a restart, which ignores this damping:
+        # 0, not a NaN (whose derivative would be NaN).
         usable = (radius > 0) & jnp.isfinite(radius)
         step = divide(norm * norm / jnp.where(slope > 0, slope, 1) * (norm - radius), radius)
         step = jnp.where(usable, step, 0)
@@ -126,8 +123,7 @@ class LevenbergMarquardtState(eqx.Module):
     fraction: Float[Array, ""]  # alpha = s'd / d'd of that step (1: the unit step)
     length: Float[Array, ""]  # |D^(1/2) s| of that step
     stepped: Bool[Array, ""]  # whether that step awaits the next `compute`
-    # Jacobian-vector products of `compute` since init: n per `compute` that forms J itself,
-    # none where the solver hands it J (`DirectionInfo.jacobian`, in `Solver.run`)
+    # Jacobian-vector products of `compute` since init (none where the solver hands it J)
     num_jvp: Int[Array, ""]
 
 

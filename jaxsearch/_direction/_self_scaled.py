@@ -135,8 +135,8 @@ class SSBFGS(AbstractSelfScaled):
 
 class SSBroyden(AbstractSelfScaled):
     """Self-scaled Broyden (Al-Baali & Khalfan, "A wide interval for efficient self-scaling
-    quasi-Newton algorithms", Optim. Methods Softw. 20, 2005), with the parameter rules of Urbán,
-    Stefanou & Pons (2025) for PINNs. With a = b h - 1 (>= 0), c = sqrt(a / (1 + a)),
+    quasi-Newton algorithms", Optim. Methods Softw. 20, 2005), with Urbán, Stefanou & Pons's
+    (2025) rules for PINNs. With a = b h - 1 (>= 0), c = sqrt(a / (1 + a)),
 
         rho- = min(1, h (1 - c)),  theta- = (rho- - 1) / a,  theta+ = 1 / rho-,
         theta = max(theta-, min(theta+, (1 - b) / b)),  sigma = 1 + a theta,
@@ -145,7 +145,7 @@ class SSBroyden(AbstractSelfScaled):
               else rho+ min(sigma^(-1/(n-1)), 1 / theta),
         phi = (1 - theta) / sigma
 
-    (theta on B: 0 is BFGS, 1 DFP). Where a = 0, theta- = -inf; for n = 1 the power term is 1.
+    (theta on B: 0 is BFGS, 1 DFP); theta- = -inf where a = 0; the power term is 1 for n = 1.
     Update and guards: `AbstractSelfScaled`; `curvature_eps` as `BFGS`'s.
     """
 

@@ -1,14 +1,12 @@
 """One slot of a memory whose slot index is an array: read, written, or the slots reordered.
-
-L-BFGS's circular buffers are (m, ...) arrays with an array `head`. Indexing them is a dynamic
+L-BFGS's circular buffers are (m, ...) arrays with an array `head`; indexing them is a dynamic
 slice, under `jax.vmap` a gather or scatter over the batch. On a TPU these are far slower than
 selects, and a vmapped scatter inside a `lax.while_loop` wrote wrong rows
-(`benchmarks/studies/tpu_vmap_failures.py`; docs/benchmarks.md). So on a TPU every write is a
-select over the slots, right under any vmap; a read is a masked sum up to `SELECT_LIMIT`
-elements, a slice above (vmapped gathers read right). A row written in place where the index is
-not batched was slower for a whole network run. Elsewhere reads and writes are slices: on a CPU
-gathers are fast and selects are not. Only a CPU writes with `mode="drop"`.
-"""
+(`benchmarks/studies/tpu_vmap_failures.py`; docs/benchmarks.md), so there every write is a select
+over the slots, right under any vmap, and a read a masked sum up to `SELECT_LIMIT` elements, a
+slice above (vmapped gathers read right); a row written in place where the index is not batched
+made a network run slower. Elsewhere reads and writes are slices (on a CPU gathers are fast and
+selects are not); only a CPU writes with `mode="drop"`."""
 
 import jax
 import jax.numpy as jnp

@@ -185,20 +185,20 @@ class AbstractLineSearch(eqx.Module):
         max_step: Scalar | None = None,
     ) -> SearchState:
         """Begin a search from phi(0), phi'(0) < 0, the initial-step `guess` and the line's
-        resolution `min_step` (0: every step counts). `scaled`: whether the direction carries
-        curvature (the unit step is natural); None: unknown. `max_step` is a dynamic cap (e.g.
-        a box's edge; traced, +inf allowed), None: none. With cap = min(`max_step_size`,
+        resolution `min_step` (0: every step counts); `scaled`: whether d carries curvature
+        (None: unknown); `max_step`: a dynamic cap (e.g. a box's edge; traced, +inf allowed;
+        None: none, as is any `max_step` >= `max_step_size`). With cap = min(`max_step_size`,
         `max_step`), stored as `SearchState.max_step`:
 
         - no trial exceeds cap; the first is max(min(guess, cap), min_step);
         - if cap < min_step, cap <= 0 or cap is NaN, the search ends at once with no step;
         - where cap < `max_step_size` (the dynamic cap binds), a finite trial at cap with
-          sufficient decrease ends the search with step = cap and `success`, whatever the
-          slope (as L-BFGS-B accepts `stpmax`); one without stays inside [0, cap].
+          sufficient decrease ends the search with step = cap and `success`, whatever the slope
+          (as L-BFGS-B accepts `stpmax`); one without stays inside [0, cap].
 
-        `max_step` >= `max_step_size` is the same as None. `capped_start(first, min_step,
-        search_cap(self.max_step_size, max_step, phi0.dtype))` follows the first two rules;
-        `at_binding_cap` tells where the third applies."""
+        `capped_start(first, min_step, search_cap(self.max_step_size, max_step, phi0.dtype))`
+        follows the first two rules; `at_binding_cap` tells where the third applies.
+        """
 
     @abc.abstractmethod
     def update(self, search: SearchState, t: Scalar, phi: Scalar, dphi: Scalar) -> SearchState:
@@ -207,12 +207,11 @@ class AbstractLineSearch(eqx.Module):
         call's t; keep the structure, shapes and dtypes of `search`."""
 
     def slope_needed(self, search: SearchState) -> Bool[Array, ""] | None:
-        """Whether `search.trial` needs its slope phi'(t); optional, None (the default): every
-        trial does. Where False the solver evaluates f alone and hands `update` phi'(t) = NaN;
-        asking for the same t again gets its slope; a step ending on such a trial is
-        re-evaluated with its gradient (no step where that slope is not finite). Under
-        `jax.vmap`, a dense least-squares direction or fn's own gradient, every trial has its
-        slope."""
+        """Whether `search.trial` needs its slope phi'(t); None (the default): every trial does.
+        Where False the solver evaluates f alone and hands `update` phi'(t) = NaN; asking for the
+        same t again gets its slope; a step ending on such a trial is re-evaluated with its
+        gradient (no step where that slope is not finite). Under `jax.vmap`, a dense
+        least-squares direction or fn's own gradient, every trial has its slope."""
         return None
 
     @abc.abstractmethod
@@ -236,11 +235,8 @@ class AbstractLineSearch(eqx.Module):
         `jax.value_and_grad`. `params`, `direction`: pytrees of floating arrays of one structure;
         `value` and `grad` (both or neither): fn and its gradient at `params`; `guess`: the first
         trial (before `start`'s cap rules); `max_step`: a cap (None: none); `state`: the previous
-        result's (None: `init`'s); `min_step` is `tree_min_step`'s.
-
-        One `lax.while_loop` of at most `max_trials` trials, compiled once per shapes and dtypes
-        (`eqx.filter_jit`), under `jax.jit` and `jax.vmap` too. A non-descent `direction` gets
-        `success` False and no step (it may be traced, so no raise). Returns a
-        `LineSearchResult`.
-        """
+        result's (None: `init`'s); `min_step` is `tree_min_step`'s. One `lax.while_loop` of at
+        most `max_trials` trials, compiled once per shapes and dtypes (`eqx.filter_jit`), under
+        `jax.jit` and `jax.vmap` too. A non-descent `direction` gets `success` False and no step
+        (it may be traced, so no raise). Returns a `LineSearchResult`."""
         return run_alone(self, fn, params, direction, args, value, grad, guess, max_step, state)

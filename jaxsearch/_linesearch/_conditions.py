@@ -67,15 +67,11 @@ def lost_in_rounding(
     epsilon: Setting | None,
     scale: Scalar | None = None,
 ) -> Bool[Array, ""]:
-    """Is phi(t) - phi(0) lost in f's rounding? Near a minimiser value comparisons become coin
-    tosses, so the slopes decide (Hager & Zhang 2005, section 4). True where
-
-        t |phi'(0)| <= epsilon C   and   |phi(t) - phi(0)| <= epsilon C
-
-    with phi(t), phi'(t) finite; C is `scale` (C_k) or, for None, |phi(0)|. A step accepted there
-    by `slope_armijo` raises f by at most epsilon C. `epsilon = 0` never reports a loss; None:
-    `value_tolerance`.
-    """
+    """Is phi(t) - phi(0) lost in f's rounding? Near a minimiser value comparisons are coin tosses,
+    so the slopes decide (Hager & Zhang 2005, section 4). True where t |phi'(0)| <= epsilon C and
+    |phi(t) - phi(0)| <= epsilon C with phi(t), phi'(t) finite; C is `scale` (C_k) or, for None,
+    |phi(0)|. A step accepted there by `slope_armijo` raises f by at most epsilon C. `epsilon =
+    0` never reports a loss; None: `value_tolerance`."""
     scale = jnp.abs(phi0) if scale is None else scale
     tolerance = value_tolerance(epsilon, phi0.dtype) * scale
     return (

@@ -29,20 +29,13 @@ class DecreaseSearchState(SearchState):
 class AbstractDecreaseSearch(AbstractLineSearch):
     """A search that accepts a step only with sufficient decrease, phi(t) <= phi(0) + c t phi'(0),
     judged by the slope where values are lost in rounding (within epsilon C_k, Hager & Zhang
-    2005, section 4: `sufficient_decrease`).
-
-    - **Settings** checked here: `max_trials` (an int >= 1), `max_step_size` (> 0), `epsilon`
-      (None or >= 0).
-    - **Budget.** At most `max_trials` evaluations of phi; a search that `refines_best` judges
-      `judged_trials` = `max_trials - 1` (at least one) so the fallback's re-evaluation fits.
-    - **Monotone** with `epsilon = 0`.
-    - **Cap and first trial** (`open`, `capped_start`).
-    - **At a binding cap** (`falls_at_binding_cap`): phi'(t) <= c phi'(0) may end the search at
-      the cap, as dcsrch stops at stpmax (each search adds its decrease test).
-    - **Best-point fallback** (`end_on_best`).
-
-    A subclass gives `init` and `value_scale`.
-    """
+    2005, section 4: `sufficient_decrease`); `monotone` with `epsilon = 0`. Its settings are
+    checked here: `max_trials` (an int >= 1; at most that many evaluations of phi, a search that
+    `refines_best` judging `judged_trials`), `max_step_size` (> 0), `epsilon` (None or >= 0). It
+    shares the cap and first-trial rules (`open`, `capped_start`), acceptance at a binding cap
+    where phi'(t) <= c phi'(0) (`falls_at_binding_cap`, as dcsrch's stpmax, with each search's
+    decrease test) and the best-point fallback (`end_on_best`). A subclass gives `init` and
+    `value_scale`."""
 
     max_trials: eqx.AbstractVar[int]
     max_step_size: eqx.AbstractVar[Setting]

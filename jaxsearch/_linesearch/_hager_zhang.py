@@ -57,16 +57,12 @@ class HagerZhang(AbstractDecreaseSearch):
     """Approximate Wolfe line search of W. W. Hager and H. Zhang, "A new conjugate gradient method
     with guaranteed descent and an efficient line search", *SIAM J. Optim.* 16(1), 170–192
     (2005), and "Algorithm 851: CG_DESCENT", *ACM Trans. Math. Software* 32(1), 113–137 (2006). A
-    finite trial t is accepted when it satisfies
-
-    - T1, the (not strong) Wolfe conditions: phi(t) - phi(0) <= delta t phi'(0) and phi'(t) >=
-      sigma phi'(0); or
-    - T2, the approximate Wolfe conditions (once switched): (2 delta - 1) phi'(0) >= phi'(t) >=
-      sigma phi'(0) and phi(t) <= phi(0) + epsilon_k,
-
-    epsilon_k = epsilon C_k, C_k averaging |f| over the iterates: Q_0 = 1, C_0 = |f_0|, Q_{k+1} =
-    1 + Delta Q_k, C_{k+1} = C_k + (|f_{k+1}| - C_k) / Q_{k+1}. As CG_DESCENT, T2 is allowed from
-    the first step with |f_{k+1} - f_k| <= omega C_k on.
+    finite trial t is accepted when it satisfies T1, the (not strong) Wolfe conditions, phi(t) -
+    phi(0) <= delta t phi'(0) and phi'(t) >= sigma phi'(0), or (once switched, as CG_DESCENT,
+    from the first step with |f_{k+1} - f_k| <= omega C_k on) T2, the approximate Wolfe
+    conditions, (2 delta - 1) phi'(0) >= phi'(t) >= sigma phi'(0) and phi(t) <= phi(0) +
+    epsilon_k; epsilon_k = epsilon C_k, C_k averaging |f| over the iterates: Q_0 = 1, C_0 =
+    |f_0|, Q_{k+1} = 1 + Delta Q_k, C_{k+1} = C_k + (|f_{k+1}| - C_k) / Q_{k+1}.
 
     Trials follow the 2006 paper: bracketing B1–B3 (c_{j+1} = rho c_j until phi'(c_j) >= 0, or
     phi(c_j) > phi(0) + epsilon_k, which starts U3's bisection, here from c_{j-1}, not 0: every
@@ -93,14 +89,12 @@ class HagerZhang(AbstractDecreaseSearch):
     = 5; `epsilon = None` (the default): 1e-6 in float64, 3.5e-4 in float32, whose rounding 1e-6
     would not cover (`value_tolerance`). Requires 0 < delta < 0.5, delta <= sigma < 1, epsilon >=
     0, 0 < theta < 1, 0 < gamma < 1, omega >= 0, 0 <= Delta <= 1, 0 < psi1 < 1, psi2 > 0, rho >
-    1, max_trials >= 1.
-
-    A dynamic cap (`AbstractLineSearch.start`) replaces `max_step_size` above; where it binds, a
-    QuadStep trial clipped to it is B1's c_0, and a finite trial at the cap ends the search with
-    `success` when phi'(cap) <= delta phi'(0) (as dcsrch's stpmax) and it passes T1's first half
-    (approximate mode: T2's); failing that, it is U3's case unless phi'(cap) >= 0. Approximate
-    Wolfe accepts a rise up to epsilon_k: `monotone` only with `epsilon = 0`. `max_step_size`
-    (default +inf) and array settings: see `AbstractLineSearch`.
+    1, max_trials >= 1. A dynamic cap (`AbstractLineSearch.start`) replaces `max_step_size`
+    above; where it binds, a QuadStep trial clipped to it is B1's c_0, and a finite trial at the
+    cap ends the search with `success` when phi'(cap) <= delta phi'(0) (as dcsrch's stpmax) and
+    it passes T1's first half (approximate mode: T2's); failing that, it is U3's case unless
+    phi'(cap) >= 0. Approximate Wolfe accepts a rise up to epsilon_k: `monotone` only with
+    `epsilon = 0`. `max_step_size` (default +inf) and array settings: see `AbstractLineSearch`.
     """
 
     delta: Setting = 0.1

@@ -13,17 +13,14 @@ from .._misc import Setting, check_setting, tree_inf_norm
 
 
 class InitialStepInfo(eqx.Module):
-    """What the solver knows when a search along d starts from x (scalars in `dtype`):
-
-    - `scaled`: d carries curvature (quasi-Newton, Newton), so the unit step is natural;
-    - `slope`: phi'(0) = <grad f(x), d> < 0; `d_norm`: |d|_2; `value`: f(x);
-    - `prev_decrease`: the last step's decrease of f as recorded for N&W eq. 3.60
-      (`InitialQuadratic`); NaN before the first step;
-    - `prev_step`: the last accepted step size, 0 where it did not move;
-    - `x`, `d`, `grad`: the point, the direction and the gradient (pytrees);
-    - `prev_value`: f at the previous iterate, NaN before the first step; with `value` it gives
-      the unclipped decrease scipy's rule min(1, 1.01 * 2 (f_{k-1} - f_k) / -phi'(0)) needs.
-    """
+    """What the solver knows when a search along d starts from x (scalars in `dtype`): `scaled`, d
+    carries curvature (quasi-Newton, Newton) so the unit step is natural; `slope`, phi'(0) =
+    <grad f(x), d> < 0; `d_norm`, |d|_2; `value`, f(x); `prev_decrease`, the last step's decrease
+    of f as recorded for N&W eq. 3.60 (`InitialQuadratic`), NaN before the first step;
+    `prev_step`, the last accepted step size, 0 where it did not move; `x`, `d`, `grad`, the
+    point, the direction and the gradient (pytrees); `prev_value`, f at the previous iterate (NaN
+    before the first step), giving with `value` the unclipped decrease scipy's rule min(1, 1.01 *
+    2 (f_{k-1} - f_k) / -phi'(0)) needs."""
 
     scaled: Bool[Array, ""]
     slope: Scalar
@@ -42,17 +39,13 @@ class InitialStepInfo(eqx.Module):
 
 
 class AbstractInitialStep(eqx.Module):
-    """How the first trial step of each line search is chosen.
-
-    A subclass implements `init`, `first_trial` and `update` (Equinox's abstract/final rule);
-    numeric settings may be 0-d arrays. Check it with `jaxsearch.testing.check_initial_step`.
-
-    `first_trial` returns a 0-d array of `info.dtype` (or a weakly typed scalar), else tracing
-    raises a TypeError naming the class. At run time a trial that is not finite and positive is
-    replaced by 1, silently, then capped at `max_step_size` and by the search
-    (`AbstractLineSearch.start`). The state keeps its structure, shapes and dtypes, with no
-    weakly typed leaf.
-    """
+    """How the first trial step of each line search is chosen. A subclass implements `init`,
+    `first_trial` and `update` (Equinox's abstract/final rule; numeric settings may be 0-d
+    arrays); check it with `jaxsearch.testing.check_initial_step`. `first_trial` returns a 0-d
+    array of `info.dtype` (or a weakly typed scalar), else tracing raises a TypeError naming the
+    class; at run time a trial that is not finite and positive is replaced by 1, silently, then
+    capped at `max_step_size` and by the search. The state keeps its structure, shapes and
+    dtypes, with no weakly typed leaf."""
 
     @abc.abstractmethod
     def init(self, dtype) -> PyTree:
@@ -83,15 +76,11 @@ def _positive(owner: str, name: str, value: Any) -> None:
 
 
 class InitialQuadratic(_Stateless):
-    """The default rule (Nocedal & Wright, 2nd ed., section 3.5):
-
-    - a well-scaled direction (`info.scaled`): t = 1;
-    - otherwise, after a step: t = 2 (f_{k-1} - f_k) / -phi'(0) (N&W eq. 3.60). The solver
-      records min(f_{k-1} - f_k, -t_{k-1} phi_{k-1}'(0)) as that decrease, or half the latter
-      where f did not decrease (rounding noise), which gives N&W eq. 3.59;
-    - otherwise (the first step, or an unusable decrease): t = 1 / |d|_2, a unit-length step, as
-      L-BFGS-B.
-    """
+    """The default rule (Nocedal & Wright, 2nd ed., section 3.5): t = 1 for a well-scaled direction
+    (`info.scaled`); otherwise, after a step, t = 2 (f_{k-1} - f_k) / -phi'(0) (N&W eq. 3.60)
+    with the decrease recorded as min(f_{k-1} - f_k, -t_{k-1} phi_{k-1}'(0)), or half the latter
+    where f did not decrease (rounding noise), which gives N&W eq. 3.59; otherwise (the first
+    step, or an unusable decrease) t = 1 / |d|_2, a unit-length step, as L-BFGS-B."""
 
     def first_trial(self, state, info: InitialStepInfo) -> Scalar:
         dtype = info.dtype
@@ -183,14 +172,11 @@ class InitialHagerZhang(_Stateless):
 class InitialDecaying(AbstractInitialStep):
     """A decaying gain for steps on mini-batches (Robbins & Monro 1951; the gain tau / (tau + k) of
     Schraudolph, Yu & Günter, AISTATS 2007): t = tau / (tau + k) for a well-scaled direction
-    (`info.scaled`), else tau / (tau + k) / |d|_2, k counting the steps that moved (its state).
-    `tau` (5): the steps over which the gain halves.
-
-    Pair it with `js.Backtracking()`: a Wolfe search lengthens a short trial, undoing the decay.
-    With `Solver.reevaluate` each curvature pair comes from one batch, so a unit step goes near
-    that batch's minimiser; the decay averages the batches (docs/training-loops.md, "L-BFGS on
-    mini-batches").
-    """
+    (`info.scaled`), else tau / (tau + k) / |d|_2, k counting the steps that moved (its state);
+    `tau` (5) halves the gain. Pair it with `js.Backtracking()`: a Wolfe search lengthens a short
+    trial, undoing the decay. With `Solver.reevaluate` each curvature pair comes from one batch,
+    so a unit step goes near that batch's minimiser; the decay averages the batches
+    (docs/training-loops.md, "L-BFGS on mini-batches")."""
 
     tau: Setting = 5.0
 

@@ -7,15 +7,12 @@ from .._misc import Setting
 
 
 def cubic_minimiser(a, fa, da, b, fb, db) -> Scalar:
-    """Minimiser of the cubic matching f and f' at a and b (N&W eq. 3.59); NaN if none.
-
-    With t = a + u (b - a) the cubic is fa + delta u + beta u^2 + gamma u^3 (delta = da (b - a),
-    beta = 3 (fb - fa) - (2 da + db) (b - a), gamma = (da + db) (b - a) - 2 (fb - fa)); its
-    minimiser is u = -delta / (beta + r) for beta >= 0, else (r - beta) / (3 gamma), r =
-    sqrt(beta^2 - 3 gamma delta): each form where it does not cancel, so a minimiser near a comes
-    out to full relative precision. Coefficients are divided by their largest magnitude first (as
-    dcstep) against overflow.
-    """
+    """Minimiser of the cubic matching f and f' at a and b (N&W eq. 3.59); NaN if none. With t = a +
+    u (b - a) it is fa + delta u + beta u^2 + gamma u^3 (delta = da (b - a), beta = 3 (fb - fa) -
+    (2 da + db) (b - a), gamma = (da + db) (b - a) - 2 (fb - fa)), minimised at u = -delta /
+    (beta + r) for beta >= 0, else (r - beta) / (3 gamma), r = sqrt(beta^2 - 3 gamma delta): each
+    form where it does not cancel, so a minimiser near a keeps full relative precision.
+    Coefficients are divided by their largest magnitude first (as dcstep) against overflow."""
     width, change = b - a, fb - fa
     delta = da * width
     beta = 3 * change - (2 * da + db) * width
@@ -77,14 +74,14 @@ def expansion_trial(prev, current, max_step_size: Setting | Scalar, cubic=None) 
 
 
 def scaled_cubic(a, fa, da, b, fb, db, clamp: bool = False) -> tuple[Scalar, Scalar]:
-    """The cubic matching f and f' at a and b in the overflow-safe form of Moré & Thuente (1994),
-    section 4 (`dcstep`). Returns (r, gamma), the minimiser at a + r (b - a):
+    """The cubic matching f and f' at a and b in Moré & Thuente's (1994, section 4, `dcstep`)
+    overflow-safe form; returns (r, gamma), the minimiser at a + r (b - a):
 
         theta = 3 (fa - fb) / (b - a) + da + db,
         gamma = sign(b - a) sqrt(theta^2 - da db),
         r = (gamma - da + theta) / (2 gamma - da + db),
 
-    the root taken with s = max(|theta|, |da|, |db|) factored out. No local minimiser gives a NaN
+    the root taken with s = max(|theta|, |da|, |db|) factored out; no local minimiser gives a NaN
     gamma, or 0 with `clamp=True`.
     """
     theta = 3 * (fa - fb) / (b - a) + da + db

@@ -31,14 +31,11 @@ class _NonmonotoneSearch(SearchState):
 class NonmonotoneArmijo(AbstractBacktracking):
     """Backtracking on the nonmonotone Armijo condition of Zhang & Hager, "A nonmonotone line search
     technique and its application to unconstrained optimization", SIAM J. Optim. 14(4), 2004, pp.
-    1043-1056 (algorithm NMLS, Armijo form):
-
-        phi(t) <= C_k + c1 t phi'(0),
-
-    C_k a weighted average of the iterates' values (`ReferenceValue`; `eta` = 0: Armijo against
-    phi(0), 1: the mean of all). f may rise (not `monotone`), which lets Barzilai-Borwein steps
-    through (Raydan 1997). The loop is `AbstractBacktracking`'s (a trial at a binding cap is
-    judged as any other); on failure C_k, Q_k stay.
+    1043-1056 (algorithm NMLS, Armijo form), phi(t) <= C_k + c1 t phi'(0), C_k a weighted average
+    of the iterates' values (`ReferenceValue`; `eta` = 0: Armijo against phi(0), 1: the mean of
+    all). f may rise (not `monotone`), which lets Barzilai-Borwein steps through (Raydan 1997).
+    The loop is `AbstractBacktracking`'s (a trial at a binding cap is judged as any other); on
+    failure C_k, Q_k stay.
 
     **Arguments:** `c1` in (0, 1) (the paper's delta, 1e-4); `eta` in [0, 1] (0.85, the paper's
     experiments'); `shrink` in (0, 1) (0.5); `max_trials` (an int >= 1, 30); `max_step_size` > 0

@@ -386,26 +386,24 @@ def _check_outputs(who: str, grad, d, scaled, limit) -> None:
 
 def check_direction(direction: AbstractDirection) -> None:
     """Check `direction` against what the solver relies on (`AbstractDirection`); raise an
-    AssertionError naming the first property that fails and how to fix it.
+    AssertionError naming the first property that fails and how to fix it. On random SPD
+    quadratics of 6 unknowns (condition number 100), with float16, bfloat16, float32, float64 and
+    mixed params, four exact steps along d:
 
-    On random SPD quadratics of 6 unknowns (condition number 100), with float16, bfloat16,
-    float32, float64 and mixed params, four exact steps along d:
-
-    - d is shaped as the gradient, `scaled` a 0-d bool, the limit +inf without bounds;
-    - <g, d> < 0 at every step;
+    - d is shaped as the gradient, `scaled` a 0-d bool, the limit +inf without bounds; <g, d> < 0
+      at every step;
     - the state keeps `init`'s structure, shapes, dtypes and weak types through `compute`,
-      `update`, `reset` and `gradient_replaced` (a failure names the member and field), and later
-      steps compile nothing;
-    - `update(..., accept=False)` changes nothing;
+      `update`, `reset` and `gradient_replaced` (a failure names the member and field), later
+      steps compile nothing, and `update(..., accept=False)` changes nothing;
     - `compute` after `reset` gives `init`'s d, up to what `AbstractDirection.reset` lets a reset
       keep: a positive multiple of -g (each element within two roundings) where `init`'s d is
       one, else a positive diagonal scaling of -g.
 
-    An `AbstractLeastSquares` is checked instead on r(x) = A x - b + c (A x)^2 / 2 (A of n + 4
-    rows, condition number about 30): consistent linear, inconsistent linear and nonlinear (c =
+    An `AbstractLeastSquares` is checked on r(x) = A x - b + c (A x)^2 / 2 (A of n + 4 rows,
+    condition number about 30) instead: consistent and inconsistent linear and nonlinear (c =
     1/2), three steps each with `DirectionInfo(x, J'r, dtype, hvp, residuals=r)` and the first of
-    t = 1, 1/2, ... lowering f, same dtypes. Descent is asked only where |J'r| is above 50 eps of
-    its first value, and after `reset` d must be `init`'s bit for bit.
+    t = 1, 1/2, ... lowering f; descent is asked only where |J'r| is above 50 eps of its first
+    value, and d after `reset` must be `init`'s bit for bit.
     """
     who = type(direction).__name__
     require(

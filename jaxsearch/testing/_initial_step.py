@@ -139,15 +139,11 @@ def check_initial_step(rule: AbstractInitialStep) -> None:
     """Check the initial-step `rule` against what the solver relies on (`AbstractInitialStep`);
     raise an AssertionError naming the class and the first property that fails. Driven through
     five exact steepest-descent searches on a quadratic (d = -g, then d = -g / 10 said to be
-    scaled) with every `InitialStepInfo` field, in float32 and float64:
-
-    - `init`'s state has no weakly typed leaf; `update` (moved or not) keeps its structure,
-      shapes, dtypes and weak types;
-    - `first_trial` is a 0-d array of the scalar dtype (or weakly typed), positive and finite;
-    - later searches compile nothing;
-    - under `jax.vmap` over three searches, three positive trials, and `update` keeps the state's
-      structure and shapes.
-    """
+    scaled) with every `InitialStepInfo` field, in float32 and float64: `init`'s state has no
+    weakly typed leaf and `update` (moved or not) keeps its avals; `first_trial` is a positive
+    finite 0-d array of the scalar dtype (or weakly typed); later searches compile nothing; under
+    `jax.vmap` over three searches, three positive trials, and `update` keeps the state's
+    structure and shapes."""
     who = type(rule).__name__
     require(
         isinstance(rule, AbstractInitialStep),

@@ -309,19 +309,17 @@ def check_line_search(search: AbstractLineSearch) -> None:
     float32 and float64:
 
     - `start`'s state has no weakly typed field, every `update` keeps the state's structure,
-      shapes, dtypes and weak types, and driving again compiles nothing;
+      shapes, dtypes and weak types, `finish` keeps `init`'s, and driving again compiles nothing;
     - it ends within `max_trials` updates; every trial and step is positive, finite and within
       [min_step, cap] (cap in the search's dtype), starting above and below the cap, under a
-      dynamic cap and, where `max_step_size` is a Python-number field, a static one
-      (`eqx.tree_at`);
+      dynamic cap and, where `max_step_size` is a Python-number field, a static one;
     - a step > 0 is the last trial, with finite value and slope (no rise where `monotone`);
       `success` only with a step; no step where nothing is finite;
     - `AbstractLineSearch.start`'s cap rules: a cap below the resolution, <= 0 or NaN ends it at
       `start`; on phi(t) = -t a binding cap gives step = cap; a dynamic cap at or above
-      `max_step_size` changes nothing.
-
-    `finish` keeps `init`'s avals; `Solver(Gradient(), search).run` on mixed float16, bfloat16
-    and float32 params gives finite params and `init`'s avals, and a second run compiles nothing.
+      `max_step_size` changes nothing;
+    - `Solver(Gradient(), search).run` on mixed float16, bfloat16 and float32 params gives finite
+      params and `init`'s avals, and a second run compiles nothing.
     """
     who = type(search).__name__
     require(
