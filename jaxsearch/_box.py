@@ -165,8 +165,7 @@ def check_order(box: Box) -> None:
             raise ValueError("bounds: lower must not exceed upper in any component.")
 
 
-# The norms `gradient_norm` takes (`Solver`'s `gtol_norm`): the infinity norm, scipy's
-# measure for gtol, and the Euclidean norm.
+# The norms `gradient_norm` takes (`gtol_norm`): the infinity norm (scipy's gtol) and the Euclidean.
 GRADIENT_NORMS = ("inf", "2")
 
 

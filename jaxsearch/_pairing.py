@@ -21,9 +21,9 @@ from ._linesearch import (
     Zoom,
 )
 
-# direction class: (search without bounds, with bounds), for the first of a direction's classes
-# (MRO) listed, else `Zoom()`: strong Wolfe with c2 = 0.9 keeps s'y > 0 for quasi-Newton updates and
-# accepts their unit step when good enough.
+# direction class: (search without bounds, with bounds), for the first of its classes (MRO) listed,
+# else `Zoom()`: strong Wolfe with c2 = 0.9 keeps s'y > 0 for quasi-Newton updates and accepts their
+# unit step when good.
 DEFAULT_SEARCHES: dict[type, tuple[Callable[[], AbstractLineSearch], ...]] = {
     # Nocedal & Wright recommend c2 = 0.1 for nonlinear CG (docs/methods.md).
     NonlinearCG: (lambda: MoreThuente(gtol=0.1),) * 2,

@@ -232,8 +232,7 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
         if self.factor is None:
             radius = jnp.where(shortened, state.length, radius)
         radius = jnp.where(state.stepped, radius, state.radius)
-        # The first step (or one after `reset`, or after a radius that rounded to 0): from
-        # tau, or from factor |D^(1/2) x|.
+        # The first step (after `reset`, or a radius rounded to 0): from tau, or factor |D^(1/2) x|.
         restart = ~state.started | ~(radius > 0) | ~jnp.isfinite(radius)
         if self.factor is not None:
             size = safe_sqrt(jnp.sum(jnp.square(scale * flatten_tree(info.x, kind))))  # x = 0

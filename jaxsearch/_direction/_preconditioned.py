@@ -40,18 +40,16 @@ class Preconditioned(AbstractDirection):
     `optax.scale_by_amsgrad`); m, v and k follow `optax.scale_by_adam` exactly, also at a step
     that fails (`update` does nothing). With D = diag(sqrt(v_hat) + eps), phi'(0) = -<g, D^{-1}
     m_hat>. `scaled` is False; no bounds; the moments cost two (three with `amsgrad`) copies of
-    params in at least float32.
-
-    Without momentum (`b1 = 0`, the default) d = -D^{-1} g always descends and Armijo's test is
-    in the preconditioned norm: AdaSLS of Vaswani, Laradji, Kunstner, Meng, Schmidt &
-    Lacoste-Julien, "Adaptive Gradient Methods Converge Faster with Over-Parameterization (but
-    you should do a line-search)", 2020, as their experiments run it (b2 = 0.99 and `amsgrad` in
-    their AMSGrad variant). With momentum the search is along -D^{-1} m_hat with its own slope
-    (not AdaSLS's momentum, which moves to a point its search never evaluated); on mini-batches
-    such steps raised `StochasticArmijo`'s training loss (docs/stochastic.md), hence the default.
-    Where d points uphill the solver takes -g and calls `reset`, which forgets m and restarts its
-    bias correction but keeps v, each coordinate's scale (forgetting it would give sign descent
-    from one batch).
+    params in at least float32. Without momentum (`b1 = 0`, the default) d = -D^{-1} g always
+    descends and Armijo's test is in the preconditioned norm: AdaSLS of Vaswani, Laradji,
+    Kunstner, Meng, Schmidt & Lacoste-Julien, "Adaptive Gradient Methods Converge Faster with
+    Over-Parameterization (but you should do a line-search)", 2020, as their experiments run it
+    (b2 = 0.99 and `amsgrad` in their AMSGrad variant). With momentum the search is along -D^{-1}
+    m_hat with its own slope (not AdaSLS's momentum, which moves to a point its search never
+    evaluated); on mini-batches such steps raised `StochasticArmijo`'s training loss
+    (docs/stochastic.md), hence the default. Where d points uphill the solver takes -g and calls
+    `reset`, which forgets m and restarts its bias correction but keeps v, each coordinate's
+    scale (forgetting it would give sign descent from one batch).
 
     **Arguments:** `b1`, the first moment's decay in [0, 1) (default 0: no momentum); `b2`, the
     second's, in [0, 1); `eps`, added to sqrt(v_hat), >= 0; `amsgrad`: use the largest v_hat so

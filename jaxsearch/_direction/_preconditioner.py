@@ -13,7 +13,7 @@ from jaxtyping import PyTree, Scalar
 from .._misc import at_least_float32, leaves, tree_dot
 
 # None, a callable v -> P v, a params-shaped pytree of positive diagonal entries, or a lineax
-# linear operator.
+# operator.
 Preconditioner = Any
 
 

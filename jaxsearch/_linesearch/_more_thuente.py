@@ -39,8 +39,8 @@ def _dcstep(x: Point, y: Point, p: Point, bracketed, lower, upper):
     opposite = jnp.sign(p.dphi) * jnp.sign(x.dphi) < 0  # case 2: slopes change sign
     flatter = jnp.abs(p.dphi) < jnp.abs(x.dphi)  # case 3 (else case 4)
 
-    # Case 1: the cubic minimiser if it is closer to x than the quadratic one (through
-    # phi(x), phi'(x), phi(p)), else the mean of the two.
+    # Case 1: the cubic minimiser if closer to x than the quadratic's (phi(x), phi'(x), phi(p)),
+    # else their mean.
     r, _ = scaled_cubic(x.t, x.phi, x.dphi, p.t, p.phi, p.dphi)
     cubic = x.t + r * (p.t - x.t)
     quadratic = quadratic_minimiser(x.t, x.phi, x.dphi, p.t, p.phi)
@@ -53,8 +53,8 @@ def _dcstep(x: Point, y: Point, p: Point, bracketed, lower, upper):
     cubic = p.t + r * (x.t - p.t)
     step2 = jnp.where(jnp.abs(cubic - p.t) > jnp.abs(secant - p.t), cubic, secant)
 
-    # Case 3: the cubic step only if the cubic tends to infinity in the direction of the
-    # step or its minimiser lies beyond p; otherwise the end of the allowed range.
+    # Case 3: the cubic step if the cubic tends to infinity along the step or its minimiser lies
+    # beyond p; else the range's end.
     r, gamma = scaled_cubic(p.t, p.phi, p.dphi, x.t, x.phi, x.dphi, clamp=True)
     cubic = jnp.where(
         (r < 0) & (gamma != 0), p.t + r * (x.t - p.t), jnp.where(forward, upper, lower)
@@ -68,8 +68,7 @@ def _dcstep(x: Point, y: Point, p: Point, bracketed, lower, upper):
     farther = jnp.maximum(jnp.minimum(farther, upper), lower)
     step3 = jnp.where(bracketed, nearer, farther)
 
-    # Case 4: the minimiser of the cubic through p and y when bracketed, else the end of the
-    # allowed range.
+    # Case 4: the cubic's minimiser through p and y when bracketed, else the range's end.
     r, _ = scaled_cubic(p.t, p.phi, p.dphi, y.t, y.phi, y.dphi)
     step4 = jnp.where(bracketed, p.t + r * (y.t - p.t), jnp.where(forward, upper, lower))
 
@@ -184,8 +183,8 @@ class MoreThuente(AbstractScaleKeepingSearch):
         converged = converged | at_edge
         use_phi = s.use_phi | (decrease & (dphi >= 0))
 
-        # The interval update and next step: dcstep on psi in the first stage when the trial
-        # lowered phi without sufficient decrease, on phi otherwise.
+        # The interval update and next step: dcstep on psi in the first stage after a trial that
+        # lowered phi without sufficient decrease, else on phi.
         on_psi = ~use_phi & finite & (phi <= s.x.phi) & ~decrease
         shift = jnp.where(on_psi, slope_test, 0).astype(dtype)
         x, y, bracketed, step = _dcstep(

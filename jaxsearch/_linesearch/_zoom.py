@@ -12,9 +12,8 @@ from ._decrease import AbstractScaleKeepingSearch, DecreaseSearchState, accepts_
 from ._interpolate import cubic_minimiser, expansion_trial, zoom_trial
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
-# An interpolated trial near an end of the bracket is taken only while the bracket shrinks to
-# this fraction of its width every two trials: Moré & Thuente's (1994) bisection rule (dcsrch's
-# p66; Hager & Zhang's gamma = 0.66).
+# An interpolated trial near an end is taken only while the bracket shrinks to this fraction of its
+# width every two trials (Moré & Thuente's bisection rule, dcsrch's p66; Hager & Zhang's gamma).
 _SHRINK = 0.66
 
 
@@ -37,8 +36,8 @@ class Zoom(AbstractScaleKeepingSearch):
     2nd ed., algorithms 3.5 (bracketing, by safeguarded cubic extrapolation) and 3.6 (zoom). A
     zoom trial is the cubic's minimiser through the bracket's ends, else the quadratic's through
     phi(lo), phi'(lo), phi(hi), where it lies at least `safeguard` times the width from either
-    end; a cubic minimiser nearer an end (at least `min_step` inside) while the bracket shrinks
-    below 0.66 of its width two trials before (Moré & Thuente 1994); else bisection. A non-finite
+    end; nearer an end (at least `min_step` inside), the cubic's while the bracket shrinks below
+    0.66 of its width two trials before (Moré & Thuente 1994); else bisection. A non-finite
     trial fails sufficient decrease, so the search backs off from it.
 
     It fails after `judged_trials` trials (phi is evaluated at most `max_trials`, 26, times),
@@ -95,8 +94,8 @@ class Zoom(AbstractScaleKeepingSearch):
         # A value lost in rounding is not compared with others: the slopes steer.
         higher = jnp.where(bracketing, ~first & (phi >= search.prev.phi), phi >= search.lo.phi)
         above = ~decrease | (~lost & higher)
-        # At a binding dynamic cap (L-BFGS-B's stpmax), sufficient decrease is enough while f
-        # still falls steeply there, phi'(t) <= c1 phi'(0), as dcsrch stops at stpmax.
+        # At a binding dynamic cap, sufficient decrease suffices while phi'(t) <= c1 phi'(0), as
+        # dcsrch stops at stpmax.
         at_edge = self.falls_at_binding_cap(search, t, dphi, self.c1) & decrease
         accept = (~above & curvature) | at_edge
         # Otherwise `current` has sufficient decrease and the wrong slope.
