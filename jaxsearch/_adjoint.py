@@ -29,9 +29,8 @@ from ._misc import (
 
 
 class Problem(NamedTuple):
-    """What the optimality conditions at a run's solution need: the objective (as the
-    solver evaluates it: `fn`, whether it returns aux, its kind) and the box (None without
-    bounds)."""
+    """What the optimality conditions at a run's solution need: the objective as the solver
+    evaluates it (`fn`, whether it returns aux, its kind) and the box (None without bounds)."""
 
     objective: Any  # an `_objective.Objective`
     box: Any
@@ -47,8 +46,8 @@ class Problem(NamedTuple):
 
 
 class AbstractAdjoint(eqx.Module):
-    """How derivatives of `Solver.run` with respect to `args` are computed. An adjoint chooses
-    the loops the solver runs (`while_loop`) and is handed the whole run to wrap (`apply`)."""
+    """How derivatives of `Solver.run` with respect to `args` are computed: the loops the solver
+    runs (`while_loop`) and a wrapper of the whole run (`apply`)."""
 
     # Whether `run` may be differentiated in forward mode (`jax.jvp`, `jax.jacfwd`) with it.
     forward_mode: ClassVar[bool] = True
@@ -59,12 +58,12 @@ class AbstractAdjoint(eqx.Module):
 
     @abc.abstractmethod
     def apply(self, minimise: Callable, x0: PyTree, args: tuple, problem: Problem):
-        """`minimise(x0, args)` (the solver's whole run, a `Result`), with this adjoint's
-        derivatives; `problem` states the optimality conditions of its solution."""
+        """`minimise(x0, args)` (the whole run, a `Result`) with this adjoint's derivatives;
+        `problem` states the solution's optimality conditions."""
 
     def step_outputs(self, outputs: PyTree) -> PyTree:
-        """What `Solver.step` returns, (params, state), as this adjoint lets it be
-        differentiated: as they are, by default."""
+        """`Solver.step`'s (params, state) as this adjoint lets them be differentiated: unchanged by
+        default."""
         return outputs
 
 
@@ -89,31 +88,21 @@ def _cg_steps_of_max_steps(cls, steps):
 
 @renamed_keyword("max_steps", "max_cg_steps", _cg_steps_of_max_steps)
 class ImplicitAdjoint(AbstractAdjoint):
-    """Derivatives of the solution by the implicit function theorem (the default).
+    """Derivatives of the solution by the implicit function theorem (the default). At a minimiser
+    x*(a) of f(x, a), grad_x f(x*, a) = 0, so dx*/da = -H^-1 (d/da grad_x f)(x*, a), H = grad_x^2
+    f(x*, a); f, its gradient and aux follow by the chain rule. Nothing flows through the
+    iterations (one linear solve per derivative, not the run's memory); derivatives with respect
+    to x0 are zero. The derivative is the exact minimiser's: as accurate as the run converged
+    (check `result.status`).
 
-    At a minimiser x*(a) of f(x, a), grad_x f(x*, a) = 0, so the derivative of the solution
-    is dx*/da = -H^-1 (d/da grad_x f)(x*, a), with H = grad_x^2 f(x*, a). Derivatives of f,
-    its gradient and aux at the solution follow by the chain rule from dx*/da and their own
-    dependence on a. No derivative flows through the iterations: this costs one linear
-    solve per derivative, not the memory of the whole run, and derivatives with respect to x0
-    are zero.
-
-    The system H v = b is solved by conjugate gradients on Hessian-vector products (forward
-    over reverse differentiation of fn), in each param leaf's dtype widened to at least
-    float32, inside `lax.custom_linear_solve` (H is symmetric), so both forward mode
-    (`jax.jvp`, `jax.jacfwd`) and reverse mode (`jax.grad`, `jax.vjp`) work, under `vmap` too.
-    CG starts from 0 and stops when |r|_2 <= `rtol` |b|_2, after `max_cg_steps` iterations
-    (default: 10 n, n the number of parameters, as scipy's `cg`), or when p'Hp <= 0 (H not
-    positive definite there: the derivative assumes it is). `rtol` defaults to
-    max(1e-10, 10 eps) with eps the machine epsilon of the widest work dtype.
-
-    The derivative is that of the exact minimiser: it is as accurate as the run converged
-    (check `result.status`), and meaningless where the run stopped elsewhere.
-
-    With `Solver(value_and_grad=True)`, grad_x f is the gradient fn returns, and it is
-    differentiated (forward mode) with respect to x and a: a gradient that JAX cannot
-    differentiate in forward mode (a `jax.pure_callback`, a `jax.custom_vjp` function) makes
-    differentiating `run` raise a TypeError when it is traced.
+    H v = b is solved by conjugate gradients on Hessian-vector products, each leaf in at least
+    float32, inside `lax.custom_linear_solve` (H symmetric): forward (`jax.jvp`, `jax.jacfwd`)
+    and reverse mode (`jax.grad`, `jax.vjp`) work, under `vmap` too. CG starts from 0 and stops
+    where |r|_2 <= `rtol` |b|_2 (default max(1e-10, 10 eps), eps of the widest work dtype), after
+    `max_cg_steps` iterations (default 10 n, as scipy's `cg`), or where p'Hp <= 0 (H is assumed
+    positive definite). With `Solver(value_and_grad=True)` fn's own gradient is differentiated in
+    forward mode; one JAX cannot (a `jax.pure_callback`, a `jax.custom_vjp`) raises a TypeError
+    when traced.
     """
 
     rtol: float | None = eqx.field(static=True, default=None)
@@ -129,17 +118,16 @@ class ImplicitAdjoint(AbstractAdjoint):
         return lax.while_loop(cond, body, init)
 
     def step_outputs(self, outputs):
-        # A step is its `while_loop`, which JAX cannot transpose: a cotangent that reaches
-        # the step's outputs raises, naming the step and what to do, when the derivative is
-        # traced (forward mode, and the computation itself, are unchanged).
+        # A step is its `while_loop`, which JAX cannot transpose: a cotangent reaching its outputs
+        # raises, naming what to do, when traced.
         floats, rest = eqx.partition(outputs, eqx.is_inexact_array)
         floats = eqxi.nondifferentiable_backward(floats, msg=_STEP_IN_REVERSE)
         return eqx.combine(floats, rest)
 
     def apply(self, minimise, x0, args, problem):
         result = _implicit_minimise(x0, args, adjoint=self, minimise=minimise, problem=problem)
-        # A custom derivative returns arrays only: put back params' other leaves (e.g. an
-        # Equinox model's activation functions), which the solver never changes.
+        # A custom derivative returns arrays only: put back params' other leaves, which the solver
+        # never changes.
         static = eqx.filter(x0, eqx.is_inexact_array, inverse=True)
         return eqx.tree_at(
             lambda r: (r.params, r.iterate),
@@ -182,18 +170,12 @@ class ImplicitAdjoint(AbstractAdjoint):
 
 
 class UnrolledAdjoint(AbstractAdjoint):
-    """Derivatives through the iterations, as `run` executed them: the derivative of what the
-    solver computed, including its stopping decisions (held fixed) and line-search steps.
-
-    Reverse mode only (`jax.grad`, `jax.vjp`): the loops are checkpointed while loops
-    (`equinox.internal.while_loop(kind="checkpointed")`), which recompute their iterations
-    from a few saved states on the way back (Griewank & Walther, *Algorithm 699*, 2000,
-    binomial checkpointing, as implemented there) instead of storing all of them. `checkpoints`
-    sets how many states the solver's loop saves (default: chosen from its bound, the
-    solver's `max_steps` times the line search's trial budget).
-    Forward mode (`jax.jvp`) is not supported. A direction's inner loop (`NewtonCG`'s CG) is
-    unrolled too when it runs through `DirectionInfo.while_loop` with its bound (`run_loop`).
-    """
+    """Derivatives through the iterations as `run` executed them, stopping decisions held fixed;
+    reverse mode only (`jax.grad`, `jax.vjp`). The loops are checkpointed
+    (`equinox.internal.while_loop(kind="checkpointed")`: binomial checkpointing, Griewank &
+    Walther, *Algorithm 699*, 2000), `checkpoints` the states the solver's loop saves (default
+    from its bound, `max_steps` times the search's trial budget). A direction's inner loop is
+    unrolled too where it goes through `run_loop`."""
 
     checkpoints: int | None = eqx.field(static=True, default=None, converter=as_int)
 
@@ -265,8 +247,8 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
     def grad_x(x, a):
         return at(x, a)[1]
 
-    # With bounds, components at a bound stay there (their derivative is 0): the system is
-    # solved over the free components only, with the identity on the others.
+    # With bounds, components at a bound stay there (derivative 0): the system is solved over the
+    # free ones, the identity on the others.
     free = None
     if box is not None:
         free = jtu.tree_map(lambda xi, lo, up: (xi > lo) & (xi < up), x, *box)
@@ -300,8 +282,8 @@ def _implicit_minimise_jvp(primals, tangents, **settings):
 
 @contextlib.contextmanager
 def _own_gradient_differentiated(own_grad: bool):
-    """Within it, an error from differentiating the gradient that fn returned itself
-    (`own_grad`) is raised again as a TypeError that says what to do instead."""
+    """Within it, an error from differentiating fn's own gradient (`own_grad`) is raised again as a
+    TypeError saying what to do."""
     if not own_grad:
         yield
         return

@@ -1,12 +1,7 @@
-"""`batched_run`: many problems solved together, at a cost that follows the steps they take.
-
-Under `jax.vmap`, `Solver.run`'s `lax.while_loop` runs every problem of the batch until the
-slowest has finished. `batched_run` keeps a pool of `lanes` problems instead, inside one
-compiled loop of which each iteration runs one iteration of the engine (one evaluation of
-fn) on every lane: a lane whose problem ended hands its final machine out and takes the
-next problem of the batch at that iteration, so that lanes stay busy with problems that
-still run.
-"""
+"""`batched_run`: many problems solved together, at a cost that follows the steps they take. Under
+`jax.vmap`, `Solver.run`'s loop runs every problem until the slowest ends; `batched_run` keeps a
+pool of `lanes` problems in one compiled loop, one engine iteration (one evaluation of fn) per
+lane per iteration, and a lane whose problem ended takes the next one."""
 
 import equinox as eqx
 import jax
@@ -27,53 +22,32 @@ LANES = 1024  # the pool's default width
 SHRINK = 4  # the tail's widths: the pool's width divided by 4, 16, ...
 # ... down to no fewer lanes than this: below about 200 problems, XLA's CPU code sums a small
 # reduction under `vmap` in another order than over wider batches (benchmarks/suite/batched.py's
-# decay fits: 93 of 128 values of fn differ in the last bits from a batch of 10,000's).
+# decay fits).
 NARROWEST = 256
 REPORT = Report(batched=True)  # as `run` under `jax.vmap`: the search's state unpacked
 
 
 def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) -> Result:
-    """Minimise fn from each of a batch of starts, at a cost that follows the evaluations
-    the problems take rather than the slowest problem's: per problem, what
-    `jax.jit(jax.vmap(lambda x, *a: solver.run(fn, x, *a)))(x0s, *args)` returns (params,
-    value, grad, aux, status, state, iterate, so `num_steps` and `num_fun_evals` too), bit
-    for bit as said below.
+    """Minimise fn from each of a batch of starts, at a cost that follows the problems' evaluations
+    rather than the slowest's: per problem, what `jax.jit(jax.vmap(lambda x, *a: solver.run(fn,
+    x, *a)))(x0s, *args)` returns, bit for bit as said below. One compiled program per (solver,
+    fn, B, W, value_dtype, avals of x0s and args) builds every start (`init`'s state), then runs
+    W = min(B, `lanes`) lanes in a `lax.while_loop`, one engine iteration on every running lane
+    under `vmap`; lanes whose problems end write them out and start the next in order. Once none
+    waits, the pool shrinks to W / 4, W / 16, ... (no fewer than 256) as the running problems
+    fit. Each `Result` is built as `run`'s (`_traced.finish`).
 
-    Every leaf of `x0s` and `args` has the batch on its leading axis, of one size B. One
-    compiled program builds every problem's start (`init`'s state at x0), then runs a pool
-    of W = min(B, `lanes`) lanes in a `lax.while_loop`: each iteration runs one iteration
-    of `run`'s engine (one evaluation of fn) on every lane that runs, under `vmap`. At the
-    iteration where some lanes' problems end, their final iterates and states are written
-    to the batch's, and those lanes start the next problems of the batch, in order, as a
-    fresh `run` starts. Once no problem waits, the pool shrinks to W / 4, W / 16, ... lanes
-    (no fewer than 256) as soon as the problems still running fit, each width one more loop
-    in the program. Last, each problem's `Result` is built from its final iterate and state
-    as `run`'s is (`_traced.finish`, under `vmap`).
+    Bit for bit where XLA computes a problem's arithmetic the same in any program and place of a
+    batch: on XLA's CPU, where it contracts no multiply-adds into FMAs (e.g.
+    `XLA_FLAGS=--xla_cpu_max_isa=AVX`; tests/scale/test_batched.py). With FMA (x86 from AVX2 on,
+    the default) a problem's last bits depend on its place and program, even for
+    `jax.jit(jax.vmap(run))` in another order (`benchmarks/suite/batched.py` counts the matches).
 
-    Bit for bit where XLA computes each problem's arithmetic the same in any program and at
-    any place of a batch. On XLA's CPU backend that holds where it does not contract a
-    multiply and an add into a fused multiply-add (FMA): there, e.g. on x86 with
-    `XLA_FLAGS=--xla_cpu_max_isa=AVX` (tests/scale/test_batched.py checks float64 and float32, a
-    pytree x0 and aux). With FMA (x86 from AVX2 on, the default), XLA's CPU code rounds some
-    of a problem's multiply-adds differently in the last few places of a loop and from one
-    program to another, so that its last bits depend on its place in the batch and on the
-    program: even `jax.jit(jax.vmap(run))` on the batch in another order differs in the last
-    bits for some problems, and so do some of `batched_run`'s (`benchmarks/suite/batched.py`
-    counts the problems that match).
-
-    Compiles one program per (solver, fn, B, W, value_dtype, avals of x0s and args): new
-    batches of the same size compile nothing.
-
-    **Arguments:**
-
-    - `solver`: a `js.Solver` with `throw=False` (read `result.status`).
-    - `fn`, `x0s`, `*args`: as `Solver.run`'s, with the batch in front.
-    - `lanes`: the pool's width W when the batch is larger (default 1024). Wider pools
-      run fewer iterations; narrower ones spend less on lanes whose problems have ended
-      while the last, slowest problems run.
-    - `value_dtype`: as `Solver.run`'s.
-
-    Returns a `js.Result` with the batch in front of every leaf (as `jax.vmap`'s).
+    **Arguments:** `solver`, a `js.Solver` with `throw=False` (read `result.status`); `fn`,
+    `x0s`, `*args`, as `Solver.run`'s with the batch, of one size B, leading every leaf; `lanes`,
+    the pool's width W for a larger batch (default 1024: wider runs fewer iterations, narrower
+    spends less on ended lanes); `value_dtype`, as `Solver.run`'s. Returns a `js.Result` with the
+    batch in front of every leaf.
     """
     check_fn(fn)
     lanes = _count("lanes", lanes)

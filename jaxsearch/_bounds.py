@@ -1,7 +1,6 @@
-"""Box math on arrays of one floating dtype (every result has the dtype of `x`): the
-projection onto a box, the projected gradient's norm and the longest feasible step. `lower`
-and `upper` may hold -inf and +inf (no bound), with lower <= upper. `_box.Box` applies them
-leaf by leaf; L-BFGS-B (`_direction/_lbfgs_bounded.py`) on one flat vector."""
+"""Box math on arrays of one floating dtype (results in `x`'s): projection, the projected gradient's
+norm, the longest feasible step. `lower`, `upper` may hold -inf, +inf, lower <= upper. Used leaf
+by leaf by `_box.Box`, on one flat vector by L-BFGS-B."""
 
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -12,8 +11,7 @@ __all__ = ["project", "projected_gradient_inf_norm", "max_feasible_step"]
 def project(
     x: Float[Array, "*shape"], lower: Float[Array, "*shape"], upper: Float[Array, "*shape"]
 ) -> Float[Array, "*shape"]:
-    """P(x): the nearest point of the box [lower, upper] to x, componentwise
-    min(max(x_i, lower_i), upper_i) (P(x, l, u) of Byrd, Lu, Nocedal & Zhu 1995,
+    """P(x) = min(max(x, lower), upper), the nearest point of the box (Byrd, Lu, Nocedal & Zhu 1995,
     §2)."""
     return jnp.minimum(jnp.maximum(x, lower), upper)
 
@@ -24,13 +22,8 @@ def projected_gradient_inf_norm(
     lower: Float[Array, "*shape"],
     upper: Float[Array, "*shape"],
 ) -> Float[Array, ""]:
-    """max_i |P(x - g)_i - x_i|: the infinity norm of the projected gradient, the measure
-    scipy's L-BFGS-B compares with `pgtol` (`gtol` in `minimize`) to stop.
-
-    For a feasible x, component i is -g_i where x_i can move against the gradient freely,
-    and is cut to the distance to the bound it moves towards otherwise: it is 0 exactly where
-    x_i is at a bound and g_i points out of the box (or g_i = 0). 0 for n = 0.
-    """
+    """max_i |P(x - g)_i - x_i|, scipy L-BFGS-B's `pgtol` measure: for a feasible x, 0 exactly where
+    x_i is at a bound with g_i pointing out (or g_i = 0). 0 for n = 0."""
     step = project(x - g, lower, upper) - x
     return jnp.max(jnp.abs(step), initial=0).astype(x.dtype)
 
@@ -41,12 +34,9 @@ def max_feasible_step(
     lower: Float[Array, "*shape"],
     upper: Float[Array, "*shape"],
 ) -> Float[Array, ""]:
-    """The largest t >= 0 with lower <= x + t d <= upper: the minimum over i of
-    (upper_i - x_i) / d_i where d_i > 0 and (lower_i - x_i) / d_i where d_i < 0.
-
-    +inf where no bound limits the step (d = 0, or every bound d points to is infinite);
-    0 where a component at its bound moves out. Clipped below at 0 for an infeasible x.
-    """
+    """The largest t >= 0 with lower <= x + t d <= upper: min over i of (upper_i - x_i) / d_i for
+    d_i > 0, (lower_i - x_i) / d_i for d_i < 0; +inf where no bound limits it, 0 where a
+    component at its bound moves out (clipped at 0 for an infeasible x)."""
     room = jnp.where(d > 0, upper - x, lower - x)
     moving = d != 0
     ratio = jnp.where(moving, room / jnp.where(moving, d, 1), jnp.inf)

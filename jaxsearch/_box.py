@@ -20,9 +20,9 @@ from ._misc import (
 
 
 def _rounded_inward(bound, dtype, direction: float):
-    """`bound` in `dtype`, rounded towards the inside of the box (`direction` +inf for a lower
-    bound, -inf for an upper one), so that a point within the rounded bound is within the
-    bound as given. Python and NumPy numbers are taken at float64 precision."""
+    """`bound` in `dtype`, rounded inwards (`direction` +inf for a lower bound, -inf for an upper),
+    so a point within it is within the bound as given; Python and NumPy numbers at float64
+    precision."""
     if isinstance(bound, jax.Array):
         wide = bound.astype(widest_float(bound.dtype, dtype))
         rounded = wide.astype(dtype)
@@ -46,13 +46,11 @@ class Box(eqx.Module):
 
     @classmethod
     def from_bounds(cls, bounds, diff: PyTree) -> "Box":
-        """The box of `bounds = (lower, upper)` for params whose floating leaves are `diff`:
-        each of lower and upper a scalar or a pytree like params whose leaves broadcast to
-        the params' leaves."""
+        """The box of `bounds = (lower, upper)` for params with floating leaves `diff`: each a
+        scalar or a pytree like params broadcasting to its leaves."""
         lower, upper = _split(bounds)
         return cls(
-            lower=_like(lower, diff, "lower", -np.inf),
-            upper=_like(upper, diff, "upper", np.inf),
+            lower=_like(lower, diff, "lower", -np.inf), upper=_like(upper, diff, "upper", np.inf)
         )
 
     def project(self, x: PyTree) -> PyTree:
@@ -60,9 +58,8 @@ class Box(eqx.Module):
         return jtu.tree_map(_bounds.project, x, *self)
 
     def projected_gradient_norm(self, x: PyTree, grad: PyTree, dtype, norm: str = "inf") -> Scalar:
-        """max |P(x - grad) - x| over all components: scipy L-BFGS-B's `pgtol` measure, the
-        infinity norm of the gradient where no bound is active; with `norm` "2" the
-        Euclidean norm of P(x - grad) - x instead. Each leaf in at least float32."""
+        """max |P(x - grad) - x| (scipy L-BFGS-B's `pgtol` measure); with `norm` "2" its Euclidean
+        norm. Each leaf in at least float32."""
         if norm == "2":
             steps = [
                 _bounds.project(xi - gi, lo, up) - xi
@@ -76,8 +73,7 @@ class Box(eqx.Module):
         return largest
 
     def projected_gradient(self, x: PyTree, grad: PyTree) -> PyTree:
-        """P(x - grad) - x: steepest descent cut at the box, a feasible descent direction
-        (zero exactly where x is stationary for the bound-constrained problem)."""
+        """P(x - grad) - x: steepest descent cut at the box, zero exactly where x is stationary."""
         return jtu.tree_map(
             lambda xi, gi, lo, up: _bounds.project(xi - gi, lo, up) - xi,
             x,
@@ -169,15 +165,13 @@ def check_order(box: Box) -> None:
             raise ValueError("bounds: lower must not exceed upper in any component.")
 
 
-# The norms `gradient_norm` takes (`Solver`'s `gtol_norm`): the infinity norm, scipy's
-# measure for gtol, and the Euclidean norm.
+# The norms `gradient_norm` takes (`gtol_norm`): the infinity norm (scipy's gtol) and the Euclidean.
 GRADIENT_NORMS = ("inf", "2")
 
 
 def gradient_norm(x, grad, box: Box | None, dtype, norm: str = "inf") -> Scalar:
-    """The `norm` ("inf" or "2", `GRADIENT_NORMS`) of the gradient, projected onto the box
-    when there is one (`Box.projected_gradient_norm`), accumulated in at least float32 and
-    returned in `dtype`."""
+    """The `norm` ("inf" or "2") of the gradient, projected onto the box where there is one, in at
+    least float32, returned in `dtype`."""
     if box is None:
         return tree_inf_norm(grad, dtype) if norm == "inf" else tree_norm(grad, dtype)
     return box.projected_gradient_norm(x, grad, dtype, norm)

@@ -1,15 +1,9 @@
-"""Complex parameters, optimised as pairs of reals.
-
-A real f of complex z = x + iy is a real function of the pair (x, y). `run`, `step` and `init`
-take params with complex leaves and hand the solver their *real view*: each complex leaf of
-shape s becomes a real leaf of shape (*s, 2) holding (x, y) on its last axis, in the matching
-real dtype (complex64: float32; complex128: float64), and fn is called on params rebuilt as
-x + iy. Every direction and line search then works on real arrays, unchanged; what a run or a
-step returns is turned back into complex leaves. The solver's state is the real view's:
-`state.grad` holds (df/dx, df/dy) on that last axis, and `result.grad` is
-df/dx + i df/dy, the direction of steepest ascent (`params - t * result.grad` descends). JAX's
-`jax.grad` of a real f of complex z returns the conjugate, df/dx - i df/dy.
-"""
+"""Complex parameters, optimised as pairs of reals: a real f of z = x + iy is a real function of (x,
+y). `run`, `step` and `init` hand the solver the *real view* of complex params, a leaf of shape s
+becoming a real one of shape (*s, 2) holding (x, y) (complex64: float32; complex128: float64); fn
+gets x + iy, and results are turned back. The state is the real view's; `result.grad` is df/dx +
+i df/dy, the direction of steepest ascent (`params - t * result.grad` descends), where `jax.grad`
+returns the conjugate."""
 
 import equinox as eqx
 import jax
@@ -44,8 +38,8 @@ class RealView(eqx.Module):
         return jtu.tree_unflatten(self.treedef, self.mask)
 
     def _map(self, f, tree):
-        """f applied to each leaf of `tree` (params, or a tree like params with None at some
-        leaves) that the view marks complex; other leaves as they are."""
+        """f on each leaf of `tree` (like params, None allowed) the view marks complex; others as
+        they are."""
         return jtu.tree_map(
             lambda leaf, kind: f(leaf) if kind and leaf is not None else leaf,
             tree,
@@ -70,8 +64,8 @@ def _to_complex(view: RealView, trees: tuple) -> tuple:
     return tuple(view.to_complex(tree) for tree in trees)
 
 
-# Each conversion compiled once per view and avals: by `jax.jit` (the view static) where every
-# leaf is a `jax.Array`, a dispatch of microseconds; else by `eqx.filter_jit`.
+# Each conversion compiled once per view and avals: `jax.jit` (view static) where every leaf is a
+# `jax.Array` (a cheap dispatch), else `eqx.filter_jit`.
 _PLAIN = {f: jax.jit(f, static_argnums=0) for f in (_to_real, _to_complex)}
 _FILTERED = {f: eqx.filter_jit(f) for f in (_to_real, _to_complex)}
 
@@ -103,10 +97,8 @@ class OnRealView(eqx.Module):
 
 
 def check_complex(solver, params, bounds) -> "RealView | None":
-    """The real view of params (None where no leaf is complex), after checking that the call
-    can take complex params: no bounds (a box of complex numbers is not defined), and fn's
-    own gradient is not given (`value_and_grad=True`: which of the two conventions it follows
-    could not be checked)."""
+    """The real view of params (None: no complex leaf), refusing bounds (undefined for complex
+    numbers) and fn's own gradient (its convention could not be checked)."""
     view = RealView.of(params)
     if view is None:
         return None

@@ -1,8 +1,7 @@
-"""What a method returned against what its contract requires, checked while the solver traces
-it: a `TypeError` of a few lines that names the class, the member and the field, in place of
-JAX's error about the engine's loop. The checks read shapes, dtypes and weak types only (no
-values): they cost nothing in the compiled program. The conformance kit (`jaxsearch.testing`)
-runs the same checks."""
+"""What a method returned against its contract, checked while the solver traces it: a short
+`TypeError` naming the class, the member and the field, in place of JAX's error about the
+engine's loop. The checks read shapes, dtypes and weak types only, costing nothing at run time;
+`jaxsearch.testing` runs them too."""
 
 from typing import Any
 

@@ -18,10 +18,9 @@ _shared: contextvars.ContextVar[dict | None] = contextvars.ContextVar("traces", 
 
 @contextlib.contextmanager
 def sharing_traces():
-    """Within this context, `TracedOnce` traces each fn once for equal arguments' avals (and
-    equal non-array leaves), across the programs one call compiles: `run` compiles its fresh
-    state and its loop, and fn is traced for both once. The traces live as long as the
-    context: their constants may be tracers of the caller's trace."""
+    """Within this context `TracedOnce` traces each fn once per arguments' avals (and non-array
+    leaves) across the programs one call compiles (`run`'s fresh state and loop). The traces live
+    as long as the context: their constants may be the caller's tracers."""
     token = _shared.set({})
     try:
         yield
@@ -50,12 +49,10 @@ def share(traced: "TracedOnce", fn, params, args: tuple) -> None:
 
 
 class TracedOnce(eqx.Module):
-    """`fn(params, *args)` traced to a jaxpr once, at the example arguments; calling it (or
-    differentiating it) evaluates the jaxpr and never runs the Python function again.
-
-    Array leaves of (params, args) are inputs; every other leaf is fixed at its example value.
-    Inside `sharing_traces`, an equal fn at equal avals reuses the first trace.
-    """
+    """`fn(params, *args)` traced to a jaxpr once, at the example arguments: calling or
+    differentiating it evaluates the jaxpr, never the Python function. Array leaves of (params,
+    args) are inputs, other leaves fixed at their example values; inside `sharing_traces` an
+    equal fn at equal avals reuses the first trace."""
 
     jaxpr: jax.extend.core.ClosedJaxpr = eqx.field(static=True)
     out_tree: jtu.PyTreeDef = eqx.field(static=True)
@@ -169,12 +166,10 @@ def split_own_gradient(out):
 
 
 def own_gradient(grad, diff: PyTree, static: PyTree) -> PyTree:
-    """The gradient fn returned, as a pytree like `diff` (params' floating leaves, None
-    elsewhere), after checking it: its structure must be that of params (`combine(diff,
-    static)`; its leaves at params' other leaves are ignored) or that of `diff` (None at
-    params' other leaves, as `eqx.filter_grad` gives), and each leaf must have the shape of
-    the param leaf and a real floating or integer dtype. Raises a TypeError naming the first
-    mismatch; leaves are not cast here."""
+    """The gradient fn returned as a pytree like `diff`, checked: structured as params (leaves at
+    non-floating params ignored) or as `diff` (None there, as `eqx.filter_grad`), each leaf of
+    its param's shape and a real floating or integer dtype. Raises a TypeError naming the first
+    mismatch; no cast."""
     params = eqx.combine(diff, static)
     diff_tree = jtu.tree_structure(diff)
     grad_tree = jtu.tree_structure(grad)

@@ -33,16 +33,12 @@ FIELDS = (
 def step_record(
     evals_at_start, after, dtype, last_step, stall_steps: int, last_eval=None, norm: str = "inf"
 ) -> dict:
-    """The record of the step that began after `evals_at_start` evaluations of fn and ended in
-    the state `after`: the step number, f and the `norm` of the gradient at the new point
-    (`Solver`'s `gtol_norm`: "inf" or "2"), the step size, the cumulative number of
-    evaluations of fn and those of this step (its line-search trials; f at x0 is step 0's
-    own evaluation), the cumulative numbers of evaluations with a gradient and of directions
-    replaced by steepest descent, and how the step's search ended (a `SearchEnd` code);
-    `final` is True when the run stops after it (a status, its last step `last_step`,
-    `stall_steps` steps without progress, or its count of evaluations at `last_eval`, where
-    there is a budget). The record of f at x0 (step 0) is this one of the state after that
-    evaluation, with step size 0 and `SearchEnd.NOT_SEARCHED` (`_transitions.take_base`)."""
+    """The record of the step that began after `evals_at_start` evaluations and ended in `after`:
+    step number, f and the gradient's `norm` (`gtol_norm`) at the new point, step size,
+    cumulative and this step's evaluations of fn, cumulative evaluations with a gradient and
+    directions replaced by steepest descent, the `SearchEnd` code, and `final` where the run
+    stops after it (a status, `last_step`, `stall_steps` without progress, `last_eval`). Step 0
+    is this record of the state after evaluating x0 (`_transitions.take_base`)."""
     record = dict(
         step=after.num_steps,
         value=after.value,
@@ -60,16 +56,12 @@ def step_record(
 
 
 class History(eqx.Module):
-    """Per-step records of `Solver.run(..., history=True)`, kept on the device.
-
-    Row k describes the run's step k (see `Solver.run` for the fields): row 0 is x0, step 0,
-    with f(x0) and its one evaluation, step size 0 and `SearchEnd.NOT_SEARCHED`. A resumed
-    run's rows go on from the state's step count: its start is the last row of the run it
-    resumes, so its first row is the next step (or, where fn gave other values at its start
-    than the state holds, that evaluation, numbered by the state's step count). Each buffer
-    has `max_steps + 1` rows, and rows from `length` on are unused (NaN, or -1 for counts).
-    Under `jax.vmap` every leaf has a leading batch axis. `to_numpy()` returns the used rows.
-    """
+    """Per-step records of `Solver.run(..., history=True)`, on the device. Row k is step k (fields:
+    see `Solver.run`); row 0 is x0, with f(x0), its one evaluation, step size 0 and
+    `SearchEnd.NOT_SEARCHED`. A resumed run's rows go on from the state's step count (first the
+    evaluation at its start where fn gave other values than the state holds). Each buffer has
+    `max_steps + 1` rows; rows from `length` on are unused (NaN, or -1 for counts). Under
+    `jax.vmap` every leaf has a leading batch axis. `to_numpy()` returns the used rows."""
 
     step: Int[Array, " rows"]
     value: Array
@@ -84,16 +76,14 @@ class History(eqx.Module):
 
     @staticmethod
     def empty(max_steps: int, value_dtype, dtype) -> "History":
-        """The buffers of a run of `max_steps` steps (`max_steps + 1` rows: x0 and each
-        step), after checking that they fit (`check_history_size`): called while the run is
-        traced, before anything is allocated."""
+        """The buffers of a run of `max_steps` steps (`max_steps + 1` rows), checked by
+        `check_history_size` while traced, before anything is allocated."""
         check_history_size(max_steps, History.nbytes(max_steps, value_dtype, dtype))
         return History.filled(max_steps, value_dtype, dtype)
 
     @staticmethod
     def nbytes(max_steps: int, value_dtype, dtype) -> int:
-        """The bytes `empty` allocates, from its fields' shapes and dtypes (nothing
-        allocated)."""
+        """The bytes `empty` allocates (nothing allocated)."""
         shapes = jax.eval_shape(lambda: History.filled(max_steps, value_dtype, dtype))
         return sum(math.prod(a.shape) * a.dtype.itemsize for a in jax.tree.leaves(shapes))
 
@@ -136,8 +126,8 @@ class History(eqx.Module):
         return History(**rows, length=k + taken.astype(jnp.int32))
 
     def to_numpy(self) -> dict[str, np.ndarray]:
-        """The used rows as NumPy arrays, one per field (for one run; index a batched history
-        first, e.g. `jax.tree.map(lambda a: a[i], history)`)."""
+        """The used rows as NumPy arrays, one per field (one run; index a batched history first,
+        e.g. `jax.tree.map(lambda a: a[i], history)`)."""
         if np.ndim(self.length) != 0:
             raise ValueError(
                 "to_numpy() takes the history of one run; this one has a batch axis of size "
@@ -148,16 +138,14 @@ class History(eqx.Module):
         return {name: np.asarray(getattr(self, name))[:n] for name in FIELDS}
 
 
-# `history=True` refuses buffers larger than this share of the device's memory (the run's
-# state, fn's work and XLA's buffers need the rest), or than HISTORY_CAP where JAX reports
-# no memory size for the device (a CPU).
+# `history=True` refuses buffers above this share of the device's memory (the run needs the rest),
+# or above HISTORY_CAP where JAX reports none (a CPU).
 HISTORY_SHARE = 0.25
 HISTORY_CAP = 2 * 2**30
 
 
 def history_limit() -> tuple[int, str]:
-    """The most bytes a run's history may take on this process's first device, and why, in
-    words."""
+    """The most bytes a run's history may take on the first device, and why."""
     stats = jax.local_devices()[0].memory_stats() or {}
     memory = stats.get("bytes_limit")
     if not memory:
@@ -171,8 +159,7 @@ def _gib(size: int) -> str:
 
 
 def check_history_size(max_steps: int, size: int) -> None:
-    """Raise a ValueError, before anything is allocated, where the history of `max_steps`
-    steps (`max_steps + 1` rows) would take `size` bytes, more than `history_limit`."""
+    """Raise a ValueError, before allocating, where `size` bytes exceed `history_limit`."""
     limit, why = history_limit()
     if size <= limit:
         return
@@ -188,9 +175,9 @@ def check_history_size(max_steps: int, size: int) -> None:
 
 
 class Report(eqx.Module):
-    """What `run` records per step, and whether it runs under `jax.vmap` (`batched`: its
-    loop then carries the search's state unpacked, see `_machine.PACKED_LEAVES`); part of its
-    compile key: all fields static."""
+    """What `run` records per step, and whether it runs under `jax.vmap` (`batched`: the loop
+    carries the search's state unpacked, `_machine.PACKED_LEAVES`); static, part of the compile
+    key."""
 
     history: bool = eqx.field(static=True, default=False)
     callback: Callable[[dict], object] | None = eqx.field(static=True, default=None)
@@ -207,9 +194,9 @@ class Report(eqx.Module):
         return self.callback is not None or self.verbose or self.progress
 
     def send(self, record: dict, recorded, running, max_steps: int) -> None:
-        """Hand `record` to the host functions asked for, from inside the compiled run, where
-        `recorded` (a step ended in this iteration). `running`: the run had not ended before
-        this iteration. Under `jax.vmap` the host gets the whole batch (`_host.host_call`)."""
+        """Hand `record` to the host functions asked for where `recorded` (a step ended this
+        iteration); `running`: the run had not ended before it. Under `jax.vmap` the host gets
+        the batch (`_host.host_call`)."""
         host = _HostCalls(self.callback, self.verbose, self.progress, max_steps)
         ended = ~running | (recorded & record["final"])
         host_call(host, record, recorded, ended)
@@ -218,10 +205,9 @@ class Report(eqx.Module):
 @dataclasses.dataclass(frozen=True)
 class _HostCalls:
     """The host side of `Report.send`; equal instances hash equal, so a compiled run is reused.
-
-    Every leaf has the batch's shape: () for one run, (n,) under `jax.vmap`, (n0, n1) under
-    a vmap of a vmap. Each problem that ended a step gets its record, in the batch's order,
-    tagged with `batch_index` (an int, or a tuple under nested vmaps) when there is a batch."""
+    Leaves have the batch's shape (() for one run, (n,) under `jax.vmap`, ...); each problem that
+    ended a step gets its record in order, tagged with `batch_index` (an int, a tuple under
+    nested vmaps) in a batch."""
 
     callback: Callable[[dict], object] | None
     verbose: bool
@@ -272,10 +258,9 @@ _bar: _Bar | None = None  # the progress bar of the run in progress, if any
 
 
 def _progress(record, recorded, ended, max_steps: int) -> None:
-    """One tqdm bar per run, and one per batch under `jax.vmap`: it opens at x0 (step 0, at
-    0 of `max_steps`), counts the steps of the furthest problem (a resumed run counts from
-    its start), and for a batch shows how many problems have ended; it closes once all
-    have. A bar left open by a run that never finished is closed when a new run starts."""
+    """One tqdm bar per run or batch: it opens at x0 (0 of `max_steps`), counts the furthest
+    problem's steps (a resumed run from its start) and a batch's ended problems, and closes once
+    all have ended; one left open by an unfinished run closes when a new run starts."""
     global _bar
     try:
         from tqdm.auto import tqdm

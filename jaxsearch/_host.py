@@ -13,20 +13,11 @@ from jax.custom_batching import custom_vmap
 
 
 def host_call(fn, *args) -> None:
-    """`fn(*args)` on the host, by `jax.debug.callback`, with each array leaf of `args` as a
-    NumPy array of its own dtype and bits.
-
-    A bare `jax.debug.callback` places its arguments on a CPU device under the x64 setting of
-    the thread that runs the callback, which need not be the caller's: under a thread-local
-    `jax.enable_x64(True)` a float64 value then reaches `fn` rounded to float32. Here each
-    64-bit leaf travels as its bytes (uint8) and is viewed back in its dtype on the host.
-
-    Under `jax.vmap`, `fn` is called once for the batch, not once per element with no word of
-    which (as a bare `jax.debug.callback` is): each leaf arrives with one leading axis per
-    vmap that batches the call, the outermost first, and a leaf that a vmap does not batch is
-    broadcast along that vmap's axis. No derivative reaches the host (the leaves are sent
-    through `lax.stop_gradient`).
-    """
+    """`fn(*args)` on the host by `jax.debug.callback`, each array leaf a NumPy array of its own
+    dtype and bits: a bare callback takes the x64 setting of the thread running it, which may
+    round a float64 to float32, so 64-bit leaves travel as bytes. Under `jax.vmap`, `fn` is
+    called once for the batch, each leaf with a leading axis per batching vmap (outermost first;
+    unbatched leaves broadcast). No derivative reaches the host (`lax.stop_gradient`)."""
     leaves, tree = jtu.tree_flatten(args)
     leaves = [lax.stop_gradient(jnp.asarray(leaf)) for leaf in leaves]
     dtypes = tuple(_dtype_if_wide(leaf) for leaf in leaves)
@@ -34,9 +25,8 @@ def host_call(fn, *args) -> None:
 
 
 def _send(received: "_Received", leaves: list) -> None:
-    """`received(*leaves)` from the program. Under vmap the rule sends the batch, its axis
-    first, by a call of its own that an outer vmap batches in turn (its axis then goes in
-    front)."""
+    """`received(*leaves)` from the program; under vmap the rule sends the batch, its axis first, by
+    a call an outer vmap batches in turn."""
 
     @custom_vmap
     def send(leaves):

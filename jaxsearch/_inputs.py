@@ -23,9 +23,9 @@ def _is_number(leaf) -> bool:
 
 
 def check_no_numbers(params) -> None:
-    """Raise for a Python number among params' leaves outside Equinox modules: it is not an
-    array, so it would be held fixed, silently. An Equinox module's non-array fields are its
-    static configuration and stay so. (A NumPy scalar is an array, and is optimised.)"""
+    """Raise for a Python number among params' leaves outside Equinox modules: not an array, it
+    would be held fixed silently. A module's non-array fields are static configuration; a NumPy
+    scalar is an array, and is optimised."""
     if isinstance(params, list | tuple) and params and all(map(_is_number, params)):
         given = reprlib.repr(params)
         dtype = "" if any(isinstance(x, float | complex) for x in params) else ", jnp.float32"
@@ -47,17 +47,16 @@ def check_no_numbers(params) -> None:
 
 
 def check_params(params) -> None:
-    """What `partition` checks of params, for `run` and `step` to call before fn is traced, as
-    `init` partitions params first (fn would fail first on a Python number, or a list of
-    them, where it expects an array); at a glance where every leaf is a floating array."""
+    """What `partition` checks, for `run` and `step` before fn is traced (fn would otherwise fail
+    first on a Python number); quick where every leaf is a floating array."""
     found = leaves(params)
     if not found or not all(eqx.is_inexact_array(leaf) for leaf in found):
         partition(params)
 
 
 def partition(params):
-    """(the floating array leaves of params, the rest), after checking that there is something
-    to optimise and nothing that would be held fixed silently."""
+    """(params' floating array leaves, the rest), after checking there is something to optimise and
+    nothing held fixed silently."""
     check_no_numbers(params)
     diff, static = eqx.partition(params, eqx.is_inexact_array)
     for path, leaf in jtu.tree_flatten_with_path(static)[0]:
@@ -106,8 +105,8 @@ def check_instance(name: str, part, base: type) -> None:
 
 
 def check_parts(direction, linesearch) -> None:
-    """Raise unless `direction` is a direction and `linesearch` a line search (or None),
-    naming the likely mistake: the two swapped, one in the other's place, or a class."""
+    """Raise unless `direction` is a direction and `linesearch` a line search (or None), naming the
+    likely mistake: swapped, misplaced, or a class."""
     first, second = _kind(direction), _kind(linesearch)
     if first == "line search" and second == "direction":
         raise TypeError(
@@ -172,11 +171,9 @@ def check_is_state(state) -> None:
 
 
 def check_fits(given, expected, what: str) -> None:
-    """Raise a TypeError naming the first node of `given` that differs from `expected` (a
-    pytree of `jax.ShapeDtypeStruct`): a leaf of another shape or dtype, or a node of another
-    type or with other children (None where an array or a module is expected, say). A node
-    of another type whose class has a `made_by` string (L-BFGS's states: the setting that
-    makes one) is said to be made by it."""
+    """Raise a TypeError naming the first node of `given` that differs from `expected` (a pytree of
+    `jax.ShapeDtypeStruct`): a leaf's shape or dtype, or a node's type or children. A node whose
+    class has a `made_by` string (L-BFGS's states) is said to be made by that setting."""
     problem = misfit(given, expected, what)
     if problem is not None:
         raise TypeError(problem)
@@ -233,8 +230,8 @@ def _children(node) -> list:
 
 
 def _structure_misfit(given, expected, path: tuple):
-    """(path, given node, expected node) of the first node, depth first, whose type or
-    children's keys differ; None where the two trees have the same nodes."""
+    """(path, given, expected) of the first node, depth first, whose type or children's keys differ;
+    None where none."""
     given_leaf, expected_leaf = _is_leaf(given), _is_leaf(expected)
     if given_leaf and expected_leaf:
         return (path, given, expected) if (given is None) != (expected is None) else None
@@ -251,8 +248,8 @@ def _structure_misfit(given, expected, path: tuple):
 
 
 def _describe(node, keys: bool) -> str:
-    """A node in words: None, dtype[shape] for an array, else its type (and with `keys` its
-    children's keys)."""
+    """A node in words: None, dtype[shape] for an array, else its type (with `keys`, its children's
+    keys)."""
     if node is None:
         return "None"
     if hasattr(node, "shape") and hasattr(node, "dtype"):
@@ -284,8 +281,8 @@ def check_adjoint(adjoint):
 
 
 def check_own_gradient(direction, value_and_grad) -> bool:
-    """`Solver`'s `value_and_grad`, a bool, refused with a least-squares direction: its fn
-    returns residuals, and the direction needs their Jacobian, not a gradient."""
+    """`Solver`'s `value_and_grad`, a bool, refused with a least-squares direction (it needs the
+    residuals' Jacobian)."""
     if not isinstance(value_and_grad, bool | np.bool_):
         raise TypeError(f"Solver: value_and_grad must be True or False, got {value_and_grad!r}.")
     if value_and_grad and isinstance(direction, AbstractLeastSquares):
@@ -317,10 +314,9 @@ def solver_settings(
     throw,
     adjoint,
 ) -> dict:
-    """`Solver`'s fields from its arguments: defaults filled in (`js.LBFGS()`, the direction's
-    own line search and the bounded one, its own `gtol` and `ftol` where they are None,
-    `js.InitialQuadratic()`, `js.ImplicitAdjoint()`),
-    every setting checked, counts as Python ints and flags as bools."""
+    """`Solver`'s fields from its arguments: defaults filled in (`js.LBFGS()`, the direction's own
+    line searches, `gtol` and `ftol`, `js.InitialQuadratic()`, `js.ImplicitAdjoint()`), every
+    setting checked, counts as ints and flags as bools."""
     direction = LBFGS() if direction is None else direction
     initial_step = InitialQuadratic() if initial_step is None else initial_step
     if not isinstance(initial_step, AbstractInitialStep):

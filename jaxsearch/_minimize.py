@@ -26,8 +26,8 @@ DEFAULTS: dict[str, dict] = {
     "CG": dict(gtol=1e-5, norm=math.inf, maxiter=_AUTO, c1=1e-4, c2=0.4),
     "Newton-CG": dict(xtol=1e-5, maxiter=_AUTO, c1=1e-4, c2=0.9),
 }
-# Options that scipy takes and that change nothing here: those of finite differences (the
-# gradient is jax's, exact), and printing (scipy's L-BFGS-B prints nothing either).
+# Options scipy takes that change nothing here: finite differences (the gradient is jax's, exact)
+# and printing.
 IGNORED: dict[str, tuple[str, ...]] = {
     "L-BFGS-B": ("eps", "finite_diff_rel_step", "workers", "disp", "iprint"),
     "BFGS": ("eps", "finite_diff_rel_step", "workers", "disp"),
@@ -79,70 +79,52 @@ def minimize(
     without bounds), each one `Solver`:
 
     - `"L-BFGS-B"`: `Solver(js.LBFGS(memory_size=maxcor), js.MoreThuente(max_trials=maxls
-      + 1), gtol=gtol, ftol=ftol, max_steps=maxiter, max_evals=maxfun)`: L-BFGS with
-      L-BFGS-B's line search (Moré-Thuente's dcsrch with its settings), with or without
-      bounds; with `bounds`, L-BFGS-B's Cauchy point and subspace step. Options `maxcor`
-      (10), `ftol` (2.22e-9) on (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1), `gtol` (1e-5)
-      on the largest entry of the projected gradient, `maxiter` (15000), `maxfun` (15000;
-      here a budget that cuts a line search off when spent, where scipy checks it between
-      iterations), `maxls` (20 trials a search; one more counts the re-evaluation of a
-      failed search's best trial).
+      + 1), gtol=gtol, ftol=ftol, max_steps=maxiter, max_evals=maxfun)`, L-BFGS-B's line
+      search (dcsrch), with `bounds` its Cauchy point and subspace step. Options `maxcor`
+      (10), `ftol` (2.22e-9) on (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1), `gtol` (1e-5) on
+      the projected gradient's largest entry, `maxiter` (15000), `maxfun` (15000; a budget
+      that cuts a search off, where scipy checks it between iterations), `maxls` (20; one
+      more trial counts a failed search's re-evaluation).
     - `"BFGS"`: `Solver(js.BFGS(), js.Zoom(c1=c1, c2=c2), gtol=gtol, gtol_norm=norm,
-      ftol=0, max_steps=maxiter)`. Options `gtol` (1e-5) on the gradient's `norm` (inf, or
-      2: the two norms jaxsearch has), `maxiter` (200 n), `c1` (1e-4), `c2` (0.9), `xrtol`
-      (0 only: scipy's relative step test has no counterpart; `js.Solver(xtol=...)` tests the
-      step's largest entry), `return_all`.
-    - `"CG"`: `Solver(js.NonlinearCG("polak-ribiere", restart_threshold=None),
-      js.Zoom(c1=c1, c2=c2), ...)` as BFGS: Polak-Ribiere+ (scipy's; scipy also takes the
-      step only where it gives sufficient descent, here a direction that is not a descent
-      direction is replaced by -g). `c2` is 0.4 by default, as scipy's.
+      ftol=0, max_steps=maxiter)`. Options `gtol` (1e-5) on the gradient's `norm` (inf or
+      2), `maxiter`, `c1` (1e-4), `c2` (0.9), `xrtol` (0 only: `js.Solver(xtol=...)` tests
+      the step's largest entry instead), `return_all`.
+    - `"CG"`: as BFGS with `js.NonlinearCG("polak-ribiere", restart_threshold=None)`, PR+
+      (scipy's; a non-descent direction is replaced by -g here), `c2` 0.4 as scipy's.
     - `"Newton-CG"`: `Solver(js.NewtonCG(), js.Zoom(c1=c1, c2=c2), gtol=0, ftol=0,
-      xtol=xtol, max_steps=maxiter)`, Hessian-vector products by autodiff. scipy stops
-      where the mean |x_{k+1} - x_k| is at most `xtol` (1e-5); here where the largest is,
-      which implies scipy's test. The inner CG's forcing term uses 2-norms where scipy's
-      uses 1-norms, and its cap is `NewtonCG`'s (min(2n, 50) products) where scipy's is 20n.
+      xtol=xtol, max_steps=maxiter)`, Hessian-vector products by autodiff. It stops where
+      the largest |x_{k+1} - x_k| is at most `xtol` (1e-5), which implies scipy's mean test;
+      the inner CG uses 2-norms (scipy's 1-norms) and `NewtonCG`'s cap (scipy's 20n).
 
-    `maxiter` defaults to 200 times the number of entries of x0 for the last three. `tol`
-    sets the options scipy's `tol` sets: `ftol` and `gtol` for L-BFGS-B, `gtol` for BFGS and
-    CG, `xtol` for Newton-CG (an option given explicitly wins). Options scipy takes for
-    finite differences or printing (`eps`, `finite_diff_rel_step`, `workers`, `disp`,
-    `iprint`) are accepted and change nothing: the gradient here is jax's, exact. Any other
-    option raises a ValueError naming the method's options.
-
-    For least squares (scipy's `least_squares`, methods "lm" and "trf"), use a Solver with a
-    least-squares direction on fn's residuals: `js.Solver(js.LevenbergMarquardt())` or
-    `js.Solver(js.GaussNewton())`; `method="lm"` or `"trf"` here raises a ValueError
-    saying so. Other scipy methods (Nelder-Mead, trust-region ones, SLSQP...) are refused.
+    `maxiter` defaults to 200 times x0's size for the last three. `tol` sets what scipy's
+    sets: `ftol` and `gtol` for L-BFGS-B, `gtol` for BFGS and CG, `xtol` for Newton-CG (an
+    explicit option wins). `eps`, `finite_diff_rel_step`, `workers`, `disp` and `iprint`
+    are accepted and change nothing; any other unknown option raises a ValueError. For
+    least squares use `js.Solver(js.LevenbergMarquardt())` or `js.Solver(js.GaussNewton())`
+    on fn's residuals (`method="lm"` or `"trf"` raises a ValueError saying so); other scipy
+    methods are refused.
 
     **Arguments.**
 
-    - `fun(x, *args)`: a scalar, JAX-traceable. `args`: a tuple (or one value) passed
-      through; Python numbers in it are static (a new value compiles anew): pass arrays.
-    - `x0`: an array of any shape (a list or tuple is an array, as scipy's array_like; an
-      integer one becomes the default floating dtype), or a dict or other pytree of
-      floating arrays; its dtype is the run's (float32 stays
-      float32).
-    - `jac`: None or False (jax's gradient of fun; so are `"2-point"`, `"3-point"` and
-      `"cs"`), True (fun returns `(f, g)`: `Solver(value_and_grad=True)`), or a callable
-      `jac(x, *args)` returning the gradient (each evaluation calls fun and jac).
-    - `bounds` (L-BFGS-B only; another method raises a ValueError): a sequence of one
-      `(lo, hi)` pair per entry of x0 (in x0's order), None for no bound, or a
-      `scipy.optimize.Bounds` (anything with `lb` and `ub`, broadcast to x0's shape).
-      x0 outside them is projected into the box, as scipy clips it.
-    - `hess`, `hessp` (Newton-CG uses jax's Hessian-vector products) and `constraints`
-      (jaxsearch handles bounds only) are refused with a ValueError naming the alternative.
-    - `callback(intermediate_result)` is called after each iteration with a
-      `MinimizeResult` whose `x` is the new iterate and `fun` f there (a callback whose
-      one parameter has another name gets x, as scipy's legacy form); raising
-      `StopIteration` ends the run there with status 99. A callback (or `return_all`) runs
-      the solver one step per call (`Solver.run` resumed with `state=`, the same steps as
-      one run) so that Python sees each iterate; it needs concrete values, so inside
-      `jax.jit` or `jax.vmap` it raises a TypeError (use `Solver.run(callback=...)` there,
-      which streams each step's record, without x).
+    - `fun(x, *args)`: a scalar, JAX-traceable; `args` a tuple (or one value) passed through,
+      its Python numbers static (a new value compiles anew: pass arrays).
+    - `x0`: an array (a list or tuple is one, as scipy's array_like; an integer one becomes the
+      default floating dtype) or a pytree of floating arrays; its dtype is the run's.
+    - `jac`: None or False (jax's gradient; so are `"2-point"`, `"3-point"` and `"cs"`), True
+      (fun returns `(f, g)`: `Solver(value_and_grad=True)`), or a callable `jac(x, *args)`.
+    - `bounds` (L-BFGS-B only): one `(lo, hi)` pair per entry of x0, None for no bound, or a
+      `scipy.optimize.Bounds` (anything with `lb` and `ub`); x0 is projected into the box.
+    - `hess`, `hessp` and `constraints` are refused with a ValueError naming the alternative.
+    - `callback(intermediate_result)`: called after each iteration with a `MinimizeResult`
+      (`x` the new iterate, `fun` f there; a callback whose one parameter has another name
+      gets x, scipy's legacy form); `StopIteration` ends the run with status 99. A callback
+      (or `return_all`) runs one step per call (`Solver.run` resumed with `state=`, the same
+      steps), so inside `jax.jit` or `jax.vmap` it raises a TypeError (use
+      `Solver.run(callback=...)` there).
 
     Without a callback, `minimize` is one `Solver.run`: compiled once per method, options,
-    fun (compared by what it computes) and x0's shapes and dtypes, and usable inside
-    `jax.jit` and under `jax.vmap` (over x0 or args). Returns a `js.MinimizeResult`.
+    fun and x0's shapes and dtypes, usable inside `jax.jit` and under `jax.vmap`. Returns a
+    `js.MinimizeResult`.
     """
     method = _method(method)
     _refuse_unsupported(method, hess, hessp, constraints)
@@ -173,7 +155,7 @@ def minimize(
 
 
 def _method(method) -> str:
-    """scipy's spelling of `method` (given in any case), or a ValueError naming what to use."""
+    """scipy's spelling of `method` (any case), or a ValueError naming what to use."""
     if not isinstance(method, str):
         raise TypeError(f"method must be a string (one of {', '.join(DEFAULTS)}), got {method!r}.")
     for name in DEFAULTS:
@@ -209,8 +191,8 @@ def _refuse_unsupported(method: str, hess, hessp, constraints) -> None:
 
 
 def _options(method: str, options: dict | None, tol) -> dict:
-    """The method's options: scipy's defaults, then `tol` where scipy's `tol` applies, then
-    the caller's; an unknown option raises a ValueError."""
+    """The method's options: scipy's defaults, then `tol` where it applies, then the caller's; an
+    unknown one raises a ValueError."""
     given = dict(options or {})
     known = set(DEFAULTS[method]) | set(IGNORED[method])
     if method != "L-BFGS-B":
@@ -332,8 +314,8 @@ def _method_solver(method: str, o: dict, own_gradient: bool, max_steps: int) -> 
 
 
 def _step_by_step(solver, fn, x0, args, box, method, settings, callback, return_all):
-    """`minimize` as runs of one step (`solver`), each resumed from the last one's state:
-    scipy's loop, calling `callback` after each iteration and honouring StopIteration."""
+    """`minimize` as one-step runs, each resumed from the last state: scipy's loop, calling
+    `callback` after each iteration and honouring StopIteration."""
     maxiter, maxfun = settings["maxiter"], settings.get("maxfun")
     intermediate = callback is not None and _takes_result(callback)
     allvecs = [x0] if return_all else None
@@ -358,8 +340,8 @@ def _step_by_step(solver, fn, x0, args, box, method, settings, callback, return_
 
 
 def _takes_result(callback: Callable) -> bool:
-    """Whether `callback` takes scipy's `intermediate_result` (its one parameter has that
-    name), else x alone (scipy's legacy form)."""
+    """Whether `callback`'s one parameter is named `intermediate_result` (scipy's form), else it
+    takes x (the legacy form)."""
     try:
         names = list(inspect.signature(callback).parameters)
     except (TypeError, ValueError):

@@ -9,10 +9,7 @@ from jaxtyping import Array, Int, PyTree
 from ._result import Result, unreadable
 from ._status import Status
 
-# scipy's `status` codes, per method, for each of jaxsearch's statuses. L-BFGS-B: 0 converged,
-# 1 out of iterations or evaluations, 2 anything else ("ABNORMAL"; scipy's L-BFGS-B reports a
-# NaN so too). BFGS, CG and Newton-CG: 0 success, 1 out of iterations, 2 precision loss (the
-# line search found no step), 3 a NaN.
+# scipy's `status` codes per method (as `MinimizeResult` lists them).
 _SCIPY_CODES = {
     "L-BFGS-B": {
         Status.CONVERGED_GTOL: 0,
@@ -47,32 +44,24 @@ def scipy_status(status, method: str):
 
 
 class MinimizeResult(eqx.Module):
-    """What `js.minimize` returns: the fields of scipy's `OptimizeResult`, as attributes and
-    as items (`res.x`, `res["x"]`, `res.keys()`), in a pytree that `jax.jit` and `jax.vmap`
-    return like any other.
+    """What `js.minimize` returns: scipy's `OptimizeResult` fields as attributes and items (`res.x`,
+    `res["x"]`, `res.keys()`), in a pytree `jax.jit` and `jax.vmap` return:
 
-    - `x`: the point returned (the lowest f seen, as `js.Solver.run` returns; an array like
-      `x0`), `fun`: f there, `jac`: the gradient there (each from one evaluation of fun).
-    - `nit`: iterations (steps); `nfev`: evaluations of fun (value and gradient together
-      count as one, as scipy counts them with `jac=True`); `njev`: those that computed the
-      gradient (all of them but a line search's trials on f alone).
-    - `status`: scipy's code for the method. L-BFGS-B: 0 converged, 1 `maxiter` or `maxfun`
-      reached, 2 any other end (the line search found no step, a non-finite value, no
-      progress). BFGS, CG and Newton-CG: 0 converged, 1 `maxiter` reached, 2 precision loss
-      (the line search found no step, no progress), 3 a non-finite value. 99 where
-      `callback` raised `StopIteration`. An int32 array: under `jax.vmap`, one per problem.
-    - `success`: `status == 0`, a boolean array (usable inside `jax.jit`).
-    - `message`: why the run stopped, in jaxsearch's words (the underlying
-      `js.Result.message`), read on the host from a concrete result: a string, a list of
-      them for a batch from `jax.vmap`. Inside `jax.jit` there is no text (a TypeError):
-      return the result and read it outside.
+    - `x`: the point returned (the lowest f seen, as `js.Solver.run`; like `x0`); `fun`, `jac`: f
+      and its gradient there;
+    - `nit`: iterations; `nfev`: evaluations of fun (value and gradient as one, as scipy with
+      `jac=True`); `njev`: those with the gradient;
+    - `status`: scipy's code, an int32 array (one per problem under `jax.vmap`). L-BFGS-B: 0
+      converged, 1 `maxiter` or `maxfun` reached, 2 any other end. BFGS, CG, Newton-CG: 0
+      converged, 1 `maxiter`, 2 precision loss (no step found, no progress), 3 a non-finite
+      value. 99 where `callback` raised `StopIteration`;
+    - `success`: `status == 0`, a boolean array;
+    - `message`: why the run stopped (`js.Result.message`), read on the host: a string, a list
+      for a batch; inside `jax.jit`, a TypeError;
     - `allvecs`: the iterates, x0 first, with `options={"return_all": True}` (BFGS, CG,
-      Newton-CG, as scipy), else None.
-    - `result`: the underlying `js.Result` (its `status`, `history`, `state` to resume, ...).
-
-    There is no `hess_inv`: jaxsearch's L-BFGS keeps its memory in its own form, and its
-    BFGS starts from a scaled identity where scipy's starts from the identity, so neither
-    would be scipy's matrix; `result.state` holds what the direction kept.
+      Newton-CG), else None;
+    - `result`: the underlying `js.Result`, whose `state` holds what the direction kept (no
+      `hess_inv`: neither L-BFGS's memory nor BFGS's scaled start would give scipy's matrix).
     """
 
     x: PyTree
@@ -88,8 +77,8 @@ class MinimizeResult(eqx.Module):
 
     @staticmethod
     def of(result: Result, method: str, status=None, allvecs=None, note=None):
-        """The scipy view of a `js.Result` of a run of `method`; `status`: scipy's code where
-        it is not the one of `result.status` (99: the callback raised StopIteration)."""
+        """The scipy view of a `js.Result` of `method`; `status`: scipy's code where not
+        `result.status`'s (99: StopIteration)."""
         if status == STOPPED_BY_CALLBACK:
             note = _CALLBACK_MESSAGE
         code = scipy_status(result.status, method)

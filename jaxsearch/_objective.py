@@ -1,7 +1,5 @@
-"""The objective of a call, normalised once: the user's fn, whether it returns aux, and its
-kind (a scalar f; residuals r with f = 0.5 |r|^2, for a least-squares direction; or f with
-its own gradient, `Solver(value_and_grad=True)`), with every evaluation the solver makes of
-it: f and its gradient, residuals and their Jacobian, and Hessian-vector products.
+"""The objective of a call, normalised once: fn, whether it returns aux, and its kind (f; residuals
+r with f = 0.5 |r|^2; f with its own gradient), with every evaluation the solver makes of it.
 `_evaluate` traces fn once per call and checks what it returns."""
 
 import math
@@ -29,8 +27,8 @@ from ._misc import (
 
 
 def half_squared_norm(residuals: PyTree):
-    """f = 0.5 * sum_i r_i^2 over every leaf of `residuals`, summed in the widest residual
-    float dtype widened to at least float32 (the objective of a least-squares direction)."""
+    """f = 0.5 * sum_i r_i^2 over `residuals`' leaves, in the widest residual float dtype, at least
+    float32."""
     found = jtu.tree_leaves(residuals)
     acc = at_least_float32(widest_float(*(jnp.result_type(r) for r in found)))
     total = jnp.zeros((), acc)
@@ -41,8 +39,8 @@ def half_squared_norm(residuals: PyTree):
 
 
 def objective_value(out, has_aux: bool, residual: bool):
-    """(f, aux) from fn's output: f itself, checked to be a real floating scalar; or, with
-    `residual` (a least-squares direction), 0.5 |r|^2 of fn's residuals r."""
+    """(f, aux) from fn's output: f, checked to be a real floating scalar; with `residual`, 0.5
+    |r|^2."""
     value, aux = split_output(out, has_aux, residual)
     if residual:
         check_residuals(value)
@@ -52,12 +50,9 @@ def objective_value(out, has_aux: bool, residual: bool):
 
 
 class Objective(eqx.Module):
-    """fn as the solver evaluates it, at params `combine(diff, static)` and `args`.
-
-    `kind` is `SCALAR` (fn returns f), `RESIDUALS` (fn returns a pytree of residuals r and
-    f = 0.5 |r|^2: a least-squares direction) or `OWN_GRADIENT` (fn returns `(f, grad)`, or
-    `((f, aux), grad)`: its gradient is used as given, not differentiated); `has_aux`: fn's
-    output carries aux beside f (or r)."""
+    """fn as the solver evaluates it, at params `combine(diff, static)` and `args`. `kind`: `SCALAR`
+    (f), `RESIDUALS` (residuals r, f = 0.5 |r|^2) or `OWN_GRADIENT` (`(f, grad)` or `((f, aux),
+    grad)`, the gradient used as given); `has_aux`: aux beside f (or r)."""
 
     SCALAR: ClassVar[str] = "scalar"
     RESIDUALS: ClassVar[str] = "residuals"
@@ -69,8 +64,8 @@ class Objective(eqx.Module):
 
     @classmethod
     def of(cls, solver, fn) -> "Objective":
-        """fn as `solver` takes it (its direction and `has_aux`, `value_and_grad` settings),
-        after checking that fn is callable."""
+        """fn as `solver` takes it (direction, `has_aux`, `value_and_grad`), checked to be
+        callable."""
         check_fn(fn)
         if solver.value_and_grad:
             kind = cls.OWN_GRADIENT
@@ -92,8 +87,7 @@ class Objective(eqx.Module):
         return self.fn(params, *args)
 
     def value_and_aux(self, params, args: tuple):
-        """(f, aux) at params (for the state's shapes: the gradient fn returns itself is
-        checked against params, not kept)."""
+        """(f, aux) at params, for the state's shapes (fn's own gradient is checked, not kept)."""
         out = self.fn(params, *args)
         if self.own_grad:
             out, grad = split_own_gradient(out)
@@ -101,10 +95,9 @@ class Objective(eqx.Module):
         return objective_value(out, self.has_aux, self.residual)
 
     def value_and_grad(self, value_dtype, aux_like, diff: PyTree, static: PyTree, args):
-        """f, grad f and aux at `combine(diff, static)`: value cast to `value_dtype`, gradient
-        leaves cast to the dtypes of `diff`, aux leaves to those of `aux_like` (all strongly
-        typed). fn's own gradient (`OWN_GRADIENT`) is checked by `own_gradient` and not
-        differentiated."""
+        """f, grad f and aux at `combine(diff, static)`, strongly typed: the value in `value_dtype`,
+        the gradient in `diff`'s dtypes, aux in `aux_like`'s. An `OWN_GRADIENT` is checked
+        (`own_gradient`), not differentiated."""
         has_aux = self.has_aux
         if self.own_grad:
             out, grad = split_own_gradient(self.fn(eqx.combine(diff, static), *args))
@@ -122,9 +115,8 @@ class Objective(eqx.Module):
         return jnp.asarray(value).astype(value_dtype), grad, aux
 
     def value_alone(self, value_dtype, aux_like, diff: PyTree, static: PyTree, args):
-        """f and aux at `combine(diff, static)` as `value_and_grad` gives them, without the
-        gradient: one forward pass of fn (not for `OWN_GRADIENT`, whose fn computes its
-        gradient whatever is asked)."""
+        """f and aux as `value_and_grad` gives them, from one forward pass (not for `OWN_GRADIENT`,
+        whose fn computes its gradient anyway)."""
         out = self.fn(eqx.combine(diff, static), *args)
         value, aux = objective_value(out, self.has_aux, self.residual)
         aux = tree_cast_like(aux, aux_like) if self.has_aux else None
@@ -137,12 +129,10 @@ class Objective(eqx.Module):
         return split_output(out, self.has_aux, residual=True)[0]
 
     def value_grad_and_jacobian(self, value_dtype, aux_like, diff, static, args):
-        """f, grad f and aux as `value_and_grad` gives them for residuals, and (r, J): fn's
-        residuals flattened and their Jacobian (m x n, n the size of `diff`), both in
-        `jacobian_dtype`, for a dense least-squares direction. One forward-mode Jacobian
-        (`jax.jacfwd`: n Jacobian-vector products) executes r's primal once; f is
-        0.5 |r|^2 (`half_squared_norm`) and grad f = J'r, each leaf cast to its param's
-        dtype."""
+        """f, grad f and aux as `value_and_grad` gives them, and (r, J), the flattened residuals and
+        their m x n Jacobian in `jacobian_dtype`, for a dense least-squares direction: one
+        `jax.jacfwd` (r's primal once, n JVPs); f = `half_squared_norm`, grad f = J'r cast to the
+        params' dtypes."""
         has_aux = self.has_aux
         shapes = jax.eval_shape(lambda d: self.residuals(d, static, args), diff)
         kind = jacobian_dtype(diff, shapes)
@@ -161,24 +151,19 @@ class Objective(eqx.Module):
         return jnp.asarray(value).astype(value_dtype), grad, aux, (r, jac)
 
     def hessian_vector_product(self, evaluate, x, v, grad):
-        """H(x) v, `evaluate(x)` giving (f, grad f, ...) at x: by forward-mode
-        differentiation of the gradient (forward-over-reverse); for fn's own gradient
-        (`grad` at x, as fn returned it), by the forward difference of that gradient
-        (`difference_product`)."""
+        """H(x) v, `evaluate(x)` giving (f, grad f, ...): forward-over-reverse; for fn's own
+        gradient (`grad` at x) by `difference_product`."""
         if self.own_grad:
             return difference_product(evaluate, x, v, grad)
         return jax.jvp(lambda p: evaluate(p)[1], (x,), (v,))[1]
 
 
 def difference_product(evaluate, x, v, grad):
-    """H(x) v ~ (g(x + eps v) - g(x)) / eps, g = grad f and `grad` = g(x): the forward
-    difference of the gradient along v (Nocedal & Wright, *Numerical Optimization*, 2nd ed.,
-    section 8.1), one evaluation of fn. eps = sqrt(u) (1 + |x|_2) / |v|_2, u the machine
-    epsilon of x's least precise leaf: sqrt(u) balances the difference's truncation error
-    against rounding (N&W 8.1), scaled so that the perturbation eps |v| is relative to |x|.
-    x + eps v is rounded to x's dtypes (fn's inputs); the difference and the division are
-    taken in each leaf's dtype widened to at least float32, and the product is cast to v's
-    dtypes. v = 0 gives 0 (with no new information: fn is evaluated at x)."""
+    """H(x) v ~ (g(x + eps v) - g(x)) / eps, g = grad f, `grad` = g(x): the forward difference of
+    the gradient (Nocedal & Wright, 2nd ed., section 8.1), one evaluation of fn. eps = sqrt(u) (1
+    + |x|_2) / |v|_2, u the least precise leaf's machine epsilon: sqrt(u) balances truncation
+    against rounding, relative to |x|. x + eps v is rounded to x's dtypes; the difference in each
+    leaf's dtype widened to at least float32, cast to v's. v = 0 gives 0."""
     work = at_least_float32(widest_float(*(leaf.dtype for leaf in jtu.tree_leaves(x))))
     root_u = math.sqrt(dtype_eps(x))
     v_norm = tree_norm(v, work)

@@ -19,27 +19,16 @@ from ._state import BestPoint, SolverState, fingerprint
 
 
 class OptaxState(NamedTuple):
-    """The state of `Solver.as_optax()`, laid out for optax's lookups by name.
-
-    - `value`, `grad`: f and its gradient at the params that the last update led to (inf and
-      zeros before the first), which `optax.value_and_grad_from_state` returns instead of
-      evaluating fn again. With a line search that `evaluates_each_step`
-      (`StochasticArmijo`), `value` is inf after every update: those are on the last
-      update's batch, so `value_and_grad_from_state` evaluates on the next one.
-    - `solver`: the rest of the solver's state. Its `grad` is None: the gradient is kept once,
-      above.
-    - `count`: the number of updates made (int32, saturating), as optax's own states count
-      them. It grows on every update, also one that took no step (the solver stopped at a
-      minimiser, or its line search failed), so a loop that stops on `count` ends;
-      `solver.num_steps` counts only the steps that searched.
-
-    `optax.tree.get(state, key)` (`optax.tree_utils.tree_get`) looks through the whole state
-    but matches a key only among the fields of NamedTuples and the keys of dicts, and raises
-    if it finds it twice. `solver` and its parts are Equinox modules, whose fields it does not
-    match (L-BFGS has a `count` too), so `count`, `value` and `grad` are each found exactly
-    once, here, unless a dict or NamedTuple inside params has a key of that name: trees shaped
-    like params live in the state, as they do in `optax.lbfgs()`'s.
-    """
+    """The state of `Solver.as_optax()`, laid out for optax's lookups by name: `value`, `grad`, f
+    and its gradient at the params the last update led to (inf and zeros before the first), which
+    `optax.value_and_grad_from_state` returns instead of evaluating (`value` is inf after every
+    update of a search that `evaluates_each_step`: they are on the last batch); `solver`, the
+    rest of the solver's state (its `grad` None, kept once above); `count`, updates made (int32,
+    saturating), as optax's states count them, also those that took no step (`solver.num_steps`
+    counts the steps that searched). `optax.tree.get` matches keys only among NamedTuple fields
+    and dict keys and raises on two; `solver`'s parts are Equinox modules (L-BFGS has a `count`),
+    so the three are found once, here, unless params hold such a key (as in `optax.lbfgs()`'s
+    state)."""
 
     value: Scalar
     grad: PyTree
@@ -58,9 +47,9 @@ class _WithKeywords(eqx.Module):
 
 
 def _split(state: SolverState, count: Int[Array, ""], fresh: bool = False) -> OptaxState:
-    """The optax state of `state`; `fresh`: its value is not the next update's (a search that
-    evaluates each step on its own batch), so `value` is inf, which makes
-    `optax.value_and_grad_from_state` evaluate f and its gradient on the next batch."""
+    """The optax state of `state`; `fresh`: its value is not the next update's (a search evaluating
+    each step on its batch), so `value` is inf and `optax.value_and_grad_from_state` evaluates
+    anew."""
     value = jnp.full_like(state.value, jnp.inf) if fresh else state.value
     return OptaxState(value, state.grad, dataclasses.replace(state, grad=None), count)
 
@@ -72,10 +61,9 @@ def _increment(count: Int[Array, ""]) -> Int[Array, ""]:
 
 
 def _restart_best(state: SolverState, x: PyTree, value, grad, norm: str) -> SolverState:
-    """`state` with its record of progress (the best point, the least gradient norm, the
-    steps without progress) restarted at (x, value, grad) where `value` is not the value
-    cached in `state`: the objective changed, as after `Solver.reevaluate`. `norm`: the
-    solver's `gtol_norm`."""
+    """`state` with its record of progress (best point, least gradient norm, steps without progress)
+    restarted at (x, value, grad) where `value` is not the cached one: the objective changed, as
+    after `Solver.reevaluate`. `norm`: `gtol_norm`."""
     fresh = value != state.value
     best = state.best
     if best is not None:
@@ -88,16 +76,16 @@ def _restart_best(state: SolverState, x: PyTree, value, grad, norm: str) -> Solv
 
 
 def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, extra_args):
-    """`update` once its arguments are checked: one `step` from `state`, after `value` and
-    `grad` (when given) replace the cached f and gradient at params."""
+    """`update` once its arguments are checked: one `step`, after `value` and `grad` (when given)
+    replace the cached ones."""
     st = dataclasses.replace(state.solver, grad=state.grad)
     search = solver.linesearch  # the transformation takes no bounds
     _setup.check_state(solver, search, st, params, partition(params)[0], None, (), bounded=False)
     if value is not None:  # f and its gradient at params, e.g. from value_and_grad_from_state
         value = jnp.asarray(value).astype(st.value.dtype)
         grad = tree_cast_like(eqx.filter(grad, eqx.is_inexact_array), st.grad)
-        # A value other than the cached one: the objective changed (a new batch, say), so
-        # the record of the best point starts again here, as after `Solver.reevaluate`.
+        # A value other than the cached one: the objective changed (a new batch), so the best
+        # point's record starts again.
         inexact = eqx.filter(params, eqx.is_inexact_array)
         st = _restart_best(st, inexact, value, grad, solver.gtol_norm)
         kept = (value == st.value) & tree_equal(grad, st.grad)
@@ -114,8 +102,7 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
             direction=direction,
             fingerprint=point,
         )
-    # Given f and its gradient, a search that evaluates each step uses them (they are on
-    # this update's data) rather than evaluating them again.
+    # Given f and its gradient (on this update's data), a search that evaluates each step uses them.
     new_params, st = _traced.take_step(
         solver, fn, params, st, (extra_args,), None, value is not None
     )

@@ -18,9 +18,8 @@ from ._state import SolverState
 from ._status import Status
 from ._stopping import run_status
 
-# The optimistix result of each way a run can fail (`Status`); a run that converged is
-# `successful` (as is one ended by the caller's `stop_when`, STOPPED), and optimistix's own
-# loop reports its max_steps; the solver's budget of evaluations is reported as a budget too.
+# The optimistix result of each failing `Status`; converged and STOPPED runs are `successful`, and
+# the evaluation budget is reported as a budget.
 _FAILURES = (
     (Status.MAX_EVALS, optx.RESULTS.nonlinear_max_steps_reached),
     (Status.LINESEARCH_FAILED, optx.RESULTS.nonlinear_divergence),
@@ -30,28 +29,21 @@ _FAILURES = (
 
 
 def _inner_solver(solver):
-    """The solver that `step` runs: `solver` itself, every setting kept (direction, searches,
-    stopping rules, initial steps, ...), but for fn returning (f, aux) as optimistix calls
-    it, no error of its own, and checkpointed inner loops, so that
-    `optx.RecursiveCheckpointAdjoint` can differentiate through the steps."""
+    """The solver `step` runs: `solver`, every setting kept, but for fn returning (f, aux) as
+    optimistix calls it, no error of its own, and checkpointed inner loops for
+    `optx.RecursiveCheckpointAdjoint`."""
     return with_fields(solver, has_aux=True, throw=False, adjoint=UnrolledAdjoint())
 
 
 class OptimistixMinimiser(optx.AbstractMinimiser):
-    """A jaxsearch `Solver` as an `optx.AbstractMinimiser` (see `Solver.as_optimistix`).
+    """A jaxsearch `Solver` as an `optx.AbstractMinimiser` (see `Solver.as_optimistix`): one
+    optimistix step is one `Solver.step`, the state the `SolverState`. `rtol` (`ftol`), `atol`
+    (`gtol`) and `norm` (`optx.max_norm`, or `optx.two_norm` with `gtol_norm="2"`) are for code
+    that reads them: the solver's rules decide when to stop.
 
-    One optimistix step is one `Solver.step` (a direction and its line search, f evaluated at
-    x0 first in the first step); the state is the solver's `SolverState`. `rtol` (the
-    solver's `ftol`), `atol` (its `gtol`) and `norm` (the infinity norm, `optx.max_norm`, or
-    with `gtol_norm="2"` the Euclidean norm, `optx.two_norm`)
-    are there for code that reads them: the solver's own rules decide when to stop.
-
-    **Arguments:**
-
-    - `solver`: the `js.Solver` to run. Its direction must not be a least-squares one (an
-      `js.AbstractLeastSquares`: its fn returns residuals, optimistix's minimise gives f),
-      nor take fn's own gradient (`value_and_grad=True`). Its stopping rules (`gtol`,
-      `ftol`, `xtol`, `max_evals`, `stall_steps`, `stop_when`) apply.
+    **Arguments:** `solver`, the `js.Solver` to run, with neither a least-squares direction
+    (optimistix's minimise gives f, not residuals) nor `value_and_grad=True`; its stopping rules
+    (`gtol`, `ftol`, `xtol`, `max_evals`, `stall_steps`, `stop_when`) apply.
     """
 
     solver: Any  # the Solver that runs: has_aux=True, throw=False, checkpointed loops
@@ -169,9 +161,9 @@ def _no_progress(solver, state: SolverState) -> Bool[Array, ""]:
 
 
 def _ended(solver, state: SolverState) -> Int[Array, ""]:
-    """The status a run would end with here, RUNNING while it goes on: the last step's,
-    STALLED after `stall_steps` steps without progress, and, where the solver keeps a best
-    point, the status of the point a run returns (`_traced.returned_point`)."""
+    """The status a run would end with here (RUNNING while it goes on): the last step's, STALLED
+    after `stall_steps` without progress, and with a kept best point the returned point's
+    (`_traced.returned_point`)."""
     status, no_progress = run_status(state, solver.stall_steps)
     running = (state.status == Status.RUNNING) & ~no_progress
     status = jnp.where(running, Status.RUNNING, status).astype(jnp.int32)

@@ -21,26 +21,21 @@ from ._linesearch import (
     Zoom,
 )
 
-# direction class: (its search without bounds, its search with bounds). A direction gets the
-# entry of the first of its classes (in method resolution order) listed here, else `Zoom()`:
-# strong Wolfe with c2 = 0.9, whose curvature condition keeps s'y > 0 for the quasi-Newton
-# updates and accepts their unit step whenever it is good enough.
+# direction class: (search without bounds, with bounds), for the first of its classes (MRO) listed,
+# else `Zoom()`: strong Wolfe with c2 = 0.9 keeps s'y > 0 for quasi-Newton updates and accepts their
+# unit step when good.
 DEFAULT_SEARCHES: dict[type, tuple[Callable[[], AbstractLineSearch], ...]] = {
     # Nocedal & Wright recommend c2 = 0.1 for nonlinear CG (docs/methods.md).
     NonlinearCG: (lambda: MoreThuente(gtol=0.1),) * 2,
     # L-BFGS-B 3.0 passes Moré–Thuente's dcsrch ftol 1e-3, gtol 0.9, xtol 0.1: its defaults.
     LBFGS: (Zoom, MoreThuente),
-    # Made for mini-batches: Vaswani et al. (2020) pair adaptive preconditioners with SLS. It
-    # has no bounds, so the second entry is never used with them.
+    # Mini-batches: Vaswani et al. (2020) pair adaptive preconditioners with SLS. No bounds.
     Preconditioned: (StochasticArmijo,) * 2,
     # BB steps need a nonmonotone search (Raydan 1997). It has no bounds either.
     BarzilaiBorwein: (NonmonotoneArmijo,) * 2,
-    # A trust region whose radius the search's outcome also sets: the search only stands in
-    # for the trust region's rejected steps, which a monotone Armijo test does (Moré's steps
-    # never raise f; the rounding allowance of epsilon > 0 averages |f| over iterates that
-    # fall by orders of magnitude, and under the former damping rule it accepted a rise on
-    # MGH10 from start 1 that lost the run). NIST StRD (benchmarks/suite/least_squares.py): 15 of
-    # 16 runs solved. No bounds either.
+    # A trust region: the search only stands in for its rejected steps, as a monotone Armijo test
+    # does (an allowance epsilon C_k averages |f| over iterates falling by orders of magnitude, and
+    # once accepted a rise that lost MGH10 from start 1). No bounds.
     LevenbergMarquardt: (lambda: Backtracking(epsilon=0.0),) * 2,
 }
 
@@ -66,19 +61,15 @@ def searches(
 # scipy's L-BFGS-B: factr = 1e7 times float64 epsilon
 SCIPY_FTOL = 2.220446049250313e-09
 
-# direction class: its default (gtol, ftol), found as `DEFAULT_SEARCHES`, else the entry of
-# `AbstractDirection`.
+# direction class: its default (gtol, ftol), found as `DEFAULT_SEARCHES`, else
+# `AbstractDirection`'s.
 DEFAULT_TOLERANCES: dict[type, tuple[float, float]] = {
     # scipy's L-BFGS-B: pgtol 1e-5 on the (projected) gradient's infinity norm, and its ftol.
     AbstractDirection: (1e-5, SCIPY_FTOL),
-    # No gradient test (an absolute bound on J'r depends on the scales of r and x), and
-    # MINPACK's relative decrease test, actual and predicted, against f alone
-    # (`_stopping.step_status`), at 1e-10: on NIST StRD's 16 runs (8 problems, 2 starts)
-    # LevenbergMarquardt then matches or passes scipy's least_squares lm and trf defaults
-    # (ftol = xtol = gtol = 1e-8) in certified digits on every run; at ftol 1e-8 it falls
-    # short on 3 (Rat42, Eckerle4 and Rat43 from start 1, by 0.2 to 0.4 digits;
-    # benchmarks/studies/least_squares_defaults.py). A run that goes on to the rounding of f
-    # ends CONVERGED_PRECISION.
+    # No gradient test (a bound on J'r depends on the scales of r and x), and MINPACK's relative
+    # decrease test, actual and predicted, at 1e-10 (`_stopping.step_status`): on NIST StRD's 16
+    # runs LevenbergMarquardt then matches or passes scipy's least_squares defaults in certified
+    # digits, where 1e-8 falls short on 3 (benchmarks/studies/least_squares_defaults.py).
     AbstractLeastSquares: (0.0, 1e-10),
 }
 

@@ -30,15 +30,11 @@ class _StatusType(enum.EnumMeta):
 
 
 class Status(enum.IntEnum, metaclass=_StatusType):
-    """Outcome of a step or a run, stored as an int32 in the state and the result.
-
-    Compare with the members directly (`result.status == js.Status.CONVERGED_GTOL`), or read
-    `result.message`, which says why the run stopped. `js.Status(result.status)` is the
-    member, which prints as its name (`CONVERGED_GTOL`); for a batch of runs (`jax.vmap`) it
-    is a `StatusArray` of members, which prints their names. Only `CONVERGED_GTOL` and
-    `CONVERGED_FTOL` count as success: a step that rounded away to nothing is `STALLED`,
-    never converged.
-    """
+    """Outcome of a step or a run, an int32 in the state and the result: compare with the members
+    (`result.status == js.Status.CONVERGED_GTOL`) or read `result.message`.
+    `js.Status(result.status)` is the member, printing as its name (for a batch, a
+    `StatusArray`). Only `CONVERGED_GTOL` and `CONVERGED_FTOL` count as success: a step that
+    rounded away is `STALLED`."""
 
     RUNNING = 0
     CONVERGED_GTOL = 1
@@ -56,8 +52,8 @@ class Status(enum.IntEnum, metaclass=_StatusType):
         return self.name
 
     def __format__(self, spec: str) -> str:
-        """The name, formatted as a string (`f"{status:>16}"`); a numeric format (`:d`) formats
-        the code."""
+        """The name, formatted as a string (`f"{status:>16}"`); a numeric format (`:d`) formats the
+        code."""
         try:
             return format(self.name, spec)
         except ValueError:
@@ -80,15 +76,9 @@ CONVERGED = (
     Status.CONVERGED_PRECISION,
 )
 
-# The statuses a step reaches by what it did rather than by where it ended (they cannot be
-# checked again at its point): a `step` from a state with one of them changes nothing until
-# `reevaluate`, and a resumed run from one stops at once, as a run that ended there did.
-KEPT = (
-    Status.CONVERGED_FTOL,
-    Status.CONVERGED_XTOL,
-    Status.STOPPED,
-    Status.CONVERGED_PRECISION,
-)
+# Statuses a step reaches by what it did, not where it ended (not checkable again at its point): a
+# `step` from one changes nothing until `reevaluate`, and a resumed run stops at once.
+KEPT = (Status.CONVERGED_FTOL, Status.CONVERGED_XTOL, Status.STOPPED, Status.CONVERGED_PRECISION)
 
 
 class StatusArray(np.ndarray):
@@ -105,11 +95,9 @@ class StatusArray(np.ndarray):
 
 
 class SearchEnd(enum.IntEnum):
-    """How a step's line search ended, kept per step (`state.search_end`, the history's
-    `search_end`): where it took its step with its own conditions met (`SUCCESS`), took one
-    without them (`FALLBACK`, e.g. Zoom's best point where the curvature condition was never
-    met), or took none, and then why. Read by the solver from what the search did; a search
-    reports nothing but its `SearchState`."""
+    """How a step's line search ended (`state.search_end`, the history's `search_end`): a step with
+    its conditions met (`SUCCESS`), one without (`FALLBACK`, e.g. Zoom's best point), or none,
+    and why. The solver reads it from the search's `SearchState`."""
 
     SUCCESS = 0  # a step taken, the search's conditions met
     FALLBACK = 1  # a step taken without the search's conditions (its best trial)
@@ -123,9 +111,8 @@ class SearchEnd(enum.IntEnum):
 
 
 class Cause(enum.IntEnum):
-    """Which of the causes of a `STALLED`, `NONFINITE` or `LINESEARCH_FAILED` end it was
-    (`NONE` for the other statuses): read from the state by `_stopping.stop_cause`, recorded
-    nowhere."""
+    """Which cause of a `STALLED`, `NONFINITE` or `LINESEARCH_FAILED` end it was (`NONE` otherwise),
+    read by `_stopping.stop_cause`, recorded nowhere."""
 
     NONE = 0
     ROUNDED_AWAY = 1  # the last step changed no parameter

@@ -17,21 +17,13 @@ class BarzilaiBorweinState(eqx.Module):
 
 
 class BarzilaiBorwein(AbstractDirection):
-    """d = -alpha_k g_k with the Barzilai-Borwein step of the last pair s = x_k - x_{k-1},
-    y = g_k - g_{k-1} (Barzilai & Borwein, "Two-point step size gradient methods", IMA J.
-    Numer. Anal. 8, 1988, eqs. 5 and 6):
-
-        BB1 (`variant="long"`):  alpha_k = s's / s'y,       BB2 (`"short"`): s'y / y'y,
-
-    clipped to [`alpha_min`, `alpha_max`]. Safeguards: before the first pair, after `reset`,
-    and where s'y <= 0 or a product is not finite (no positive curvature along s), d = -g
-    unscaled (`scaled` False), so the line search starts from the solver's scale-free guess;
-    otherwise `scaled` is True and the unit step is the BB step.
-
-    BB steps do not decrease f monotonically: pair it with a nonmonotone search (Raydan,
-    "The Barzilai and Borwein gradient method for the large scale unconstrained minimization
-    problem", SIAM J. Optim. 7(1), 1997), `NonmonotoneArmijo` by default.
-    """
+    """d = -alpha_k g_k with the Barzilai-Borwein step of the last pair s = x_k - x_{k-1}, y = g_k -
+    g_{k-1} (Barzilai & Borwein, "Two-point step size gradient methods", IMA J. Numer. Anal. 8,
+    1988, eqs. 5 and 6): BB1 (`variant="long"`) alpha_k = s's / s'y, BB2 (`"short"`) s'y / y'y,
+    clipped to [`alpha_min`, `alpha_max`]. Before the first pair, after `reset`, and where s'y <=
+    0 or a product is not finite, d = -g (`scaled` False: the search starts from the solver's
+    guess); otherwise `scaled`, the unit step the BB step. BB steps are not monotone: pair with a
+    nonmonotone search (Raydan, SIAM J. Optim. 7(1), 1997), `NonmonotoneArmijo` by default."""
 
     variant: str = eqx.field(static=True, default="long")
     alpha_min: float = 1e-10

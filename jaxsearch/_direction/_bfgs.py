@@ -31,8 +31,8 @@ def check_curvature_eps(owner: str, eps: float | None) -> None:
 
 
 def identity_and_guard(params: PyTree, curvature_eps: float | None) -> tuple[Array, Scalar]:
-    """H_0 = I (n x n, n the total size of `params`, in `matrix_dtype`) and the curvature
-    guard's eps: `curvature_eps`, else the machine epsilon of the least precise leaf."""
+    """H_0 = I (n x n, in `matrix_dtype`) and the curvature guard's eps: `curvature_eps`, else the
+    least precise leaf's machine epsilon."""
     kind = matrix_dtype(params)
     n = sum(x.size for x in leaves(params))
     eps = dtype_eps(params) if curvature_eps is None else curvature_eps
@@ -40,10 +40,9 @@ def identity_and_guard(params: PyTree, curvature_eps: float | None) -> tuple[Arr
 
 
 def usable_pair(s: Array, y: Array, eps: Scalar, accept) -> tuple[Array, Scalar, Scalar]:
-    """(usable, s'y, y'y) for a flat pair: usable where `accept` and the curvature guard
-    s'y > eps |s| |y| hold and s'y, y'y are finite with y'y > 0. Where it is not usable s'y and
-    y'y are returned as 1: the update also runs for pairs it does not take (s = 0, say), and a
-    derivative through quotients by them would be NaN."""
+    """(usable, s'y, y'y): usable where `accept`, s'y > eps |s| |y| and s'y, y'y finite with y'y >
+    0; else s'y and y'y are 1, so no derivative through quotients by them is NaN (the update also
+    runs for pairs it does not take)."""
     sy = jnp.dot(s, y, precision=HIGHEST)
     ss = jnp.dot(s, s, precision=HIGHEST)
     yy = jnp.dot(y, y, precision=HIGHEST)
@@ -53,27 +52,18 @@ def usable_pair(s: Array, y: Array, eps: Scalar, accept) -> tuple[Array, Scalar,
 
 
 class BFGS(AbstractDirection):
-    """BFGS direction d = -H_k g_k with a dense inverse-Hessian approximation H_k.
-
-    After an accepted step with s = x_{k+1} - x_k and y = g_{k+1} - g_k, rho = 1 / s'y,
+    """BFGS direction d = -H_k g_k with a dense inverse-Hessian approximation H_k. After a step s =
+    x_{k+1} - x_k, y = g_{k+1} - g_k, rho = 1 / s'y,
 
         H_{k+1} = (I - rho s y') H_k (I - rho y s') + rho s s'
 
-    (Nocedal & Wright, *Numerical Optimization*, 2nd ed., eq. 6.17), evaluated in the
-    equivalent O(n^2) form H - rho (s (Hy)' + (Hy) s') + rho (1 + rho y'Hy) s s' and
-    symmetrised. H_0 = I until the first pair; just before that pair is stored, H_0 is
-    replaced by (y's / y'y) I (N&W eq. 6.20), as again after a `reset`.
-
-    A pair is used only if it satisfies the curvature guard s'y > eps |s| |y| and s'y, y'y
-    and the updated matrix are all finite; otherwise H is left unchanged. This keeps H
-    positive definite (up to rounding). `eps` is `curvature_eps` if given, else the machine
-    epsilon of the least precise param leaf (the same guard as `LBFGS`).
-
-    The params' leaves are ravelled and concatenated into one vector of size n, so the state
-    holds an n x n matrix: use it for small n (use `LBFGS` for large problems). The matrix
-    and all its products are in one dtype, the widest param leaf dtype widened to at least
-    float32; the direction is cast back to each leaf's dtype. `scaled` is True once a pair has
-    been stored, so the unit step is the first trial of a line search.
+    (Nocedal & Wright, 2nd ed., eq. 6.17), in the O(n^2) form H - rho (s (Hy)' + (Hy) s') + rho
+    (1 + rho y'Hy) s s', symmetrised. H_0 = I, replaced by (y's / y'y) I just before the first
+    pair is stored (N&W eq. 6.20), and after `reset`. A pair is used only where s'y > eps |s| |y|
+    and s'y, y'y and the new matrix are finite (keeping H positive definite); `eps` is
+    `curvature_eps`, else the least precise leaf's machine epsilon (as `LBFGS`). The state is n x
+    n over all leaves ravelled (small n; `LBFGS` for large), in the widest leaf dtype, at least
+    float32. `scaled` once a pair is stored.
     """
 
     supports_bounds: ClassVar[bool] = False

@@ -22,45 +22,22 @@ class GaussNewtonCGState(eqx.Module):
 
 
 class GaussNewtonCG(AbstractLeastSquares, AbstractMemorylessDirection):
-    """The Gauss-Newton direction for f = 0.5 |r(x)|^2 without forming the Jacobian J:
-    d solves
+    """The Gauss-Newton direction for f = 0.5 |r(x)|^2 without forming J: d solves (J'J + mu I) d =
+    -J'r approximately by `NewtonCG`'s conjugate gradient loop on v -> J'(J v) + mu v (inexact
+    Gauss-Newton: Nocedal & Wright, 2nd ed., sections 7.1 and 10.3). Each step linearises r once
+    (`jax.linearize`), each CG iteration is a JVP and a VJP (`jax.linear_transpose`): no m x n
+    array, memory a few copies of x and r. Prefer `GaussNewton` (n JVPs and an SVD: O(m n^2)
+    work, m n memory, exact) up to a few hundred unknowns.
 
-        (J'J + mu I) d = -J'r
-
-    approximately, by conjugate gradients (CG) on products v -> J'(J v) + mu v. Each step
-    linearises the residuals once (`jax.linearize`: one evaluation of r and a stored
-    tangent map) and each CG iteration applies that map (J v, a JVP) and its transpose
-    (`jax.linear_transpose`: J'w, a VJP): no m x n array is formed, so memory grows as a few
-    copies of x and r, not as m n. (Inexact Gauss-Newton: Nocedal & Wright, *Numerical
-    Optimization*, 2nd ed., sections 7.1 and 10.3; the CG loop is `NewtonCG`'s, with J'J + mu I
-    in place of the Hessian.)
-
-    The CG loop, its stopping rule and its exits are `NewtonCG`'s, with the same fields:
-    from z_0 = 0 it stops when |(J'J + mu I) z_j + g|_2 < eta_k |g|_2 (g = J'r, eta_k from
-    `forcing` and `eta_max` as in `NewtonCG`; here the default is the constant eta = 1e-4,
-    near the exact Gauss-Newton step, whose unit step is what makes Gauss-Newton fast), after
-    `max_cg_steps` updates (default min(2n, 50), n the number of parameters), at a
-    non-positive curvature p'(J'J + mu I)p <= 0 (only by rounding: p stays in the range of
-    J', where J p != 0) or at a non-finite value; d is the last accepted iterate, or -g if none was
-    accepted. Descent: J'J + mu I is positive semidefinite, and every CG iterate z_j with
-    j >= 1 minimises the model q(z) = 0.5 z'(J'J + mu I)z + g'z over a Krylov space that
-    contains -g, so g'z_j = -z_j'(J'J + mu I)z_j < 0: a CG loop cut short (by the tolerance,
-    the iteration limit or a bad curvature) still returns a descent direction.
-
-    `damping` is mu >= 0, absolute (in the units of J'J). mu = 0 (the default) is
-    Gauss-Newton: where J'J is singular CG from 0 stays in the range of J' (g lies there) and
-    tends to the least-norm Gauss-Newton step, `GaussNewton`'s; a zero curvature from
-    rounding ends the loop with the last iterate. mu > 0 makes the system positive definite
-    and shortens the step (Levenberg's damping, fixed; `LevenbergMarquardt` adapts it).
-
-    Dense or CG: `GaussNewton` forms J from n JVPs and solves by an SVD, O(m n^2) work and m n
-    memory per step, exact; prefer it up to a few hundred unknowns. Beyond, or where m n
-    numbers do not fit in memory, use `GaussNewtonCG`: a step costs one linearisation and
-    at most `max_cg_steps` JVP + VJP pairs.
-
-    Work vectors and CG scalars are in at least float32 as in `NewtonCG`; the products run in
-    the params' and residuals' own dtypes. `scaled` is True (the line search tries the unit
-    step first) except when d = -g. The state holds diagnostics only.
+    The loop's stopping rule, exits, fields and precision are `NewtonCG`'s (g = J'r, `eta_max` as
+    there), but `forcing` defaults to the constant 1e-4, near the exact step whose unit step
+    makes Gauss-Newton fast, and non-positive curvature happens only by rounding; `max_cg_steps`
+    defaults to min(2n, 50). Every CG iterate z_j, j >= 1, minimises 0.5 z'(J'J + mu I)z + g'z
+    over a Krylov space containing -g, so g'z_j < 0: a loop cut short still descends. `damping`
+    is mu >= 0, absolute (J'J's units): 0 (the default) is Gauss-Newton, tending to
+    `GaussNewton`'s least-norm step where J'J is singular; mu > 0 shortens the step (Levenberg's
+    fixed damping; `LevenbergMarquardt` adapts it). The products run in the params' and
+    residuals' own dtypes. `scaled` except where d = -g.
     """
 
     damping: float = eqx.field(static=True, default=0.0)

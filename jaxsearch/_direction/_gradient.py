@@ -9,12 +9,10 @@ from ._base import AbstractMemorylessDirection, DirectionInfo, no_limit
 
 
 class Gradient(AbstractMemorylessDirection):
-    """Steepest descent, d = -grad f(x). Its scale carries no curvature information, so the
-    line searches start from a scaled guess (N&W eq. 3.60) rather than the unit step.
-
-    With bounds: the projected gradient direction d = P(x - grad f(x)) - x, steepest descent
-    cut at the box (Bertsekas, *Nonlinear Programming*, 2nd ed., section 2.3), searched
-    along with the step capped where x + t d leaves the box."""
+    """Steepest descent, d = -grad f(x); its scale carries no curvature, so searches start from a
+    scaled guess (N&W eq. 3.60). With bounds, the projected gradient d = P(x - grad f(x)) - x
+    (Bertsekas, *Nonlinear Programming*, 2nd ed., section 2.3), the step capped where x + t d
+    leaves the box."""
 
     supports_bounds: ClassVar[bool] = True
 

@@ -1,6 +1,5 @@
-"""Limited-memory BFGS (Nocedal, 1980; Liu & Nocedal, 1989): the settings, and which form
-of the algorithm a state is made with. The forms live in `_lbfgs_two_loop.py`,
-`_lbfgs_compact.py` and, with bounds, `_lbfgs_bounded.py`."""
+"""Limited-memory BFGS (Nocedal, 1980; Liu & Nocedal, 1989): the settings, and which form a state is
+made with (`_lbfgs_two_loop.py`, `_lbfgs_compact.py`; with bounds `_lbfgs_bounded.py`)."""
 
 import equinox as eqx
 import jax
@@ -15,10 +14,9 @@ from ._lbfgs_two_loop import TwoLoopLBFGSState
 from ._preconditioner import Preconditioner, check_fits, check_preconditioner, prepared
 
 _FORMS = ("auto", "two_loop", "compact")
-# Where "auto" takes the compact form on a CPU or a TPU: from params of COMPACT_FROM
-# elements on, the compact form's run is the faster (benchmarks/studies/lbfgs_forms.py --auto, its
-# results in benchmarks/results/lbfgs_forms_auto_*.md). Below it the two-loop recursion
-# compiles faster and runs as fast or faster. A GPU takes the compact form at every size.
+# Where "auto" takes the compact form on a CPU or a TPU: from COMPACT_FROM elements on it runs
+# faster (benchmarks/studies/lbfgs_forms.py --auto); below, the two-loop recursion compiles faster
+# and runs as fast or faster. A GPU takes the compact form at every size.
 COMPACT_FROM = 5000
 # The backends whose loop trips run on the device without a round trip to the host.
 TWO_LOOP_WHEN_SMALL = ("cpu", "tpu")
@@ -32,75 +30,39 @@ def _is_floating(dtype) -> bool:
 
 
 class LBFGS(AbstractDirection):
-    """L-BFGS direction (Nocedal & Wright, section 7.2).
-
-    Keeps the last `memory_size` pairs (s, y) in buffers with a leading `(memory_size,)` axis
-    per leaf. The initial matrix is gamma * I with gamma = s'y / y'y from the newest pair
-    (N&W eq. 7.20; Shanno & Phua 1978), or with `scale_initial=False` the identity, H0 = I
-    (jaxopt's `use_gamma=False`), in every form below and with bounds (L-BFGS-B's theta = 1).
-    `form` picks how d = -H g is computed; both give the same matrix:
+    """L-BFGS direction (Nocedal & Wright, section 7.2): the last `memory_size` pairs (s, y) in
+    buffers with a leading `(memory_size,)` axis per leaf; the initial matrix gamma * I, gamma =
+    s'y / y'y of the newest pair (N&W eq. 7.20; Shanno & Phua 1978), or the identity with
+    `scale_initial=False` (jaxopt's `use_gamma=False`; L-BFGS-B's theta = 1). A pair is stored
+    only if finite in the memory dtype and s'y > eps |s| |y| (eps the least precise memory
+    dtype's, or `curvature_eps`), keeping H positive definite. Memory leaves have their param's
+    dtype, or at least `memory_dtype` (e.g. `jnp.float32` for bfloat16 params); inner products
+    are in at least float32. With bounds it is L-BFGS-B (`_lbfgs_bounded.bounded_direction`).
+    `form` picks how d = -H g is computed, the same matrix either way:
 
     - `"two_loop"`: the two-loop recursion (N&W algorithm 7.4), two `fori_loop`s over the m
-      slots. Its state is a `TwoLoopLBFGSState`: the memory alone.
-    - `"compact"`: the compact representation (Byrd, Nocedal & Schnabel, 1994, eq. 3.13;
-      N&W eq. 7.24), with no loop. With the pairs in the order they were stored, R the upper
-      triangle of S'Y and D its diagonal, H g = gamma g + S p - gamma Y R^-1 a, where
-      p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b), a = S'g and b = Y'g. It takes one pass
-      over each buffer for a and b, two m x m triangular solves, and one pass back: 4m
-      vectors read. S'Y and Y'Y are kept in its state, a `CompactLBFGSState`, and the newest
-      pair's column is folded in: off a CPU, from the products of each buffer with the newest
-      y, in the same pass as g; on a CPU, where each vector costs a pass of its own, from a
-      and b less those of the previous `compute` (y = g - g_previous), except after
-      `gradient_replaced` or for gradients of fewer than 32 bits (two passes more).
-    - `"auto"` (the default): the compact form, which has no loop trips (each one on a GPU
-      waits for its predicate on the host), except on a CPU or a TPU (jax's default
-      backend) for params of fewer than `COMPACT_FROM` = 5000 elements in all, where the
-      two-loop recursion compiles faster and runs as fast or faster
-      (benchmarks/studies/lbfgs_forms.py --auto).
+      slots; state `TwoLoopLBFGSState`.
+    - `"compact"`: the compact representation (Byrd, Nocedal & Schnabel, 1994, eq. 3.13; N&W eq.
+      7.24), loop-free: H g = gamma g + S p - gamma Y R^-1 a, p = R^-T ((D + gamma Y'Y) R^-1 a -
+      gamma b), a = S'g, b = Y'g, R the upper triangle of S'Y and D its diagonal; state
+      `CompactLBFGSState`, keeping S'Y and Y'Y up to date.
+    - `"auto"` (the default): the compact form (no loop trips, each of which waits on the host on
+      a GPU), except on a CPU or a TPU for params of fewer than `COMPACT_FROM` = 5000 elements,
+      where the two-loop recursion compiles faster and runs as fast or faster. `init` chooses
+      once and the state's class records it; a state resumed where `"auto"` would choose the
+      other is refused with a TypeError naming `js.LBFGS(form="compact")` (or `"two_loop"`): pass
+      `form` to resume across backends.
 
-    The form is chosen once, by `init`, and the state's class records it: `compute`,
-    `update` and `reset` continue a state in the form it was made with, and never look at
-    the backend or the size again. A state saved where `"auto"` chose one form and resumed
-    where it would choose the other (a state made on a GPU for small params, resumed on a
-    CPU) does not fit the solver's `init` there: the solver refuses it with a TypeError that
-    names the setting to pass, `js.LBFGS(form="compact")` (or `form="two_loop"`). To resume
-    states across backends, pass `form` explicitly.
-
-    A pair is stored only if it is finite after rounding to the memory dtype and satisfies the
-    curvature guard s'y > eps |s| |y|, with eps the machine epsilon of the least precise
-    memory dtype unless `curvature_eps` gives it; this keeps the implicit inverse Hessian
-    positive definite.
-
-    Memory leaves have the dtype of their param leaf, or at least `memory_dtype` when given
-    (e.g. `memory_dtype=jnp.float32` for bfloat16 or float16 params). Inner products accumulate
-    in at least float32 and are kept in the solver's scalar dtype, never float16.
-
-    With bounds (`Solver.run(..., bounds=...)`) it is L-BFGS-B, from the memory of a state of
-    either form: see `_lbfgs_bounded.bounded_direction`.
-
-    **Preconditioning.** `preconditioner` P, an approximation of the inverse Hessian that is
-    symmetric positive definite, replaces the identity in the initial matrix: H0 = gamma P
-    with gamma = s'y / y'P y from the newest pair (1 before the first pair; 1 always with
-    `scale_initial=False`, H0 = P). That is L-BFGS
-    in the variables z = P^(-1/2) x, where N&W's gamma = s'y / y'y is s'y / y'P y (N&W
-    eq. 7.20, with the change of variables of their section 5.1; Optim.jl's `P`, as an
-    inverse). P is one of:
-
-    - a callable v -> P v on pytrees like params (called with each leaf in its params leaf's
-      dtype widened to at least float32, its result cast to those dtypes), hashed by identity
-      (a module-level function, or an `eqx.Module` whose arrays are then dynamic);
-    - a pytree like params of positive finite diagonal entries (P = diag): arrays, dynamic
-      leaves, so another diagonal of the same shapes does not recompile;
-    - a lineax linear operator that lineax knows is symmetric (lineax is not imported by
-      jaxsearch; the operator's input dtypes are used for its product).
-
-    P is fixed for a run: it does not depend on x (Optim.jl's `precondprep` has no
-    counterpart; to change P, pass a new diagonal or operator to a new solver, which reuses
-    the compiled program where only its arrays differ, and start from a fresh state: the
-    memory's gamma was taken with the old P). Only the two-loop form takes a preconditioner:
-    `form="compact"` with one is refused when the direction is built, and `"auto"` takes the
-    two-loop form; with bounds (L-BFGS-B) a preconditioner is refused when the run is traced.
-    With P the identity (a diagonal of ones) the iterates are those without, bit for bit.
+    **Preconditioning.** `preconditioner` P, a symmetric positive definite inverse-Hessian
+    approximation, gives H0 = gamma P, gamma = s'y / y'P y (1 before a pair, and with
+    `scale_initial=False`): L-BFGS in z = P^(-1/2) x (N&W eq. 7.20 with section 5.1's change of
+    variables; Optim.jl's `P`, as an inverse). P is a callable v -> P v on pytrees like params
+    (leaves widened to at least float32, cast back; hashed by identity: a module-level function,
+    or an `eqx.Module` with dynamic arrays); a pytree like params of positive finite diagonal
+    entries (dynamic: no recompile for another); or a lineax operator lineax knows is symmetric.
+    P is fixed for a run: for a new one, build a new solver and start afresh. Only the two-loop
+    form takes one (`form="compact"` is refused, `"auto"` takes two-loop; with bounds it is
+    refused when traced). The identity gives the iterates without one, bit for bit.
     """
 
     supports_bounds = True
@@ -150,10 +112,9 @@ class LBFGS(AbstractDirection):
         return TwoLoopLBFGSState(**memory)
 
     def form_in_use(self, size: int) -> str:
-        """ "two_loop" or "compact": the form `init` makes a state of for params of `size`
-        elements in all: `form`, where "auto" is the compact form unless jax's default
-        backend is the CPU or a TPU and `size` < `COMPACT_FROM`, or a preconditioner is
-        given."""
+        """ "two_loop" or "compact", the form `init` makes for params of `size` elements: `form`,
+        where "auto" is compact unless the default backend is a CPU or a TPU and `size` <
+        `COMPACT_FROM`, or a preconditioner is given."""
         if self.form != "auto":
             return self.form
         if self.preconditioner is not None:

@@ -1,19 +1,11 @@
-"""L-BFGS with bounds, L-BFGS-B (Byrd, Lu, Nocedal & Zhu, "A limited memory algorithm for
-bound constrained optimization", SIAM J. Sci. Comput. 16(5), 1995; and Morales & Nocedal,
-"Remark on Algorithm 778", ACM TOMS 38(1), 2011, for L-BFGS-B 3.0): the direction from the
-memory of either form of `LBFGS` (`bounded_direction`), and its core math.
-
-The core math works on flat 1-D arrays of one floating dtype (every result has the dtype of
-`x`): the compact limited-memory matrix B = theta I - W M W' (§3), the generalized Cauchy
-point (§4, algorithm CP) and the direct primal subspace minimisation (§5.1). Shapes are
-static: the memory holds `m` slots of which `count` are valid (a traced integer); the invalid
-ones are masked so that they contribute nothing, and a memory with `count = 0` gives
-B = theta I. No Python control flow depends on traced values.
-
-Conventions: `lower` and `upper` may hold -inf and +inf (no bound), with lower <= upper; the
-point `x` is assumed feasible (`_bounds.project` first). n is the number of variables, m the
-memory size, and the 2m columns of W are [Y, theta S] with the pairs oldest first.
-"""
+"""L-BFGS-B (Byrd, Lu, Nocedal & Zhu, "A limited memory algorithm for bound constrained
+optimization", SIAM J. Sci. Comput. 16(5), 1995; Morales & Nocedal, "Remark on Algorithm 778",
+ACM TOMS 38(1), 2011, for L-BFGS-B 3.0): the direction from either form of `LBFGS`'s memory
+(`bounded_direction`), and its core math on flat 1-D arrays of one floating dtype: the compact
+matrix B = theta I - W M W' (§3), the generalized Cauchy point (§4, algorithm CP), the direct
+primal subspace minimisation (§5.1). Shapes are static: of `m` slots, `count` (traced) are valid,
+the rest masked out (`count = 0`: B = theta I). `lower`, `upper` may hold -inf, +inf; `x` is
+feasible (`_bounds.project` first). W's 2m columns are [Y, theta S], pairs oldest first."""
 
 from collections.abc import Callable
 
@@ -33,14 +25,12 @@ from ._slots import in_order
 def bounded_direction(
     state: AbstractLBFGSState, info: DirectionInfo
 ) -> tuple[PyTree, Bool[Array, ""], Scalar]:
-    """(d, scaled, limit): L-BFGS-B's direction at `info.x` in `info.box`, from the memory of
-    `state`, whichever form made it: the generalized Cauchy point of the quadratic model with
-    B = theta I - W M W' from the memory (theta = 1 / gamma), then the subspace minimisation
-    over the variables free there, projected onto the box; d = x_bar - x. Worked on one flat
-    vector of all the leaves in the widest of their dtypes (at least float32). `scaled` (the
-    unit step as the first trial) holds once a pair is stored, or when every variable has two
-    finite bounds (L-BFGS-B's first iteration on a boxed problem). With no pair stored and any
-    finite bound, the step is capped at 1 (`limit`), as L-BFGS-B's first iteration does."""
+    """(d, scaled, limit): L-BFGS-B's direction at `info.x` in `info.box` from `state`'s memory: the
+    generalized Cauchy point of the model with B = theta I - W M W' (theta = 1 / gamma), then the
+    subspace minimisation, projected onto the box; d = x_bar - x, on one flat vector in the
+    widest leaf dtype (at least float32). As L-BFGS-B's first iteration: `scaled` once a pair is
+    stored or where every variable has two finite bounds; with no pair and any finite bound,
+    `limit` 1."""
     x, grad, box, dtype, while_loop = info.x, info.grad, info.box, info.dtype, info.while_loop
     work = widest_float(*(at_least_float32(b.dtype) for b in jtu.tree_leaves(state.s)), dtype)
     flat = lambda tree: jnp.concatenate(  # noqa: E731
@@ -66,10 +56,7 @@ def bounded_direction(
         parts.append(step[start : start + g.size].reshape(g.shape).astype(g.dtype))
         start += g.size
     d = jtu.tree_unflatten(jtu.tree_structure(grad), parts)
-    # The unit step is the first trial once there is curvature information, and, as in
-    # L-BFGS-B's first iteration, also without it when every variable has both bounds.
     boxed = jnp.all(jnp.isfinite(lower) & jnp.isfinite(upper))
-    # L-BFGS-B's first iteration on a problem with any finite bound caps the step at 1.
     bounded = jnp.any(jnp.isfinite(lower) | jnp.isfinite(upper))
     limit = jnp.where((state.count == 0) & bounded, 1, jnp.inf).astype(dtype)
     return d, (state.count > 0) | boxed, limit
@@ -82,26 +69,18 @@ def compact_representation(
     head: Int[ArrayLike, ""],
     theta: Float[ArrayLike, ""],
 ) -> tuple[Float[Array, "n two_m"], Float[Array, "two_m two_m"]]:
-    """W and M of the compact limited-memory BFGS matrix B = theta I - W M W' (§3, eqs.
-    3.2-3.4; Byrd, Nocedal & Schnabel 1994).
-
-    `s` and `y` are circular buffers of m pairs (s_i, y_i), row j being slot j: the `count`
-    valid pairs sit in slots head - count, ..., head - 1 (mod m), oldest first, as
-    `js.LBFGS` stores them; `head` is the slot the next pair goes to. With S and Y the n x k
-    matrices of the k = count valid pairs in that order,
+    """W and M of the compact limited-memory BFGS matrix B = theta I - W M W' (§3, eqs. 3.2-3.4;
+    Byrd, Nocedal & Schnabel 1994), from `js.LBFGS`'s circular buffers `s`, `y` (the `count`
+    valid pairs in slots head - count, ..., head - 1 mod m). With S, Y the n x k matrices of the
+    k valid pairs, oldest first,
 
         W = [Y, theta S]    (n x 2m),
         M = [[-D, L'], [L, theta S'S]]^-1    (2m x 2m),
 
-    where D = diag(s_i'y_i) and L is the strict lower triangle of S'Y, (L)_ij = s_i'y_j for
-    i > j (eq. 3.4). Slot order inside W and M is chronological: column i of the Y block
-    and column m + i of the theta S block belong to the i-th oldest pair. The m - k columns
-    of each block past the valid pairs are zero, and the rows and columns of M^-1 for them
-    are those of the identity, so they decouple: M is well defined and B is the BFGS matrix
-    of the k pairs from B0 = theta I; B = theta I for k = 0.
-
-    The pairs must satisfy s_i'y_i > 0 (B is then positive definite); theta > 0, usually
-    y'y / s'y of the newest pair (§3).
+    D = diag(s_i'y_i), L the strict lower triangle of S'Y (eq. 3.4). The m - k columns past the
+    valid pairs are zero, with identity rows and columns in M^-1, so they decouple: B is the BFGS
+    matrix of the k pairs from theta I. Requires s_i'y_i > 0 and theta > 0 (usually y'y / s'y of
+    the newest pair).
     """
     dtype = s.dtype
     m = s.shape[0]
@@ -138,8 +117,8 @@ def compact_times(
 
 
 def _breakpoints(x, g, lower, upper):
-    """t_i of eq. 4.1: when x_i - t g_i reaches the bound g_i drives it to; +inf for g_i = 0
-    or an infinite bound; 0 for x_i at that bound. Also that bound per component."""
+    """t_i of eq. 4.1, when x_i - t g_i reaches the bound g_i drives it to (+inf for g_i = 0 or an
+    infinite bound, 0 at that bound), and that bound."""
     toward = jnp.where(g < 0, upper, lower)
     moving = g != 0
     t = jnp.where(moving, (x - toward) / jnp.where(moving, g, 1), jnp.inf)
@@ -157,31 +136,15 @@ def cauchy_point(
     middle: Float[Array, "two_m two_m"],
     while_loop: Callable = lambda cond, body, init, max_steps: lax.while_loop(cond, body, init),
 ) -> tuple[Float[Array, " n"], Float[Array, " two_m"], Bool[Array, " n"]]:
-    """The generalized Cauchy point (§4, algorithm CP): the first local minimiser x^c of the
-    quadratic model m(z) = g'(z - x) + (z - x)'B(z - x)/2, B = theta I - W M W', along the
-    projected steepest-descent path x(t) = P(x - t g), t >= 0.
-
-    The path is piecewise linear between the breakpoints t_i (§4, eqs. 4.1-4.2): t_i = 0 for x_i
-    at the bound that -g_i points to (that variable never moves), +inf for g_i = 0 or an
-    infinite bound. The breakpoints are sorted once; a `lax.while_loop` then walks the
-    segments in order, updating f' and f'' (the model's first and second derivative at the
-    start of the segment) and p = W'd, c = W'(x(t) - x) by eqs. 4.6-4.9 and the recurrences
-    of algorithm CP: O(m^2) work per segment, no product with W beyond the first. It stops
-    in the first segment where the minimiser t* = t_old - f'/f'' comes before the next
-    breakpoint (or where f' >= 0 at a breakpoint). Tied breakpoints are taken one at a time
-    with a zero-length segment, which the recurrences handle exactly.
-
-    As a rounding safeguard (not in the paper) f'' is kept at least eps * f''(0): in exact
-    arithmetic it is positive while any variable still moves, since B is positive definite.
-
-    Returns `(x_cauchy, c, free)`: x^c inside the box, every variable whose breakpoint is
-    reached set exactly to its bound; c = W'(x^c - x) (2m,), from the recurrence; and the
-    mask of free variables at x^c, those strictly between their bounds (the complement of the
-    active set A(x^c) of §5). With count = 0 (W = 0, B = theta I) the same walk applies.
-    x must be feasible and theta > 0. `while_loop(cond, body, init, max_steps)` runs the walk
-    (at most n segments): `lax.while_loop` by default, the solver's adjoint's loop when a run
-    is differentiated through its iterations (`UnrolledAdjoint`).
-    """
+    """The generalized Cauchy point (§4, algorithm CP): the first local minimiser x^c of m(z) = g'(z
+    - x) + (z - x)'B(z - x)/2 along x(t) = P(x - t g). The breakpoints (eqs. 4.1-4.2) are sorted
+    once; a loop (`while_loop`, at most n segments) walks the segments, updating f', f'', p = W'd
+    and c = W'(x(t) - x) by eqs. 4.6-4.9 (O(m^2) each), and stops in the first whose minimiser
+    t_old - f'/f'' comes before the next breakpoint (or where f' >= 0 at one). Tied breakpoints
+    are zero-length segments, handled exactly. f'' is kept at least eps * f''(0), a rounding
+    safeguard not in the paper. Returns `(x_cauchy, c, free)`: x^c in the box (reached variables
+    exactly at their bounds), c = W'(x^c - x), and the mask of variables strictly between their
+    bounds. x feasible, theta > 0."""
     dtype = x.dtype
     n = x.shape[0]
     theta = jnp.asarray(theta).astype(dtype)
@@ -255,27 +218,16 @@ def subspace_minimisation(
     middle: Float[Array, "two_m two_m"],
     projection: bool = True,
 ) -> tuple[Float[Array, " n"], Bool[Array, ""]]:
-    """The direct primal subspace minimisation (§5.1): minimise the model m over the free
-    variables with the active ones fixed at their Cauchy-point values, then return to the box.
+    """The direct primal subspace minimisation (§5.1) of m over the free variables (a mask Z,
+    keeping shapes static), the others at the Cauchy point. With r^c = Z'(g + theta (x^c - x) - W
+    M c), Sherman-Morrison-Woodbury gives the 2m x 2m solve
 
-    With Z the free variables (here a mask: fixed components are zeroed, so shapes stay
-    static), the reduced gradient of m at x^c is r^c = Z'(g + theta (x^c - x) - W M c)
-    and the reduced matrix B^ = theta I - Z'W M W'Z; its inverse by the
-    Sherman-Morrison-Woodbury formula (§5.1) gives the unconstrained subspace step
+        d^u = -r^c / theta - Z'W N^-1 M W'Z r^c / theta^2,   N = I - M W'Z Z'W / theta.
 
-        d^u = -r^c / theta - Z'W N^-1 M W'Z r^c / theta^2,   N = I - M W'Z Z'W / theta,
-
-    a 2m x 2m solve (N is nonsingular exactly when B^ is). Then:
-
-    - `projection=False`, the 1995 paper (eq. 5.8): backtrack to the box along d^u,
-      x_bar = x^c + alpha* d^u with alpha* = min(1, max{a: x^c + a d^u feasible}).
-    - `projection=True` (default), L-BFGS-B 3.0 (Morales & Nocedal 2011): x_bar =
-      P(x^c + d^u), kept only if x_bar - x is a descent direction, g'(x_bar - x) < 0;
-      otherwise the backtracked point of the 1995 paper, which always is one where x^c != x
-      (the model decreases from x along the path to x^c and on to x^c + alpha* d^u).
-
-    Returns `(x_bar, projected)`: the end point of the search direction x_bar - x, in the box,
-    and whether the projected point was taken. Without free variables x_bar = x^c.
+    `projection=False`, the 1995 paper (eq. 5.8): x_bar = x^c + alpha* d^u, alpha* = min(1,
+    max{a: x^c + a d^u feasible}); `projection=True` (default), L-BFGS-B 3.0: x_bar = P(x^c +
+    d^u) where g'(x_bar - x) < 0, else the 1995 point (a descent direction wherever x^c != x).
+    Returns `(x_bar, projected)`; without free variables x_bar = x^c.
     """
     dtype = x.dtype
     theta = jnp.asarray(theta).astype(dtype)

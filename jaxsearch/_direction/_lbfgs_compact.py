@@ -26,16 +26,13 @@ from ._slots import in_order, slot
 
 
 class CompactLBFGSState(AbstractLBFGSState):
-    """The state of `LBFGS`'s compact form: the memory (`AbstractLBFGSState`), S'Y and Y'Y.
-    `js.LBFGS(form="compact")` makes it, and `form="auto"` on a GPU, or for large params.
-
-    `s_dot_y` (m, m): [i, j] = s_i'y_j, slots in buffer order, kept up to date where pair i
-    was stored no later than pair j (R's entries: the compact form reads no others);
-    `y_dot_y` (m, m): [i, j] = y_i'y_j; `pending`: pairs stored since both were brought up
-    to date. `s_dot_grad`, `y_dot_grad` (m,): S'g and Y'g at the last `direction`'s gradient
-    g; `follows` while that g is where the next pair's y starts (`gradient_replaced` clears
-    it), so that S'y = S'g_new - S'g: all three None for gradients of fewer than 32 bits
-    (`_by_differences`)."""
+    """The state of `LBFGS`'s compact form (`form="compact"`, or "auto" on a GPU or for large
+    params): the memory; `s_dot_y` (m, m), s_i'y_j in buffer order, current where pair i was
+    stored no later than pair j (R's entries, the only ones read); `y_dot_y` (m, m), y_i'y_j;
+    `pending`, pairs stored since both were brought up to date; `s_dot_grad`, `y_dot_grad` (m,),
+    S'g and Y'g at the last `direction`'s g, and `follows` while the next pair's y starts there
+    (`gradient_replaced` clears it), so S'y = S'g_new - S'g; all three None for gradients under
+    32 bits (`_by_differences`)."""
 
     made_by: ClassVar[str] = 'js.LBFGS(form="compact")'  # named where a state is refused
 
@@ -53,12 +50,10 @@ class CompactLBFGSState(AbstractLBFGSState):
     follows: Bool[Array, ""] | None
 
     def direction(self, grad, dtype, precondition=None):
-        """H g = gamma g + S p - gamma Y R^-1 a with, the pairs in the order they were
-        stored, R the upper triangle of S'Y, D its diagonal, a = S'g, b = Y'g and
-        p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b): one pass over each buffer for a and b
-        (and the newest pair's column of S'Y and Y'Y, see `_brought_up_to_date`), two m x m
-        triangular solves, one pass back. No preconditioner (`LBFGS` refuses one with this
-        form)."""
+        """H g = gamma g + S p - gamma Y R^-1 a, pairs in storage order, R the upper triangle of
+        S'Y, D its diagonal, a = S'g, b = Y'g, p = R^-T ((D + gamma Y'Y) R^-1 a - gamma b): one
+        pass over each buffer (with the newest column, `_brought_up_to_date`), two triangular
+        solves, one pass back. No preconditioner."""
         assert precondition is None
         m = self.rho.shape[0]
         vectors = [grad] if self.follows is not None else [grad, self._newest_y()]
@@ -89,9 +84,8 @@ class CompactLBFGSState(AbstractLBFGSState):
         middle = d_diagonal * r_inv_a + gamma * y_dot_y_r_inv_a - gamma * b
         p = solve(middle, True)
         q = -gamma * r_inv_a
-        # Back from positions to slots: slot order[k] gets the coefficient of position k, so
-        # slot j that of position (j - head + count) % m: a reordering (`in_order`), not a
-        # scatter, which would be a kernel of its own.
+        # Back from positions to slots: slot j takes position (j - head + count) % m's coefficient,
+        # a reordering (`in_order`), not a scatter (a kernel of its own).
         position = (positions - state.head + state.count) % m
         p, q = in_order(p, position), in_order(q, position)
 
@@ -138,20 +132,13 @@ class CompactLBFGSState(AbstractLBFGSState):
         return jtu.tree_map(lambda b: slot(b, newest), self.y)
 
     def _brought_up_to_date(self, with_s, with_y, dtype) -> "CompactLBFGSState":
-        """S'Y and Y'Y with the newest pair's column (Y'Y's row too: it is symmetric), from
-        this `direction`'s products of each buffer with its gradient g (the (m, k) `with_s`,
-        `with_y`; where the state keeps no products with the last gradient, column 1 holds
-        the products with the newest y, taken in the same pass). After several pairs stored
-        since the last `direction` (which the solver never does), both are rebuilt from the
-        whole memory. S'Y's row of the newest pair, s_new'y_j for the older pairs j, lies
-        below R's diagonal in the order the pairs were stored, now and after any later pair,
-        so it is never read and not computed.
-
-        With products with the last gradient (`_by_differences`), one pair stored since,
-        whose y = g - g_last ends here: S'y = S'g - S'g_last and Y'y = Y'g - Y'g_last for the
-        older pairs, and the pair's own s'y and y'y are those `update` wrote: no pass over
-        the memory. Where the gradient was replaced since (`gradient_replaced`), the memory
-        is multiplied by y."""
+        """S'Y and Y'Y with the newest pair's column (and Y'Y's row), from this `direction`'s (m, k)
+        products `with_s`, `with_y` of each buffer with g (column 1: with the newest y, where no
+        products with the last gradient are kept); rebuilt after several pairs since the last
+        `direction` (never from the solver). S'Y's newest row lies below R's diagonal for good:
+        never computed. `_by_differences`, one pair since: S'y = S'g - S'g_last, Y'y = Y'g -
+        Y'g_last, the pair's own s'y, y'y from `update`, no pass over the memory; after
+        `gradient_replaced` the memory is multiplied by y."""
         newest = (self.head - 1) % self.rho.shape[0]
 
         def fold(st, s_dot_y_new, y_dot_y_new):
@@ -229,13 +216,10 @@ def init(memory: dict, params: PyTree, dtype) -> CompactLBFGSState:
 
 
 def _memory_times(buffers: PyTree, vectors: list[PyTree], dtype) -> Array:
-    """The (m, k) matrix [<b_i, v_k>] over the slots i of `buffers` and the k trees of
-    `vectors`, summed over leaves, accumulated in at least float32 at full precision (no TF32
-    on a GPU): one matrix-vector product per vector. (One product with the vectors stacked
-    measured slower on both backends: XLA's CPU product of an (m, n) and an (n, k) matrix runs
-    several times slower than k of them, and on a GPU the stacking copies the vectors and
-    the skinny product runs below bandwidth (docs/benchmarks.md),
-    `benchmarks/studies/lbfgs_products.py`.)"""
+    """The (m, k) matrix [<b_i, v_k>] over `buffers`' slots and the k trees of `vectors`, summed
+    over leaves, in at least float32 at full precision (no TF32): one matrix-vector product per
+    vector, which beats one product with the vectors stacked on a CPU and a GPU
+    (docs/benchmarks.md, benchmarks/studies/lbfgs_products.py)."""
     total = jnp.zeros((), dtype)
     for i, b in enumerate(leaves(buffers)):
         work = at_least_float32(b.dtype)
@@ -254,15 +238,12 @@ def _memory_times(buffers: PyTree, vectors: list[PyTree], dtype) -> Array:
 
 
 def _memory_products(left: PyTree, right: PyTree, dtype) -> Array:
-    """The (m, m) matrix [<l_i, r_j>] of two memories, summed over leaves, accumulated in at
-    least float32. Only a rebuild, which the solver never takes, calls it, so it is written for
-    the memory it costs the program: a matrix product on a CPU; elsewhere a product and a sum
-    that XLA fuses into one reduction. (As matrix products, XLA's GPU compiler merged S'Y and
-    Y'Y into one cuBLAS product of [S; Y] padded to a multiple of its split: 69 n-vectors of
-    peak memory for the compact form's run at n = 1e6 on a GPU against 32 fused,
-    `benchmarks/studies/hlo_anatomy.py`; fused, XLA's CPU compiler keeps the m x m x n product:
-    126 n-vectors of temporaries at m = 10 against 29 as matrix products,
-    tests/solver/test_engine.py.)"""
+    """The (m, m) matrix [<l_i, r_j>] of two memories, summed over leaves, in at least float32. Only
+    a rebuild (never from the solver) calls it, so it is written for peak memory: a matrix
+    product on a CPU (fused, XLA's CPU compiler keeps the m x m x n product:
+    tests/solver/test_engine.py); elsewhere a product and sum XLA fuses into one reduction (as
+    matrix products XLA's GPU compiler pads [S; Y] into one cuBLAS product:
+    benchmarks/studies/hlo_anatomy.py)."""
     total = jnp.zeros((), dtype)
     for a, b in zip(leaves(left), leaves(right), strict=True):
         work = at_least_float32(widest_float(a.dtype, b.dtype))
@@ -283,9 +264,9 @@ def _memory_products(left: PyTree, right: PyTree, dtype) -> Array:
 
 
 def _solve_upper(r: Array, b: Array, transpose: bool) -> Array:
-    """x with r x = b (`transpose`: r'x = b) for an upper triangular m x m `r`, by
-    substitution written out (m is static): small scalar work that XLA fuses, where LAPACK's
-    trsm is a library call (and crashed the XLA CPU compiler twice; benchmarks/HISTORY.md)."""
+    """x with r x = b (`transpose`: r'x = b) for an upper triangular m x m `r`, by substitution
+    written out (m is static): scalar work XLA fuses, where LAPACK's trsm is a library call (and
+    crashed XLA's CPU compiler)."""
     m = b.shape[0]
     x: dict[int, Array] = {}
     for i in range(m) if transpose else reversed(range(m)):
@@ -299,18 +280,15 @@ def _solve_upper(r: Array, b: Array, transpose: bool) -> Array:
 
 
 def _indices(m: int) -> tuple[Array, Array]:
-    """The row and the column index of each entry of an m x m matrix. S'Y and Y'Y take a new
-    column, row or entry by a select on these (not a scatter or a dynamic update, which XLA
-    compiles as a kernel of its own each, where a select fuses with the work around it:
-    fewer fusions in the compact form's run; benchmarks/HISTORY.md)."""
+    """Row and column index of each entry of an m x m matrix: S'Y and Y'Y take a new column, row or
+    entry by a select on these, which fuses with the work around it (a scatter or dynamic update
+    is a kernel of its own)."""
     rows = lax.broadcasted_iota(jnp.int32, (m, m), 0)
     return rows, lax.broadcasted_iota(jnp.int32, (m, m), 1)
 
 
 def _by_differences(grad: PyTree) -> bool:
-    """Whether the compact form takes the newest pair's S'y and Y'y from its products with the
-    gradients (y = g - g_last, so S'y = S'g - S'g_last) rather than multiplying the memory by
-    y, a pass over the memory of its own (`_memory_times`): for gradients of at least 32 bits
-    (y computed in 16 bits is rounded more coarsely than the products, whose differences would
-    then not be those of the y the memory holds)."""
+    """Whether the newest pair's S'y, Y'y come from the products with the gradients (S'y = S'g -
+    S'g_last) rather than a pass over the memory (`_memory_times`): for gradients of at least 32
+    bits (a 16-bit y is rounded more coarsely than those differences)."""
     return all(jnp.finfo(leaf.dtype).bits >= 32 for leaf in leaves(grad))

@@ -18,13 +18,10 @@ _State = TypeVar("_State", bound="AbstractLBFGSState")
 
 
 class AbstractLBFGSState(eqx.Module):
-    """An L-BFGS state: the pairs' memory, and what its form computes d = -H g with.
-
-    `s` and `y` hold, per leaf, a leading `(memory_size,)` axis: circular buffers of steps and
-    gradient differences; `rho` (m,) 1 / s'y in the scalar dtype (never float16: it would
-    overflow); `gamma` s'y / y'y of the newest pair; `count` the number of valid pairs (at
-    most m); `head` the slot the next pair is written to. Each form is a subclass; its class
-    records the form a state was made with, so a state is always continued in its own form."""
+    """An L-BFGS state: `s`, `y`, circular buffers with a leading `(memory_size,)` axis per leaf;
+    `rho` (m,) 1 / s'y in the scalar dtype (never float16: it would overflow); `gamma`, s'y / y'y
+    of the newest pair; `count` valid pairs; `head`, the next pair's slot. Each form is a
+    subclass, so a state is continued in the form it was made in."""
 
     s: AbstractVar[PyTree]
     y: AbstractVar[PyTree]
@@ -69,15 +66,10 @@ class AbstractLBFGSState(eqx.Module):
         accept,
         precondition: Preconditioning | None = None,
     ) -> tuple["AbstractLBFGSState", Bool[Array, ""], Scalar, Scalar]:
-        """(state, keep, s'y, y'y): the memory with the pair written where `keep`, that is
-        where it is finite after rounding to the memory dtype, `accept` holds and it passes
-        the curvature guard s'y > eps |s| |y| (`eps` the machine epsilon of the least precise
-        memory dtype unless `curvature_eps` is given), which keeps H positive definite.
-
-        gamma becomes s'y / y'y; with `precondition` (v -> P v), s'y / y'P y, the scaling of
-        H0 = gamma P that is gamma = s'y / y'y in the variables z = P^(-1/2) x, where P is
-        the identity (Nocedal & Wright, eq. 7.20, after the change of variables of section
-        5.1, "Preconditioning")."""
+        """(state, keep, s'y, y'y): the pair written where `keep`: finite in the memory dtype,
+        `accept`, and s'y > eps |s| |y| (`curvature_eps`, else the least precise memory dtype's
+        eps), keeping H positive definite. gamma becomes s'y / y'y, with `precondition` (v -> P
+        v) s'y / y'P y: N&W eq. 7.20 in z = P^(-1/2) x (section 5.1)."""
         s = jtu.tree_map(lambda si, b: si.astype(b.dtype), s, self.s)
         y = jtu.tree_map(lambda yi, b: yi.astype(b.dtype), y, self.y)
         sy = tree_dot(s, y, dtype)

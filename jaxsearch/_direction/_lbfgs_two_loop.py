@@ -13,8 +13,8 @@ from ._slots import slot, with_slot
 
 
 class TwoLoopLBFGSState(AbstractLBFGSState):
-    """The state of `LBFGS`'s two-loop form: the memory alone (`AbstractLBFGSState`).
-    `js.LBFGS(form="two_loop")` makes it, and `form="auto"` on a CPU or a TPU for small params."""
+    """The state of `LBFGS`'s two-loop form (`form="two_loop"`, or "auto" on a CPU or a TPU for
+    small params): the memory alone."""
 
     made_by: ClassVar[str] = 'js.LBFGS(form="two_loop")'  # named where a state is refused
 
@@ -26,11 +26,10 @@ class TwoLoopLBFGSState(AbstractLBFGSState):
     head: Int[Array, ""]
 
     def direction(self, grad, dtype, precondition=None):
-        """The two-loop recursion: two `fori_loop`s over the m slots, newest pair first,
-        then oldest first; d in the dtypes of `grad`, worked in those of the memory (at
-        least float32). Between the loops, q is multiplied by H0 = gamma I, or with
-        `precondition` (v -> P v) by gamma P (Nocedal & Wright, algorithm 7.4, with any
-        symmetric positive definite H0)."""
+        """The two-loop recursion (Nocedal & Wright, algorithm 7.4, with any SPD H0): two
+        `fori_loop`s over the m slots, newest first, then oldest first, with q multiplied by
+        gamma I (or gamma P with `precondition`) between; worked in the memory's dtypes (at least
+        float32), d in `grad`'s."""
         m = self.rho.shape[0]
 
         def pair(j):

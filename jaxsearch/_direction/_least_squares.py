@@ -9,12 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._misc import at_least_float32, divide, leaves, safe_sqrt, widest_float
-from ._base import (
-    AbstractDenseLeastSquares,
-    AbstractMemorylessDirection,
-    DirectionInfo,
-    no_limit,
-)
+from ._base import AbstractDenseLeastSquares, AbstractMemorylessDirection, DirectionInfo, no_limit
 from ._bfgs import HIGHEST
 from ._flat import flatten_tree, jacobian_dtype, unflatten_tree
 
@@ -29,12 +24,10 @@ def residuals_of(info: DirectionInfo, owner: str):
 
 
 def _jacobian(info: DirectionInfo, owner: str) -> tuple[Array, Array, int, int]:
-    """(r, J, n, products): the flattened residuals at x and their Jacobian (m x n, n the total
-    size of the params), in the matrix dtype: the widest of the params' and the residuals'
-    dtypes, at least float32; `products`, the Jacobian-vector products formed here. From
-    `info.jacobian` where the solver passes it (`Solver.run`: no product here), else from n
-    Jacobian-vector products (`jax.linearize` once, then its linear map on the columns of
-    the identity)."""
+    """(r, J, n, products): the flattened residuals at x and their m x n Jacobian in the matrix
+    dtype (the widest of the params' and residuals', at least float32), and the Jacobian-vector
+    products formed here: none from `info.jacobian` (`Solver.run`), else n (`jax.linearize` once,
+    mapped over the identity's columns)."""
     x = info.x
     n = sum(p.size for p in leaves(x))
     if info.jacobian is not None:
@@ -54,29 +47,18 @@ def _jacobian(info: DirectionInfo, owner: str) -> tuple[Array, Array, int, int]:
 class GaussNewtonState(eqx.Module):
     """Diagnostics only: Gauss-Newton keeps no information between steps."""
 
-    # Jacobian-vector products of `compute` since init: n per `compute` that forms J itself,
-    # none where the solver hands it J (`DirectionInfo.jacobian`, in `Solver.run`)
+    # Jacobian-vector products of `compute` since init (none where the solver hands it J)
     num_jvp: Int[Array, ""]
 
 
 class GaussNewton(AbstractDenseLeastSquares, AbstractMemorylessDirection):
-    """The Gauss-Newton direction for f = 0.5 |r(x)|^2: d minimises |r + J d| (J the
-    Jacobian of the residuals r at x), the least-squares solution of J d = -r of least norm
-    (Nocedal & Wright, *Numerical Optimization*, 2nd ed., section 10.3, eq. 10.23).
-
-    With it, fn returns a pytree of residuals (see `AbstractLeastSquares`). J is formed from
-    n Jacobian-vector products (n the number of parameters; forward-mode differentiation of
-    the residuals; in `Solver.run` at each trial point, with r itself in one execution, so
-    that r is evaluated once per trial: `AbstractDenseLeastSquares`) and the system is solved
-    by `jnp.linalg.lstsq` (an SVD), in the widest of the params' and residuals' dtypes, at
-    least float32. d descends wherever J'r != 0
-    (g'd = -|J d|^2); `scaled` is True, so the line search tries the unit step, the
-    Gauss-Newton step, first. Near a solution with small residuals the iterates converge
-    quickly (quadratically at a zero-residual solution where J has full rank; N&W
-    theorem 10.1 for the line-search version's global convergence when J's singular values
-    stay bounded away from zero). Where J is rank deficient or the residuals at the solution
-    are large, prefer `LevenbergMarquardt`.
-    """
+    """The Gauss-Newton direction for f = 0.5 |r(x)|^2: the least-norm d minimising |r + J d|
+    (Nocedal & Wright, 2nd ed., section 10.3, eq. 10.23), J formed as `AbstractDenseLeastSquares`
+    says and the system solved by `jnp.linalg.lstsq` (an SVD) in the widest of the params' and
+    residuals' dtypes, at least float32. d descends wherever J'r != 0 (g'd = -|J d|^2); the unit
+    step is tried first (`scaled`): quadratic convergence at a zero-residual solution with J of
+    full rank (N&W theorem 10.1 for global convergence). Where J is rank deficient or residuals
+    are large, prefer `LevenbergMarquardt`."""
 
     supports_bounds: ClassVar[bool] = False
 
@@ -90,16 +72,15 @@ class GaussNewton(AbstractDenseLeastSquares, AbstractMemorylessDirection):
         return unflatten_tree(d, info.grad), jnp.array(True), state, no_limit(info.dtype)
 
 
-# The Newton iterations of `_damping_for` (Moré 1978, after Hebden 1973): from lambda = 0 on the
-# concave, increasing 1 / |p(lambda)| they approach the root monotonically, and quadratically
-# once near it.
+# The Newton iterations of `_damping_for` (Moré 1978, after Hebden 1973): on the concave, increasing
+# 1 / |p(lambda)| they approach the root from 0 monotonically, quadratically near it.
 DAMPING_ITERATIONS = 20
 
 
 def _damping_for(singular, projected, radius, cut):
-    """The damping lambda >= 0 whose step p(lambda) = -V diag(s / (s^2 + lambda)) U'r has
-    |p| = radius, or 0 where the Gauss-Newton step (singular values <= `cut` dropped) has
-    |p(0)| <= 1.1 radius (J. J. Moré, 1978: Newton's method on 1 / |p(lambda)| - 1 / radius)."""
+    """The damping lambda >= 0 with |p(lambda)| = radius, p(lambda) = -V diag(s / (s^2 + lambda))
+    U'r, or 0 where the Gauss-Newton step (singular values <= `cut` dropped) has |p(0)| <= 1.1
+    radius (Moré 1978)."""
     live = singular > cut
     numerators = jnp.where(live, singular * projected, 0) ** 2
     squares = singular * singular
@@ -111,8 +92,8 @@ def _damping_for(singular, projected, radius, cut):
 
     def newton(_, damping):
         norm, slope = norm_and_slope(damping)
-        # A radius that is not positive and finite comes with a restart, where the caller
-        # does not use this damping: 0 then, not a NaN, whose derivative would be NaN.
+        # A radius that is not positive and finite comes with a restart, which ignores this damping:
+        # 0, not a NaN (whose derivative would be NaN).
         usable = (radius > 0) & jnp.isfinite(radius)
         step = divide(norm * norm / jnp.where(slope > 0, slope, 1) * (norm - radius), radius)
         step = jnp.where(usable, step, 0)
@@ -142,67 +123,41 @@ class LevenbergMarquardtState(eqx.Module):
     fraction: Float[Array, ""]  # alpha = s'd / d'd of that step (1: the unit step)
     length: Float[Array, ""]  # |D^(1/2) s| of that step
     stepped: Bool[Array, ""]  # whether that step awaits the next `compute`
-    # Jacobian-vector products of `compute` since init: n per `compute` that forms J itself,
-    # none where the solver hands it J (`DirectionInfo.jacobian`, in `Solver.run`)
+    # Jacobian-vector products of `compute` since init (none where the solver hands it J)
     num_jvp: Int[Array, ""]
 
 
 class LevenbergMarquardt(AbstractDenseLeastSquares):
-    """The Levenberg-Marquardt direction for f = 0.5 |r(x)|^2, as a trust region whose radius
-    the line search's outcome also sets:
+    """The Levenberg-Marquardt direction for f = 0.5 |r(x)|^2, a trust region whose radius the line
+    search's outcome also sets:
 
         d = -(J'J + lambda D)^-1 J'r,  the minimiser of |r + J d|^2 + lambda |D^(1/2) d|^2,
 
-    J the Jacobian of the residuals r at x and D = diag(J'J) kept as Moré's running maximum
-    (J. J. Moré, "The Levenberg-Marquardt algorithm: implementation and theory", Numerical
-    Analysis, Dundee 1977, LNM 630, 1978): D^(1/2) holds, for each parameter, the
-    largest norm of J's column seen so far (floored at sqrt(eps) times the largest, eps the
-    matrix dtype's machine epsilon), which makes d invariant under a scaling of the
-    parameters. d is solved from the SVD U diag(s) V' of J D^(-1/2) (never J'J, whose
-    condition number is J's squared; singular values below eps s_max max(m, n) dropped), in
-    the matrix dtype: the widest of the params' and residuals', at least float32. With it,
-    fn returns a pytree of residuals (see `AbstractLeastSquares`); J is formed as in
-    `GaussNewton`.
+    D = diag(J'J) as Moré's running maximum (J. J. Moré, "The Levenberg-Marquardt algorithm:
+    implementation and theory", Numerical Analysis, Dundee 1977, LNM 630, 1978): each parameter's
+    largest column norm of J so far (floored at sqrt(eps) times the largest), making d invariant
+    under scaling the parameters. d comes from the SVD of J D^(-1/2) (never J'J, whose condition
+    number is J's squared; singular values below eps s_max max(m, n) dropped), in `GaussNewton`'s
+    matrix dtype. lambda is Moré's: 0 where the Gauss-Newton step has |D^(1/2) d| <= 1.1 Delta,
+    else the root of |D^(1/2) d(lambda)| = Delta by `DAMPING_ITERATIONS` Newton iterations on 1 /
+    |D^(1/2) d(lambda)| - 1 / Delta (Hebden's scheme).
 
-    lambda is Moré's (1978): 0 (the Gauss-Newton step) where that step has
-    |D^(1/2) d| <= 1.1 Delta, else the lambda > 0 with |D^(1/2) d(lambda)| = Delta, from
-    `DAMPING_ITERATIONS` Newton iterations on 1 / |D^(1/2) d(lambda)| - 1 / Delta from 0
-    (Hebden's scheme, which Moré uses). The first step (and the first after `reset`, or after
-    Delta rounded to 0) starts from MINPACK's radius (Moré 1978; MINPACK's lmder):
-    Delta = factor |D^(1/2) x| (factor where that is 0; lmder's documentation recommends
-    factor in [0.1, 100]; scipy's `trf` with x_scale='jac' starts from factor 1), lambda from
-    it as above; or, with `factor=None`, from the damping `tau` (1e-3 unless given):
-    lambda = tau and Delta = |D^(1/2) d(tau)|. After each step s = alpha d that the line
-    search accepted, with the gain ratio
+    The first step (and after `reset`, or Delta rounded to 0) takes MINPACK lmder's radius Delta
+    = factor |D^(1/2) x| (factor where that is 0; lmder recommends [0.1, 100]), or with
+    `factor=None` the damping `tau` (1e-3 unless given): lambda = tau, Delta = |D^(1/2) d(tau)|.
+    After a step s = alpha d, with rho = (f(x) - f(x + s)) / (L(0) - L(s)), L(s) = 0.5 |r + J
+    s|^2, Delta becomes |D^(1/2) s| / 2 if rho < 1/4; 2 |D^(1/2) s| if rho > 3/4 or lambda was 0
+    (Moré's rule); else it stays, or is |D^(1/2) s| where the search cut the unit step (alpha <
+    0.9, standing in for rejected trust-region trials; with `factor=None` whatever rho), applied
+    at the next `compute`.
 
-        rho = (f(x) - f(x + s)) / (L(0) - L(s)),  L(s) = 0.5 |r + J s|^2,
-
-    Delta becomes: |D^(1/2) s| / 2 if rho < 1/4; else 2 |D^(1/2) s| if rho > 3/4 or lambda
-    was 0 (Moré's rule, with his shrink factor gamma = 1/2); else it stays, or becomes
-    |D^(1/2) s| where the search cut the unit step (alpha < 0.9, the stand-in for a trust
-    region's rejected trials, after which MINPACK's Delta is about |D^(1/2) s|). With
-    `factor=None` a cut step sets Delta to |D^(1/2) s| whatever rho. The update is applied at
-    the `compute` after the step, from f, the SVD and D recorded at x and L(0) - L(s), alpha
-    and |D^(1/2) s| recorded by `update`.
-
-    The default, `factor=1.0`, solves all 16 of NIST's higher-difficulty runs in float64
-    (benchmarks/suite/least_squares.py), MGH10, y = b1 exp(b2 / (x + b3)), from start 1 among them,
-    which the `tau` start does not: its first, nearly steepest-descent step leads the next to
-    b1 < 0, where the model is below the positive data everywhere, and the run ends at the
-    flat asymptote b2 -> -inf. The `tau` start takes fewer evaluations on Bennett5.
-
-    With it, `Solver`'s defaults are least squares' own: `gtol=0` and `ftol=1e-10` on MINPACK's
-    test (f fell by at most ftol f_k, and the unit step predicted a decrease of at most ftol f_k),
-    and a step that rounds away where its unit step predicted a decrease within f's rounding
-    ends `CONVERGED_PRECISION` (docs/getting-started.md, "Stopping"): on the 16 NIST runs it
-    then fits at least as many certified digits as scipy's `least_squares` with its defaults
-    (benchmarks/studies/least_squares_defaults.py).
-
-    `scaled` is True: the line search tries the unit step first; by default the solver pairs
-    it with monotone Armijo backtracking (`Backtracking(epsilon=0)`), the safeguard that
-    replaces the trust region's rejected steps. `reset` forgets Delta and D (the next
-    `compute` starts again from `factor`, or from `tau`); after `gradient_replaced` (e.g. new
-    data) the step's gain ratio is not used.
+    `factor=1.0` solves all 16 higher-difficulty NIST runs in float64
+    (benchmarks/suite/least_squares.py), MGH10 from start 1 among them, where the `tau` start
+    reaches b1 < 0 and the flat asymptote. With it `Solver` defaults to `gtol=0`, `ftol=1e-10` on
+    MINPACK's test and `CONVERGED_PRECISION` for a step within f's rounding
+    (docs/getting-started.md, "Stopping"; benchmarks/studies/least_squares_defaults.py), and to
+    `Backtracking(epsilon=0)` for the rejected steps; the unit step is tried first (`scaled`).
+    `reset` forgets Delta and D; after `gradient_replaced` the gain ratio is not used.
     """
 
     factor: float | None = eqx.field(static=True, default=1.0)
@@ -277,8 +232,7 @@ class LevenbergMarquardt(AbstractDenseLeastSquares):
         if self.factor is None:
             radius = jnp.where(shortened, state.length, radius)
         radius = jnp.where(state.stepped, radius, state.radius)
-        # The first step (or one after `reset`, or after a radius that rounded to 0): from
-        # tau, or from factor |D^(1/2) x|.
+        # The first step (after `reset`, or a radius rounded to 0): from tau, or factor |D^(1/2) x|.
         restart = ~state.started | ~(radius > 0) | ~jnp.isfinite(radius)
         if self.factor is not None:
             size = safe_sqrt(jnp.sum(jnp.square(scale * flatten_tree(info.x, kind))))  # x = 0

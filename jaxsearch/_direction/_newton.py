@@ -22,26 +22,17 @@ class NewtonState(eqx.Module):
 
 
 class Newton(AbstractMemorylessDirection):
-    """Newton's direction d = -(H + tau I)^-1 g, for problems of up to a few hundred unknowns.
-
-    H, the Hessian of f at x, is formed column by column from n Hessian-vector products
-    (forward-over-reverse automatic differentiation of fn, as `NewtonCG` takes them; n the
-    number of parameters) and symmetrised. Where H is not positive definite it is modified as
-    in Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 3.3 (Cholesky with added
-    multiple of the identity): tau_0 = 0 if every diagonal entry of H is positive, else
-    beta - min_i H_ii; while the Cholesky factorisation of H + tau_k I fails,
-    tau_{k+1} = max(2 tau_k, beta), at most `MAX_SHIFTS` times. beta = `beta` times the
-    largest |H_ii| (`beta` itself where H's diagonal is zero), so the shift is scale free;
-    N&W suggest beta = 1e-3. d then descends wherever g is not zero, and is the pure Newton
-    step where H is positive definite: with a line search that tries the unit step first
-    (every built-in one does for a `scaled` direction), the iterates converge quadratically
-    near a minimiser where H is positive definite (N&W theorem 3.5).
-
-    The Hessian and the factorisation are computed in the widest of the solver's scalar dtype
-    and float32 (the params' dtype where wider): H has n^2 entries and the factorisation costs
-    n^3 / 3 flops per step, so for large n use `NewtonCG` (Hessian-free) or `LBFGS`. A Hessian
-    that is not finite gives a d that is not finite: the solver then steps along -g.
-    """
+    """Newton's direction d = -(H + tau I)^-1 g, for up to a few hundred unknowns (n^2 entries, n^3
+    / 3 flops a step: for large n `NewtonCG` or `LBFGS`). H is formed from n Hessian-vector
+    products (as `NewtonCG`'s) and symmetrised, in the widest of the scalar dtype, float32 and
+    the params' dtype. Where it is not positive definite it is modified by Nocedal & Wright, 2nd
+    ed., algorithm 3.3 (Cholesky with added multiple of the identity): tau_0 = 0 if H's diagonal
+    is positive, else beta - min_i H_ii; while Cholesky of H + tau_k I fails, tau_{k+1} = max(2
+    tau_k, beta), at most `MAX_SHIFTS` times; beta = `beta` times max |H_ii| (`beta` where the
+    diagonal is zero), scale free (N&W suggest 1e-3). d descends wherever g != 0 and is the
+    Newton step where H is positive definite, so with the unit step tried first (`scaled`)
+    convergence is quadratic there (N&W theorem 3.5). A non-finite Hessian gives a non-finite d,
+    and the solver steps along -g."""
 
     beta: float = eqx.field(static=True, default=1e-3)
 

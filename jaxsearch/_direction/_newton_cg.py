@@ -60,48 +60,28 @@ def _axpy(a, x: PyTree, y: PyTree) -> PyTree:
 
 
 class NewtonCG(AbstractMemorylessDirection):
-    """Truncated (inexact) Newton direction by conjugate gradients on H d = -g, Hessian-free.
+    """Truncated (inexact) Newton direction by conjugate gradients on H d = -g, Hessian-free:
+    line-search Newton-CG, Nocedal & Wright, 2nd ed., algorithm 7.1, one Hessian-vector product
+    (forward-over-reverse) per inner iteration. From z_0 = 0, r_0 = g, p_0 = -g, for j = 0, 1,
+    ...:
 
-    Line-search Newton-CG, Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 7.1.
-    The Hessian H = grad^2 f(x_k) is never formed: each inner iteration costs one
-    Hessian-vector product H v, which the solver computes by forward-over-reverse automatic
-    differentiation of fn. With g = grad f(x_k), the inner loop starts at z_0 = 0,
-    r_0 = g, p_0 = -g and for j = 0, 1, ...:
-
-    - if p_j'H p_j <= 0 (negative or zero curvature): stop with d = -g if j = 0, else
-      d = z_j (the last iterate, a descent direction);
+    - if p_j'H p_j <= 0: stop with d = -g if j = 0, else d = z_j (a descent direction);
     - alpha_j = r_j'r_j / p_j'H p_j, z_{j+1} = z_j + alpha_j p_j, r_{j+1} = r_j + alpha_j H p_j;
     - if `|r_{j+1}|_2 < eps_k`: stop with d = z_{j+1};
     - beta_{j+1} = r_{j+1}'r_{j+1} / r_j'r_j, p_{j+1} = -r_{j+1} + beta_{j+1} p_j.
 
-    The forcing test uses eps_k = eta_k |g|_2 with the forcing term (N&W eq. 7.3 and
-    theorem 7.2; Eisenstat & Walker, "Choosing the forcing terms in an inexact Newton
-    method", SIAM J. Sci. Comput. 17, 1996, for the idea of tying eta_k to |g|):
+    eps_k = eta_k |g|_2 (N&W eq. 7.3 and theorem 7.2; Eisenstat & Walker, SIAM J. Sci. Comput.
+    17, 1996): `forcing="sqrt"` (default) eta_k = min(eta_max, sqrt(|g|_2)), superlinear;
+    `"linear"` min(eta_max, |g|_2), quadratic; a float c in (0, 1), eta_k = c, linear
+    convergence. `eta_max` = 0.5 (N&W; scipy's `Newton-CG` uses 1-norms). The loop also stops
+    after `max_cg_steps` updates with d = z_{max_cg_steps} (default min(2n, 50): CG ends within n
+    steps in exact arithmetic), and where Hp, p'Hp, alpha, r'r or z_{j+1} is not finite, with d =
+    -g if j = 0, else z_j.
 
-    - `forcing="sqrt"` (default): eta_k = min(eta_max, sqrt(|g|_2)), superlinear convergence;
-    - `forcing="linear"`: eta_k = min(eta_max, |g|_2), quadratic convergence;
-    - `forcing=c` (a float in (0, 1)): eta_k = c, linear convergence (tiny c: nearly exact
-      Newton steps).
-
-    `eta_max` defaults to 0.5 as in N&W. (scipy's `Newton-CG` uses the same rule with the
-    1-norm of g and of r in place of the 2-norm.)
-
-    The inner loop also stops after `max_cg_steps` updates (one Hessian-vector product
-    each) with d = z_{max_cg_steps}, the last iterate (default: min(2n, 50) with n the total
-    number of parameters: CG ends in at most n steps in exact arithmetic, the rest allows for
-    rounding), and when Hp, p'Hp, alpha, r'r or z_{j+1} is not finite, with d = -g if j = 0,
-    else d = z_j.
-
-    Work vectors are in each leaf's dtype widened to at least float32, inner products
-    accumulate in at least float32 and the CG scalars are in the widest of these and the
-    solver's scalar dtype; d is cast back to each leaf's dtype. The vector passed to the
-    Hessian-vector product is p_j / |p_j|_2 in the leaf dtypes (so that float16 neither
-    overflows nor underflows there), and its product is scaled back by |p_j|_2.
-
-    `scaled` is True (the unit step is the natural first trial for a Newton step) except
-    when d = -g from the first inner iteration: then the line search chooses its own
-    first trial. The state holds diagnostics only (inner updates and exit reason of the last
-    step, total Hessian-vector products); `update` and `reset` leave it unchanged.
+    Work vectors are in each leaf's dtype widened to at least float32, CG scalars in the widest
+    of these and the scalar dtype, d cast back; the product is taken of p_j / |p_j|_2 (float16
+    neither overflows nor underflows) and scaled back. `scaled` except where d = -g from the
+    first iteration. The state holds diagnostics only.
     """
 
     supports_bounds: ClassVar[bool] = False
@@ -182,13 +162,7 @@ class NewtonCG(AbstractMemorylessDirection):
             for x in leaves(z):
                 finite = finite & jnp.all(jnp.isfinite(x))
             code = jnp.select(
-                [
-                    ~jnp.isfinite(curv),
-                    curv <= 0,
-                    ~finite,
-                    jnp.sqrt(rr) < tol,
-                    c.j + 1 >= limit,
-                ],
+                [~jnp.isfinite(curv), curv <= 0, ~finite, jnp.sqrt(rr) < tol, c.j + 1 >= limit],
                 [
                     CGExit.NONFINITE,
                     CGExit.NEGATIVE_CURVATURE,
@@ -227,8 +201,6 @@ class NewtonCG(AbstractMemorylessDirection):
         d = select(steepest, jtu.tree_map(jnp.negative, work), end.z)
         d = jtu.tree_map(lambda x, g: x.astype(g.dtype), d, grad)
         new_state = NewtonCGState(
-            cg_steps=end.j,
-            exit=end.code,
-            num_hvp=(state.num_hvp + end.hvps).astype(jnp.int32),
+            cg_steps=end.j, exit=end.code, num_hvp=(state.num_hvp + end.hvps).astype(jnp.int32)
         )
         return d, ~steepest, new_state, no_limit(dtype)

@@ -19,12 +19,7 @@ from .._misc import (
     tree_zeros_like,
 )
 from ._base import AbstractDirection, DirectionInfo, no_limit
-from ._preconditioner import (
-    Preconditioner,
-    check_fits,
-    check_preconditioner,
-    prepared,
-)
+from ._preconditioner import Preconditioner, check_fits, check_preconditioner, prepared
 
 METHODS = ("fletcher-reeves", "polak-ribiere", "hestenes-stiefel", "dai-yuan", "hager-zhang")
 
@@ -36,62 +31,34 @@ class NonlinearCGState(eqx.Module):
 
 
 class NonlinearCG(AbstractDirection):
-    """Nonlinear conjugate gradient direction d_k = -g_k + beta_k d_{k-1}.
-
-    With g = g_k, p = g_{k-1}, d = d_{k-1} and y = g - p, the `method` chooses beta_k
-    (Nocedal & Wright, *Numerical Optimization*, 2nd ed., section 5.2; Hager & Zhang, "A new
-    conjugate gradient method with guaranteed descent and an efficient line search", SIAM J.
-    Optim. 16 (2005) 170-192; Hager & Zhang, "A survey of nonlinear conjugate gradient
-    methods", Pacific J. Optim. 2 (2006) 35-58):
+    """Nonlinear conjugate gradient direction d_k = -g_k + beta_k d_{k-1}. With g = g_k, p =
+    g_{k-1}, d = d_{k-1} and y = g - p, `method` chooses beta_k (Nocedal & Wright, 2nd ed.,
+    section 5.2; Hager & Zhang, SIAM J. Optim. 16 (2005) 170-192; Hager & Zhang, "A survey of
+    nonlinear conjugate gradient methods", Pacific J. Optim. 2 (2006) 35-58):
 
     - "fletcher-reeves": beta = g'g / p'p  (N&W eq. 5.41a)
     - "polak-ribiere":   beta = max(0, g'y / p'p), PR+  (N&W eq. 5.45)
     - "hestenes-stiefel": beta = g'y / d'y  (N&W eq. 5.46)
     - "dai-yuan":        beta = g'g / d'y
-    - "hager-zhang" (default): beta = max(beta_N, eta_k), the truncated rule of CG_DESCENT
-      (Hager & Zhang 2005), with beta_N = (y - 2 d |y|^2 / d'y)' g / d'y and
-      eta_k = -1 / (|d| min(eta, |p|)), `eta` = 0.01.
+    - "hager-zhang" (default): beta = max(beta_N, eta_k), CG_DESCENT's truncated rule, beta_N =
+      (y - 2 d |y|^2 / d'y)' g / d'y, eta_k = -1 / (|d| min(eta, |p|)), `eta` = 0.01.
 
-    Restarts (beta = 0, so d_k = -g_k):
+    Restarts (beta = 0): on the first call; Powell's (1977) where |g'p| >= `restart_threshold`
+    |g|^2 (0.2; None: off); where beta is not finite. Where d_k does not descend the solver takes
+    -g_k and calls `reset`, which records -g_k as d_k. FR and DY descend only under strong Wolfe
+    with c2 < 1/2; HZ's beta_N gives g'd <= -7/8 |g|^2 with any search (Hager & Zhang 2005,
+    theorem 1.1). With no line search given, `Solver` pairs it with `MoreThuente(gtol=0.1)`,
+    close to the line minimisation conjugacy assumes (N&W recommend c2 = 0.1). `scaled` is False
+    (the solver's guess, N&W eq. 3.60, starts each search). g_{k-1} and d_{k-1} are kept in the
+    params' dtypes; d is formed in at least float32 and rounded once.
 
-    - on the first call (there is no d_{k-1} yet);
-    - Powell's restart (Powell 1977), when consecutive gradients are far from orthogonal:
-      |g'p| >= `restart_threshold` |g|^2 (N&W section 5.2), threshold 0.2 by default, None
-      switches it off;
-    - when beta is not finite (e.g. d'y = 0).
-
-    The solver restarts too whenever d_k is not a descent direction: it takes -g_k instead
-    and calls `reset`, which records -g_k as d_k so that the next beta builds on the direction
-    actually used. FR and DY guarantee descent only with a strong Wolfe search with c2 < 1/2
-    (e.g. `Zoom(c2=0.1)`); HZ's beta_N gives g'd <= -7/8 |g|^2 with any line search
-    (Hager & Zhang 2005, theorem 1.1).
-
-    With no line search given, `Solver` pairs it with `MoreThuente(gtol=0.1)`: a search close
-    to a line minimisation, which the conjugacy of the directions assumes (N&W section 5.2
-    recommend c2 = 0.1). On the Rosenbrock problems of tests/interop/test_against_scipy.py it spends
-    far fewer evaluations than with `Zoom()`'s c2 = 0.9 (91 against 400 in 2-D, 308 against
-    3,630 in 10-D); on its logistic regression, a little more (25 against 22).
-
-    `scaled` is always False: the length of d carries no curvature information, so the solver
-    starts each line search from its scaled guess (N&W eq. 3.60). The state keeps g_{k-1} and
-    d_{k-1} in the params' dtypes; inner products accumulate in at least float32 and d is
-    formed per leaf in at least float32, then rounded once to the leaf's dtype.
-
-    **Preconditioning.** With `preconditioner` P (symmetric positive definite, an
-    approximation of the inverse Hessian; the kinds `LBFGS` takes: a callable v -> P v, a
-    params-shaped pytree of positive diagonal entries, dynamic leaves, or a symmetric lineax
-    operator), each rule is the one above in the variables z = P^(-1/2) x (N&W section 5.1,
-    "Preconditioning"; Hager & Zhang 2006, section 9), and d_k = -P g_k + beta_k d_{k-1}.
-    With z = P g_k, that replaces g'g by g'P g, p'p by p'P p, g'y by z'y, y'y (in HZ) by
-    y'P y and g'p (Powell's test) by z'p; d'y and d'g stay as they are.
-    HZ's eta_k keeps the Euclidean norms of d and p (the norm of d in the variables z would
-    need P^-1); any eta_k < 0 leaves beta between beta_N and max(beta_N, 0), where
-    g'd <= -7/8 g'P g holds. P is fixed for a run (it does not depend on x). A restart
-    takes d = -P g, and the direction the solver takes after a failed one is -g, as
-    without. With P the identity (a diagonal of ones) the iterates are those without, bit for
-    bit. Each step applies P to g, and a callable or lineax P also to g_{k-1} (FR, PR+) or to
-    y (HZ), for p'P p and y'P y: recomputed rather than kept, no copy of params more in the
-    state.
+    **Preconditioning.** `preconditioner` P (of the kinds `LBFGS` takes) gives each rule in z =
+    P^(-1/2) x (N&W section 5.1; Hager & Zhang 2006, section 9): d_k = -P g_k + beta_k d_{k-1},
+    with g'g -> g'P g, p'p -> p'P p, g'y -> z'y, y'y (HZ) -> y'P y and g'p (Powell) -> z'p for z
+    = P g; d'y and d'g stay. HZ's eta_k keeps Euclidean norms (any eta_k < 0 keeps g'd <= -7/8
+    g'P g). P is fixed for a run; a restart takes -P g; the identity gives the iterates without,
+    bit for bit. A callable or lineax P is applied again to g_{k-1} (FR, PR+) or y (HZ) rather
+    than kept in the state.
     """
 
     supports_bounds: ClassVar[bool] = False
@@ -123,9 +90,8 @@ class NonlinearCG(AbstractDirection):
         return NonlinearCGState(grad=zeros, direction=zeros, has_prev=jnp.array(False))
 
     def _beta(self, g, g_prev, d_prev, dtype, z, g_p_g, precondition) -> Scalar:
-        """beta_k, from z = P g and g_p_g = g'P g (g and g'g without a preconditioner);
-        `precondition` a `Preconditioning` or None. The forms v'P v are taken by
-        `Preconditioning.quadratic_form`, which for P the identity is v'v to the last bit."""
+        """beta_k from z = P g and g_p_g = g'P g (g and g'g without one); v'P v by
+        `Preconditioning.quadratic_form`, v'v to the last bit for the identity."""
 
         def form(v):  # v'P v
             if precondition is None:

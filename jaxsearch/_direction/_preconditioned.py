@@ -29,58 +29,31 @@ def _increment(count: Int[Array, ""]) -> Int[Array, ""]:
 
 
 class Preconditioned(AbstractDirection):
-    """d = -m_hat / (sqrt(v_hat) + eps), Adam's step (Kingma & Ba, "Adam: A Method for
-    Stochastic Optimization", ICLR 2015, algorithm 1) as a direction for a line search.
-
-    At each `compute`, with g the gradient at the current point and k the number of
-    gradients seen (all per coordinate):
+    """d = -m_hat / (sqrt(v_hat) + eps), Adam's step (Kingma & Ba, "Adam: A Method for Stochastic
+    Optimization", ICLR 2015, algorithm 1) as a direction for a line search. At each `compute`,
+    with g the gradient and k the gradients seen (per coordinate):
 
         m = b1 m + (1 - b1) g,        v = b2 v + (1 - b2) g^2,
         m_hat = m / (1 - b1^k),        v_hat = v / (1 - b2^k),
 
-    and with `amsgrad` v_hat is replaced by the largest v_hat so far (Reddi, Kale & Kumar,
-    "On the Convergence of Adam and Beyond", ICLR 2018, in optax's form
-    `optax.scale_by_amsgrad`). m, v and k follow `optax.scale_by_adam` exactly.
+    with `amsgrad` v_hat the largest so far (Reddi, Kale & Kumar, ICLR 2018, as
+    `optax.scale_by_amsgrad`); m, v and k follow `optax.scale_by_adam` exactly, also at a step
+    that fails (`update` does nothing). With D = diag(sqrt(v_hat) + eps), phi'(0) = -<g, D^{-1}
+    m_hat>. `scaled` is False; no bounds; the moments cost two (three with `amsgrad`) copies of
+    params in at least float32. Without momentum (`b1 = 0`, the default) d = -D^{-1} g always
+    descends and Armijo's test is in the preconditioned norm: AdaSLS of Vaswani, Laradji,
+    Kunstner, Meng, Schmidt & Lacoste-Julien, "Adaptive Gradient Methods Converge Faster with
+    Over-Parameterization (but you should do a line-search)", 2020, as their experiments run it
+    (b2 = 0.99 and `amsgrad` in their AMSGrad variant). With momentum the search is along -D^{-1}
+    m_hat with its own slope (not AdaSLS's momentum, which moves to a point its search never
+    evaluated); on mini-batches such steps raised `StochasticArmijo`'s training loss
+    (docs/stochastic.md), hence the default. Where d points uphill the solver takes -g and calls
+    `reset`, which forgets m and restarts its bias correction but keeps v, each coordinate's
+    scale (forgetting it would give sign descent from one batch).
 
-    With D = diag(sqrt(v_hat) + eps), phi'(0) = <g, d> = -<g, D^{-1} m_hat>.
-
-    **Without momentum** (`b1 = 0`, the default) m_hat = g, so d = -D^{-1} g is always a
-    descent direction and the Armijo condition of the line search is the one in the
-    preconditioned norm, f(x - t D^{-1} g) <= f(x) - c t |g|^2_{D^{-1}}: AdaSLS, the
-    adaptive method with a stochastic line search of Vaswani, Laradji, Kunstner, Meng,
-    Schmidt & Lacoste-Julien, "Adaptive Gradient Methods Converge Faster with
-    Over-Parameterization (but you should do a line-search)", 2020, as their experiments run
-    it (momentum 0; b2 = 0.99 and `amsgrad` in their AMSGrad variant).
-
-    **With momentum** (`b1 > 0`) the search is along d = -D^{-1} m_hat, with its own slope
-    <g, d>. That is not AdaSLS's momentum, which searches along -D^{-1} g and then moves
-    along -D^{-1} m_hat, to a point its search never evaluated (here every step ends at a
-    point its search evaluated). On one objective each step still decreases f; on
-    mini-batches, where m_hat carries earlier batches' gradients, steps that pass Armijo on
-    their own batch raised the training loss of `StochasticArmijo` over whole epochs
-    (docs/stochastic.md, measured against AdaSLS's momentum), which is why the default is
-    `b1 = 0`. Where d points uphill on a new batch, the solver takes -g for that step and
-    calls `reset`.
-
-    **Reset** (after a direction that was not a descent direction, or a step that failed)
-    forgets the first moment m and restarts its bias correction, so that the next direction
-    is -D^{-1} g, which is a descent direction. The second moments are kept: they estimate the
-    scale of each coordinate's gradient, which a failed step or an uphill momentum does not
-    make wrong, and forgetting them would turn the next direction into -g/|g| per coordinate
-    from a single batch (sign descent), a step of another scale than the one the line search
-    carried over.
-
-    `update` does nothing (the moments take the gradient in `compute`, once per step, as
-    Adam does: also at a step that then fails). The unit step is not natural for d
-    (`scaled` is False). The moments cost two (three with `amsgrad`) copies of params, in at
-    least float32. No bounds.
-
-    **Arguments:**
-
-    - `b1`: decay of the first moment, in [0, 1) (default 0: no momentum; see above).
-    - `b2`: decay of the second moment, in [0, 1).
-    - `eps`: added to sqrt(v_hat), >= 0.
-    - `amsgrad`: use the largest v_hat so far (static).
+    **Arguments:** `b1`, the first moment's decay in [0, 1) (default 0: no momentum); `b2`, the
+    second's, in [0, 1); `eps`, added to sqrt(v_hat), >= 0; `amsgrad`: use the largest v_hat so
+    far (static).
     """
 
     supports_bounds: ClassVar[bool] = False

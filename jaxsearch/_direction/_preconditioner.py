@@ -13,13 +13,12 @@ from jaxtyping import PyTree, Scalar
 from .._misc import at_least_float32, leaves, tree_dot
 
 # None, a callable v -> P v, a params-shaped pytree of positive diagonal entries, or a lineax
-# linear operator.
+# operator.
 Preconditioner = Any
 
 
 def _lineax_operator(p) -> bool:
-    """Whether `p` is a lineax operator. lineax is imported by whoever built one, so an
-    operator cannot exist unless the module is loaded: it is never imported here."""
+    """Whether `p` is a lineax operator; never imports lineax (whoever built one has)."""
     lineax = sys.modules.get("lineax")
     return lineax is not None and isinstance(p, lineax.AbstractLinearOperator)
 
@@ -96,11 +95,9 @@ class Preconditioning(NamedTuple):
         return jtu.tree_map(lambda r, x: jnp.asarray(r).astype(x.dtype), result, w)
 
     def quadratic_form(self, v: PyTree, dtype, pv: PyTree | None = None) -> Scalar:
-        """v'P v in `dtype` (accumulated as `tree_dot` does), from `pv` = P v where given
-        and P is not a diagonal. For a diagonal P, |u|^2 with
-        u = sqrt(P) v: where P is the identity, u is v and this is v'v to the last bit (the
-        same product of a vector with itself; v'(P v) is a product of two operands, which
-        XLA's CPU compiler accumulated in another order)."""
+        """v'P v in `dtype` (as `tree_dot`), from `pv` = P v where given and P is not diagonal. A
+        diagonal P gives |u|^2, u = sqrt(P) v: v'v to the last bit for the identity (v'(P v)
+        accumulates in another order on XLA's CPU)."""
         if callable(self.p) or _lineax_operator(self.p):
             return tree_dot(v, self(v) if pv is None else pv, dtype)
 

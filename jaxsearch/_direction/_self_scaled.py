@@ -1,6 +1,6 @@
-"""Self-scaled BFGS and self-scaled Broyden directions (Al-Baali 1998; Al-Baali & Khalfan 2005),
-dense, for small problems: the methods behind the most accurate PINN fits in float64 (Urbán,
-Stefanou & Pons, J. Comput. Phys. 2025; Kiyani et al., arXiv 2501.16371)."""
+"""Self-scaled BFGS and Broyden directions (Al-Baali 1998; Al-Baali & Khalfan 2005), dense, for
+small problems: behind the most accurate PINN fits in float64 (Urbán, Stefanou & Pons, J. Comput.
+Phys. 2025; Kiyani et al., arXiv 2501.16371)."""
 
 import abc
 from typing import ClassVar
@@ -24,31 +24,26 @@ class SelfScaledState(eqx.Module):
 
 
 class AbstractSelfScaled(AbstractDirection):
-    """A dense member of the self-scaled Broyden family, d = -H_k g_k.
-
-    After an accepted step with s = x_{k+1} - x_k, y = g_{k+1} - g_k,
+    """A dense member of the self-scaled Broyden family, d = -H_k g_k. After a step s = x_{k+1} -
+    x_k, y = g_{k+1} - g_k,
 
         H_{k+1} = (H_k - H y y'H / y'Hy + phi_k (y'Hy) v v') / tau_k + s s' / s'y,
         v = s / s'y - H y / y'Hy,
 
-    with the scaling tau_k and the Broyden parameter phi_k (phi = 1: BFGS, phi = 0: DFP) from
-    `scaling(b, h, n)`, where b = s'B_k s / s'y (B_k = H_k^-1; as s = -alpha H_k g_k, b =
-    (s'g_k)^2 / (g_k'H_k g_k s'y) with no inverse formed) and h = y'H_k y / s'y. H_{k+1} y = s
-    for every tau and phi. H_0 = I, unscaled: tau rescales H from the first pair on.
-
-    A pair is used only if it passes `BFGS`'s curvature guard (s'y > eps |s| |y|, all finite)
-    and b, h, tau, phi and the new matrix are finite with b, h > 0; otherwise H is unchanged.
-    The matrix and its products are in the widest param dtype widened to at least float32,
-    the state holds an n x n matrix (use it for small n), `scaled` is True once a pair has been
-    stored. Pair it with a Wolfe search (`Zoom`, `MoreThuente`), as the papers do."""
+    tau_k and phi_k (1: BFGS, 0: DFP) from `scaling(b, h, n)`, b = s'B_k s / s'y (= (s'g_k)^2 /
+    (g_k'H_k g_k s'y), no inverse formed), h = y'H_k y / s'y; H_{k+1} y = s for every tau, phi;
+    H_0 = I, unscaled. A pair is used only if it passes `BFGS`'s curvature guard and b, h, tau,
+    phi and the new matrix are finite with b, h > 0. Work in the widest param dtype, at least
+    float32; the state is n x n; `scaled` once a pair is stored. Pair it with a Wolfe search
+    (`Zoom`, `MoreThuente`), as the papers do.
+    """
 
     supports_bounds: ClassVar[bool] = False
     curvature_eps: eqx.AbstractVar[float | None]
 
     @abc.abstractmethod
     def scaling(self, b: Scalar, h: Scalar, n: int) -> tuple[Scalar, Scalar]:
-        """(tau_k, phi_k) for the pair's b = s'B_k s / s'y and h = y'H_k y / s'y (both > 0)
-        and the problem size n."""
+        """(tau_k, phi_k) for b, h > 0 and the problem size n."""
 
     def init(self, params, dtype) -> SelfScaledState:
         eye, eps = identity_and_guard(params, self.curvature_eps)
@@ -107,8 +102,7 @@ class AbstractSelfScaled(AbstractDirection):
         )
 
     def reset(self, state) -> SelfScaledState:
-        """H = I. The solver then steps along -g (its fallback where d does not descend), so
-        the curvature the next pair's b divides by becomes g'I g."""
+        """H = I; the solver then steps along -g, so the next pair's b divides by g'I g."""
         h = state.inv_hessian
         return eqx.tree_at(
             lambda t: (t.inv_hessian, t.count, t.curvature),
@@ -125,11 +119,10 @@ class AbstractSelfScaled(AbstractDirection):
 
 
 class SSBFGS(AbstractSelfScaled):
-    """Self-scaled BFGS (Al-Baali, J. Optim. Theory Appl. 96, 1998): phi_k = 1 and
-    tau_k = min(1, 1/b_k), so H is scaled up whenever the step's curvature s'B_k s / s'y says
-    H_k is too small. With tau_k = 1 it is `BFGS`'s update (without BFGS's initial scaling).
-    See `AbstractSelfScaled` for the update and its guards; `curvature_eps` is the
-    curvature guard's eps, as `BFGS`'s."""
+    """Self-scaled BFGS (Al-Baali, J. Optim. Theory Appl. 96, 1998): phi_k = 1, tau_k = min(1,
+    1/b_k), scaling H up where the step's curvature says H_k is too small; tau_k = 1 is `BFGS`'s
+    update without its initial scaling. Update and guards: `AbstractSelfScaled`; `curvature_eps`
+    as `BFGS`'s."""
 
     curvature_eps: float | None = eqx.field(static=True, default=None)
 
@@ -142,9 +135,8 @@ class SSBFGS(AbstractSelfScaled):
 
 class SSBroyden(AbstractSelfScaled):
     """Self-scaled Broyden (Al-Baali & Khalfan, "A wide interval for efficient self-scaling
-    quasi-Newton algorithms", Optim. Methods Softw. 20, 2005), with the parameter rules used
-    for PINNs by Urbán, Stefanou & Pons (2025). With a = b h - 1 (>= 0; the pair's departure
-    from a multiple of the Newton step), c = sqrt(a / (1 + a)),
+    quasi-Newton algorithms", Optim. Methods Softw. 20, 2005), with Urbán, Stefanou & Pons's
+    (2025) rules for PINNs. With a = b h - 1 (>= 0), c = sqrt(a / (1 + a)),
 
         rho- = min(1, h (1 - c)),  theta- = (rho- - 1) / a,  theta+ = 1 / rho-,
         theta = max(theta-, min(theta+, (1 - b) / b)),  sigma = 1 + a theta,
@@ -153,10 +145,9 @@ class SSBroyden(AbstractSelfScaled):
               else rho+ min(sigma^(-1/(n-1)), 1 / theta),
         phi = (1 - theta) / sigma
 
-    (theta is the family's parameter on the Hessian B: 0 is BFGS, 1 is DFP). Where a = 0
-    every member gives the same H_{k+1} up to tau, and theta- is taken as -inf. For n = 1
-    the power term is 1. See `AbstractSelfScaled` for the update and its guards;
-    `curvature_eps` is the curvature guard's eps, as `BFGS`'s."""
+    (theta on B: 0 is BFGS, 1 DFP); theta- = -inf where a = 0; the power term is 1 for n = 1.
+    Update and guards: `AbstractSelfScaled`; `curvature_eps` as `BFGS`'s.
+    """
 
     curvature_eps: float | None = eqx.field(static=True, default=None)
 

@@ -1,27 +1,12 @@
 """One slot of a memory whose slot index is an array: read, written, or the slots reordered.
-
-L-BFGS keeps its pairs in circular buffers, (m, ...) arrays whose newest slot `head` is an
-array. Indexing such a buffer is a dynamic slice; under `jax.vmap`, where each problem has
-its own `head`, it becomes a gather or a scatter over the whole batch. On a TPU (jax 0.10.2)
-these were far slower than selects (10^4 vmapped 2-D Rosenbrock problems), and a vmapped
-scatter inside a `lax.while_loop` wrote wrong rows: with `mode="drop"` from 30,920 buffer
-rows on, and in bounds too at 4000 problems of (10, 1000) buffers
-(`benchmarks/studies/tpu_vmap_failures.py`; benchmarks/results/tpu_vmap_failures_tpu.md; the
-figures in docs/benchmarks.md).
-
-So on a TPU every write is a select over the slots (a masked replace), whatever the size
-and whether or not vmap batches the slot index: it reads and writes the whole buffer, and is
-right under any vmap. A write of one row in place where the index is not batched (a
-`custom_vmap` rule) was tried and measured against it on a TPU: faster a step for L-BFGS on
-one large 1-D leaf, but slower for the whole MLP run of benchmarks/suite/networks.py (six 2-D
-leaves, about five evaluations a step), which counts for more (docs/benchmarks.md).
-A read is a masked sum over the slots for a buffer of at most `SELECT_LIMIT` elements, and a
-slice above (vmapped gathers read right).
-On other backends reads and writes are slices, as before: on a CPU the gathers are fast and
-the selects are not (on the same 10^4 problems; docs/benchmarks.md), and a GPU keeps the
-slices it was measured with (benchmarks/results/batched_gpu.md). Only a
-CPU writes with `mode="drop"`; elsewhere a write stays in bounds.
-"""
+L-BFGS's circular buffers are (m, ...) arrays with an array `head`; indexing them is a dynamic
+slice, under `jax.vmap` a gather or scatter over the batch. On a TPU these are far slower than
+selects, and a vmapped scatter inside a `lax.while_loop` wrote wrong rows
+(`benchmarks/studies/tpu_vmap_failures.py`; docs/benchmarks.md), so there every write is a select
+over the slots, right under any vmap, and a read a masked sum up to `SELECT_LIMIT` elements, a
+slice above (vmapped gathers read right); a row written in place where the index is not batched
+made a network run slower. Elsewhere reads and writes are slices (on a CPU gathers are fast and
+selects are not); only a CPU writes with `mode="drop"`."""
 
 import jax
 import jax.numpy as jnp
@@ -65,8 +50,8 @@ def with_slot(
     if keep is True:
         return buffer.at[index].set(new)
     if jax.default_backend() == "cpu":
-        # Where not `keep`, the write goes to slot m, which does not exist, and is dropped:
-        # no read of the slot's old row: faster, kept or not (benchmarks/HISTORY.md).
+        # Where not `keep`, the write goes to slot m, which does not exist, and is dropped: no read
+        # of the old row.
         dropped = jnp.where(keep, index, buffer.shape[0])
         return buffer.at[dropped].set(new, mode="drop")
     return buffer.at[index].set(jnp.where(keep, new, buffer[index]))

@@ -24,53 +24,40 @@ from ._decrease import AbstractDecreaseSearch, DecreaseSearchState, accepts_max_
 
 
 class AbstractBacktracking(AbstractLineSearch):
-    """Backtracking on Armijo's test against a reference value R of each search,
-
-        phi(t) <= R + c1 t phi'(0),
-
-    with R = phi(0) for Armijo's own test (Nocedal & Wright, *Numerical Optimization*, 2nd
-    ed., algorithm 3.1: `Backtracking`, `StochasticArmijo`) and R = C_k, a weighted average
-    of the values at the iterates, for Zhang & Hager's nonmonotone one ("A nonmonotone line
-    search technique and its application to unconstrained optimization", SIAM J. Optim.
-    14(4), 2004: `NonmonotoneArmijo`). Where `lost_in_rounding` holds at a trial, the test
-    is on the slope instead, phi'(t) <= (2 c1 - 1) phi'(0); a trial whose phi(t) or phi'(t)
-    is not finite fails.
-
-    `update` is the loop they share: a trial that passes is the step; one that fails is
-    multiplied by `shrink`; after `max_trials` trials, or when the next trial would be below
-    the line's resolution `min_step`, the search ends with no step. A subclass writes what it
-    keeps between searches (`init`, `start`, `finish`), `reference`, `lost_in_rounding` and
-    the fields of its own that a judged trial sets (`recorded`); its search state has the
-    field `dphi0`, phi'(0)."""
+    """Backtracking on Armijo's test against a reference value R, phi(t) <= R + c1 t phi'(0): R =
+    phi(0) for Armijo's test (Nocedal & Wright, 2nd ed., algorithm 3.1: `Backtracking`,
+    `StochasticArmijo`), R = C_k, Zhang & Hager's weighted average of the iterates' values (SIAM
+    J. Optim. 14(4), 2004: `NonmonotoneArmijo`). Where `lost_in_rounding`, phi'(t) <= (2 c1 - 1)
+    phi'(0) instead; a non-finite trial fails. `update` is the shared loop: a passing trial is
+    the step, a failing one is multiplied by `shrink`; after `max_trials`, or below `min_step`,
+    no step. A subclass writes `init`, `start`, `finish`, `reference`, `lost_in_rounding` and
+    `recorded`; its search state has `dphi0`."""
 
     c1: eqx.AbstractVar[Setting]
     shrink: eqx.AbstractVar[Setting]
 
     @abc.abstractmethod
     def reference(self, search) -> Scalar:
-        """R, the value the Armijo test of this search compares phi(t) against."""
+        """R, the value Armijo's test compares phi(t) against."""
 
     @abc.abstractmethod
     def lost_in_rounding(self, search, t, phi, dphi) -> Bool[Array, ""]:
-        """Whether the change of f at this trial is lost in f's rounding error, where the
-        test is on the slope (False for a search that judges values alone)."""
+        """Whether the change of f at this trial is lost in rounding, so the test is on the slope
+        (False for a search on values alone)."""
 
     @abc.abstractmethod
     def long_enough(self, search, t, phi, dphi, lost) -> Bool[Array, ""] | None:
-        """The test a trial must pass beside sufficient decrease so that it is not too short
-        (Wolfe's curvature condition, Goldstein's lower bound), given whether its change of
-        f is `lost` in rounding; None for Armijo's test alone."""
+        """The test beside sufficient decrease against too short a step (Wolfe's curvature,
+        Goldstein's lower bound), given whether the change is `lost`; None for Armijo's alone."""
 
     @abc.abstractmethod
     def recorded(self, search, accept: Bool[Array, ""], phi: Scalar) -> dict:
-        """The search's own fields a judged trial sets (for `after_trial`), from its value
-        phi(t) and whether it passed; {} for none."""
+        """The search's own fields a judged trial sets (for `after_trial`); {} for none."""
 
     def passes(self, search, t, phi, dphi) -> Bool[Array, ""]:
-        """Armijo's test at trial t against `reference`, or the slope test where
-        `lost_in_rounding`, and `long_enough` where the search has that test; False where
-        phi(t) or phi'(t) is not finite. On a trial judged on f alone (`value_only_trial`)
-        the tests on values alone."""
+        """Armijo's test against `reference` (the slope test where `lost_in_rounding`), and
+        `long_enough` where there is one; False where phi(t) or phi'(t) is not finite. A
+        `value_only_trial` is judged on values alone."""
         lost = self.lost_in_rounding(search, t, phi, dphi)
         test = armijo(self.reference(search), search.dphi0, t, phi, self.c1)
         decrease = jnp.where(lost, slope_armijo(search.dphi0, dphi, self.c1), test)
@@ -84,17 +71,15 @@ class AbstractBacktracking(AbstractLineSearch):
         return jnp.where(self.value_only_trial(search, dphi), alone, accept)
 
     def value_only_trial(self, search, dphi) -> Bool[Array, ""]:
-        """Whether the trial just evaluated came without its slope (phi'(t) = NaN, where
-        `slope_needed` said it needs none)."""
+        """Whether the trial came without its slope (phi'(t) = NaN, see `slope_needed`)."""
         needed = self.slope_needed(search)
         if needed is None:
             return jnp.array(False)
         return ~needed & jnp.isnan(dphi)
 
     def slope_wanted(self, search, t, phi, dphi) -> Bool[Array, ""]:
-        """Whether a trial judged on f alone needs its slope after all: f changed by less than
-        its rounding error there (`lost_in_rounding` of the values), so the search asks the
-        solver for the same trial again, with its slope."""
+        """Whether a trial judged on f alone needs its slope after all (its change is
+        `lost_in_rounding`): the search then asks for the same t again."""
         lost = self.lost_in_rounding(search, t, phi, jnp.zeros_like(dphi))
         return self.value_only_trial(search, dphi) & lost
 
@@ -120,24 +105,20 @@ class _BacktrackingState(eqx.Module):
 
 
 class AbstractDecreaseBacktracking(AbstractBacktracking, AbstractDecreaseSearch):
-    """Backtracking on Armijo's test against phi(0), within the rounding allowance of
-    `AbstractDecreaseSearch` (Hager & Zhang 2005, section 4), shared by `Backtracking` and
-    `StochasticArmijo`. The state between searches is the previous accepted step (0 until one
-    is accepted) and Hager & Zhang's scale C_k. A subclass says where a search starts
-    (`first_trial`), what a search that takes no step leaves for the next
-    (`carried_after_failure`), and checks its own settings."""
+    """Backtracking on Armijo's test against phi(0) within `AbstractDecreaseSearch`'s rounding
+    allowance: `Backtracking`, `StochasticArmijo`. It keeps the previous accepted step (0: none)
+    and C_k; a subclass gives `first_trial` and `carried_after_failure`."""
 
     refines_best: ClassVar[bool] = False  # the last trial is the only one with sufficient decrease
 
     @abc.abstractmethod
     def first_trial(self, prev_step: Scalar, guess: Scalar) -> Scalar:
-        """The first trial before the cap rules, from the previous accepted step (0: none yet)
-        and the solver's shared initial guess."""
+        """The first trial before the cap rules, from the previous accepted step (0: none) and the
+        solver's guess."""
 
     @abc.abstractmethod
     def carried_after_failure(self, prev_step: Scalar, search: DecreaseSearchState) -> Scalar:
-        """What a search that took no step leaves as `prev_step` for the next one's
-        `first_trial`, from the one before it and this search's state."""
+        """The `prev_step` a search that took no step leaves for the next `first_trial`."""
 
     def value_scale(self, state) -> ValueScale:
         return state.scale
@@ -172,57 +153,34 @@ class AbstractDecreaseBacktracking(AbstractBacktracking, AbstractDecreaseSearch)
 
 @accepts_max_steps
 class Backtracking(AbstractDecreaseBacktracking):
-    """Backtracking until `condition` holds at a trial, with `c1` = 1e-4 and `c2` = 0.9 by
-    default (Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithm 3.1):
+    """Backtracking until `condition` holds, with `c1` = 1e-4 and `c2` = 0.9 by default (Nocedal &
+    Wright, 2nd ed., algorithm 3.1):
 
     - `"armijo"` (the default): phi(t) <= phi(0) + c1 t phi'(0) (N&W eq. 3.4);
-    - `"goldstein"`: phi(0) + (1 - c1) t phi'(0) <= phi(t) <= phi(0) + c1 t phi'(0), for
-      `c1` < 1/2 (N&W eq. 3.11);
-    - `"wolfe"`: Armijo's test and phi'(t) >= c2 phi'(0) (N&W eq. 3.6);
-    - `"strong-wolfe"`: Armijo's test and |phi'(t)| <= c2 |phi'(0)| (N&W eq. 3.7);
+    - `"goldstein"`: phi(0) + (1 - c1) t phi'(0) <= phi(t) <= phi(0) + c1 t phi'(0), `c1` < 1/2
+      (N&W eq. 3.11);
+    - `"wolfe"`: Armijo's and phi'(t) >= c2 phi'(0) (N&W eq. 3.6);
+    - `"strong-wolfe"`: Armijo's and |phi'(t)| <= c2 |phi'(0)| (N&W eq. 3.7);
 
-    with `c2` in (c1, 1) for the Wolfe conditions (it is not used by the others). Each
-    rejected trial (including one where f or its slope is not finite) multiplies t by
-    `shrink`. After `max_trials` rejected trials, or when the next trial would be below the
-    line's resolution `min_step` (it would change no parameter), no step is taken
-    (`step == 0`). A backtracking search only shrinks: a trial rejected by the curvature
-    condition or Goldstein's lower bound (a step too short) is shrunk too, as jaxopt's
-    `BacktrackingLineSearch` does, so the search may end with no step where a bracketing
-    search would find one (`js.Zoom` for the strong Wolfe conditions, `js.MoreThuente`).
+    `c2` in (c1, 1), for the Wolfe conditions only. Each rejected trial (non-finite too) is
+    multiplied by `shrink`; after `max_trials` rejections, or below `min_step`, no step. A step
+    rejected as too short is shrunk too (as jaxopt's `BacktrackingLineSearch`): for the Wolfe
+    conditions a bracketing search (`js.Zoom`, `js.MoreThuente`) finds more steps. The first
+    trial is the solver's guess; with `growth`, min(growth * previous accepted step,
+    max_step_size) once one was accepted, as optax's. At a binding dynamic cap
+    (`AbstractLineSearch.start`) Armijo's test alone accepts the cap: no longer step may be
+    tried.
 
-    The first trial is the solver's shared initial guess (1 for quasi-Newton directions); with
-    `growth` set it is instead min(growth * previous accepted step, max_step_size) once a step
-    has been accepted, as optax's backtracking search does.
+    Where the change of f is within `epsilon C_k` (`AbstractDecreaseSearch`; `epsilon = None`:
+    1e-6 in float64, 3.5e-4 in float32) it is lost in rounding (Hager & Zhang 2005, section 4)
+    and value tests are made on slopes, as for a quadratic phi: Armijo's becomes phi'(t) <= (2 c1
+    - 1) phi'(0), Goldstein's lower bound phi'(t) >= (1 - 2 c1) phi'(0). `epsilon = 0` gives the
+    textbook tests (only then is it `monotone`).
 
-    With a dynamic cap `max_step` passed to `start`, cap = min(max_step_size, max_step)
-    replaces max_step_size above and the first trial is max(min(that trial, cap), min_step):
-    no trial exceeds cap. A trial at a binding cap (cap < max_step_size) is accepted (step =
-    cap, `success` True) exactly when it passes Armijo's test (below, slope form included):
-    the curvature condition or Goldstein's lower bound is not asked there, since no longer
-    step may be tried. A cap below `min_step` (or <= 0, or NaN) ends the search at once with
-    no step.
-
-    Where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k` (C_k: Hager & Zhang's
-    average of |f| over the iterates, `ValueScale`; `epsilon = None`: 1e-6 in float64,
-    3.5e-4 in float32), the change is lost in the rounding error of f (`lost_in_rounding`,
-    Hager & Zhang 2005, section 4) and the tests on values are made on slopes, as they read
-    for a quadratic phi: Armijo's test becomes phi'(t) <= (2 c1 - 1) phi'(0), and
-    Goldstein's lower bound phi'(t) >= (1 - 2 c1) phi'(0). The curvature conditions are on
-    slopes already and stay as they are. `epsilon = 0` gives the textbook tests.
-
-    `slopes="first"` evaluates f alone (no gradient: one forward pass of fn) at every trial
-    after the first, where Armijo's test needs no slope, as jaxopt's Armijo backtracking
-    does: a step that backtracks k times then costs one evaluation of f and its gradient,
-    k of f alone and, for the trial it accepts, one more of f and its gradient, where
-    `"every"` (the default) costs k + 1 of f and its gradient. Worth it where the gradient
-    costs more than f and steps often backtrack twice or more (gradient descent on a stiff
-    f); a quasi-Newton direction's unit step is mostly accepted at once, where it changes
-    nothing. A trial whose change of f is lost in rounding is evaluated again with its slope
-    (`AbstractLineSearch.slope_needed`). Counted apart in `Result.num_grad_evals`.
-
-    A step accepted on its slope may raise f within the allowance above: the search is
-    `monotone` only with `epsilon = 0`. `max_step_size` (default +inf, no cap) and numeric
-    settings given as arrays: see `AbstractLineSearch`.
+    `slopes="first"` evaluates f alone at trials after the first (as jaxopt's): k backtracks cost
+    k evaluations of f alone and two with the gradient, against k + 1 with `"every"` (the
+    default); worth it where the gradient costs more than f and steps backtrack often.
+    `max_step_size` (default +inf) and array settings: see `AbstractLineSearch`.
     """
 
     c1: Setting = 1e-4

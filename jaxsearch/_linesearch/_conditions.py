@@ -8,8 +8,8 @@ from .._misc import Setting, scalar
 
 
 def no_allowance(epsilon) -> bool:
-    """Whether a search with this `epsilon` uses Armijo's test alone (epsilon = 0, a Python
-    number): then every step it accepts lowers f or leaves it equal (`monotone`)."""
+    """Whether `epsilon` is the Python number 0 (Armijo's test alone): the search is then
+    `monotone`."""
     return isinstance(epsilon, int | float) and epsilon == 0
 
 
@@ -19,9 +19,8 @@ def armijo(phi0: Scalar, dphi0: Scalar, t: Scalar, phi: Scalar, c1: Setting) -> 
 
 
 def value_tolerance(epsilon: Setting | None, dtype) -> Setting:
-    """`epsilon`, or for None max(1e-6, sqrt(machine epsilon of dtype)): Hager & Zhang's 1e-6
-    in float64, 3.5e-4 in float32, where the rounding error of a sum of many terms lies far
-    above 1e-6 relative to f."""
+    """`epsilon`, or for None max(1e-6, sqrt(eps of dtype)): Hager & Zhang's 1e-6 in float64, 3.5e-4
+    in float32, where a long sum's rounding lies far above 1e-6 relative to f."""
     if epsilon is not None:
         return epsilon
     return max(1e-6, float(jnp.finfo(dtype).eps) ** 0.5)
@@ -32,8 +31,8 @@ class ValueScale(eqx.Module):
 
         Q_0 = 1, C_0 = |f_0|,   Q_k = 1 + Delta Q_{k-1},   C_k = C_{k-1} + (|f_k| - C_{k-1}) / Q_k.
 
-    The rounding error of f is judged relative to C_k rather than to |f_k|: where f falls
-    from large values towards 0, the terms it sums stay large, and so does their rounding error.
+    Rounding is judged relative to C_k, not |f_k|: as f falls towards 0 the terms it sums, and
+    their rounding, stay large.
     """
 
     C: Scalar
@@ -51,8 +50,7 @@ class ValueScale(eqx.Module):
         return ValueScale(C=C, Q=Q)
 
     def allowance(self, epsilon: Setting | None) -> Scalar:
-        """epsilon C_k: how far above phi(0) a search may accept a step whose change of f is
-        lost in rounding (see `lost_in_rounding`)."""
+        """epsilon C_k: how far above phi(0) a step `lost_in_rounding` may be accepted."""
         return value_tolerance(epsilon, self.C.dtype) * self.C
 
     def kept_if(self, keep: Bool[Array, ""], other: "ValueScale") -> "ValueScale":
@@ -69,20 +67,11 @@ def lost_in_rounding(
     epsilon: Setting | None,
     scale: Scalar | None = None,
 ) -> Bool[Array, ""]:
-    """Is the change phi(t) - phi(0) lost in the rounding error of f?
-
-    Near a minimiser phi(0) - phi(t) falls below the rounding error of f, and tests and
-    comparisons of values become coin tosses. Following Hager & Zhang (2005, section 4), the
-    searches then let the slopes decide. That is the case here when
-
-        t |phi'(0)| <= epsilon C   and   |phi(t) - phi(0)| <= epsilon C
-
-    (the linear model and the value both change f by less than the tolerance), with phi(t)
-    and phi'(t) finite, where C is `scale` (the searches pass `ValueScale`'s C_k) or, for
-    None, |phi(0)|. There sufficient decrease is judged by `slope_armijo`, so a step
-    accepted this way raises f by at most epsilon C. `epsilon = 0` never reports a loss;
-    for `epsilon = None` see `value_tolerance`.
-    """
+    """Is phi(t) - phi(0) lost in f's rounding? Near a minimiser value comparisons are coin tosses,
+    so the slopes decide (Hager & Zhang 2005, section 4). True where t |phi'(0)| <= epsilon C and
+    |phi(t) - phi(0)| <= epsilon C with phi(t), phi'(t) finite; C is `scale` (C_k) or, for None,
+    |phi(0)|. A step accepted there by `slope_armijo` raises f by at most epsilon C. `epsilon =
+    0` never reports a loss; None: `value_tolerance`."""
     scale = jnp.abs(phi0) if scale is None else scale
     tolerance = value_tolerance(epsilon, phi0.dtype) * scale
     return (
@@ -109,10 +98,8 @@ def sufficient_decrease(
     epsilon,
     scale: Scalar | None = None,
 ) -> tuple[Bool[Array, ""], Bool[Array, ""]]:
-    """(Armijo's test, or `slope_armijo` where the change is `lost_in_rounding`; the loss).
-
-    A step accepted on its slope may raise f by up to epsilon C: such a search is not
-    `monotone`, and the solver keeps the best point apart from the iterate."""
+    """(Armijo's test, or `slope_armijo` where the change is `lost_in_rounding`; the loss). A step
+    accepted on its slope may raise f by up to epsilon C, so such a search is not `monotone`."""
     lost = lost_in_rounding(phi0, dphi0, t, phi, dphi, epsilon, scale)
     decrease = jnp.where(lost, slope_armijo(dphi0, dphi, c1), armijo(phi0, dphi0, t, phi, c1))
     return decrease & jnp.isfinite(dphi), lost
@@ -133,9 +120,8 @@ def strong_wolfe_curvature(dphi0: Scalar, dphi: Scalar, c2: Setting) -> Bool[Arr
 def goldstein_lower(
     phi0: Scalar, dphi0: Scalar, t: Scalar, phi: Scalar, dphi: Scalar, c: Setting, lost
 ) -> Bool[Array, ""]:
-    """The lower Goldstein bound phi(t) >= phi(0) + (1 - c) t phi'(0) (Nocedal & Wright,
-    2nd ed., eq. 3.11, left), which keeps t from being too short. Where the change of f is
-    `lost` in rounding it is judged on the slope as for a quadratic phi, where it reads
-    phi'(t) >= (1 - 2 c) phi'(0) (as `slope_armijo` is Armijo's test on a quadratic)."""
+    """The lower Goldstein bound phi(t) >= phi(0) + (1 - c) t phi'(0) (Nocedal & Wright, 2nd ed.,
+    eq. 3.11, left); where the change is `lost` in rounding, its quadratic form phi'(t) >= (1 - 2
+    c) phi'(0)."""
     on_values = phi >= phi0 + (1 - c) * t * dphi0
     return jnp.where(lost, dphi >= (1 - 2 * c) * dphi0, on_values)

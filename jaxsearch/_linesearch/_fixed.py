@@ -9,22 +9,11 @@ from ._base import AbstractLineSearch, SearchState, after_trial, capped_start, s
 
 
 class FixedStep(AbstractLineSearch):
-    """Take t = `learning_rate` along the direction, without a sufficient-decrease test: one
-    evaluation per step, as plain (quasi-)gradient descent in stochastic training.
-
-    The only check is finiteness: a trial whose value or slope is not finite is not taken (no
-    step, `success` False), and neither is a learning rate below the line's resolution
-    `min_step` (it would change no parameter). Without a decrease test, f may increase from
-    one step to the next.
-
-    With a dynamic cap `max_step` passed to `start`, the step is t = min(learning_rate,
-    max_step), under the same finiteness check, and nothing is taken when that is below
-    `min_step` (or <= 0, or NaN). Still no decrease test, at the cap or elsewhere: the
-    search is not `monotone`, and a run keeps its best point.
-
-    `learning_rate` may be a 0-d array: a schedule (a new rate per step, say inside the
-    user's jitted step) then reuses one compiled program.
-    """
+    """Take t = `learning_rate` (or min(learning_rate, the dynamic cap)) without a decrease test:
+    one evaluation per step, as plain (quasi-)gradient descent. No step (`success` False) where
+    the trial's value or slope is not finite, or t is below `min_step`, <= 0 or NaN. Not
+    `monotone`: a run keeps its best point. A 0-d array `learning_rate` lets a schedule reuse one
+    compiled program."""
 
     learning_rate: Setting = 1e-3
 

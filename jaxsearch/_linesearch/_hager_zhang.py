@@ -54,86 +54,47 @@ def _inside(c, a, b):
 
 @accepts_max_steps
 class HagerZhang(AbstractDecreaseSearch):
-    """Approximate Wolfe line search of W. W. Hager and H. Zhang, "A new conjugate gradient
-    method with guaranteed descent and an efficient line search", *SIAM J. Optim.* 16(1),
-    170–192 (2005), and "Algorithm 851: CG_DESCENT, a conjugate gradient method with
-    guaranteed descent", *ACM Trans. Math. Software* 32(1), 113–137 (2006).
+    """Approximate Wolfe line search of W. W. Hager and H. Zhang, "A new conjugate gradient method
+    with guaranteed descent and an efficient line search", *SIAM J. Optim.* 16(1), 170–192
+    (2005), and "Algorithm 851: CG_DESCENT", *ACM Trans. Math. Software* 32(1), 113–137 (2006). A
+    finite trial t is accepted when it satisfies T1, the (not strong) Wolfe conditions, phi(t) -
+    phi(0) <= delta t phi'(0) and phi'(t) >= sigma phi'(0), or (once switched, as CG_DESCENT,
+    from the first step with |f_{k+1} - f_k| <= omega C_k on) T2, the approximate Wolfe
+    conditions, (2 delta - 1) phi'(0) >= phi'(t) >= sigma phi'(0) and phi(t) <= phi(0) +
+    epsilon_k; epsilon_k = epsilon C_k, C_k averaging |f| over the iterates: Q_0 = 1, C_0 =
+    |f_0|, Q_{k+1} = 1 + Delta Q_k, C_{k+1} = C_k + (|f_{k+1}| - C_k) / Q_{k+1}.
 
-    A trial t is accepted when it is finite and satisfies
-
-    - T1, the (original, not strong) Wolfe conditions:
-      phi(t) - phi(0) <= delta t phi'(0) and phi'(t) >= sigma phi'(0); or
-    - T2, the approximate Wolfe conditions (only once the switch below has happened):
-      (2 delta - 1) phi'(0) >= phi'(t) >= sigma phi'(0) and phi(t) <= phi(0) + epsilon_k,
-
-    with epsilon_k = epsilon C_k, where C_k averages |f| over the iterates:
-    Q_0 = 1, C_0 = |f_0|, Q_{k+1} = 1 + Delta Q_k, C_{k+1} = C_k + (|f_{k+1}| - C_k) / Q_{k+1}.
-    As in CG_DESCENT, the search uses T1 only until a step changes f by at most omega C_k,
-    |f_{k+1} - f_k| <= omega C_k; from then on it accepts T1 or T2 (the switch is kept in the
-    state between searches).
-
-    The trials follow the 2006 paper's line search: the bracket routine B1–B3 (expansion
-    c_{j+1} = rho c_j until phi'(c_j) >= 0, or phi(c_j) > phi(0) + epsilon_k, which starts the
-    bisection of U3), then repeated secant^2 steps (S1–S4, each trial placed by the update
-    rules U0–U3, U3 being the bisection loop d = (1 - theta) a + theta b), with a bisection
-    of [a, b] (L2) whenever one secant^2 step shrinks the bracket by less than the factor gamma.
-    The secant is secant(a, b) = (a phi'(b) - b phi'(a)) / (phi'(b) - phi'(a)). One deviation:
-    when the bracket routine meets phi(c_j) > phi(0) + epsilon_k, the bisection starts from the
-    last expansion point c_{j-1} instead of 0 (every c_i before c_j satisfies the conditions
-    of a lower end, as B1 assumes).
-
-    The first trial (the paper's I0–I2): the solver's `guess` on the first search (the
-    paper's I0 needs x_0, which a line search does not see) and whenever the direction is
-    `scaled` (quasi-Newton: the unit step is natural). Otherwise QuadStep (I1): phi is
-    evaluated at psi1 alpha_{k-1}; if phi(psi1 alpha_{k-1}) <= phi(0) and the quadratic through
-    phi(0), phi'(0) and that value is strictly convex, its minimiser is the first trial; else
-    (I2) psi2 alpha_{k-1}. The QuadStep evaluation is one trial; it is never accepted itself
-    (it may still be the fallback point below); if its value is not finite, the first trial
-    is theta psi1 alpha_{k-1}. With `quad_step=False`, I2 always.
-
-    A trial whose value or slope is not finite is never accepted: it is treated as the paper's
-    U3 case (a point above phi(0) + epsilon_k), so it becomes the upper end b and the next trial
-    bisects towards the lower end a. Trials are capped at `max_step_size` and never lie below
-    the line's resolution `min_step`.
+    Trials follow the 2006 paper: bracketing B1–B3 (c_{j+1} = rho c_j until phi'(c_j) >= 0, or
+    phi(c_j) > phi(0) + epsilon_k, which starts U3's bisection, here from c_{j-1}, not 0: every
+    earlier c_i is a valid lower end, as B1 assumes), then secant^2 steps (S1–S4, placed by
+    U0–U3, U3 bisecting d = (1 - theta) a + theta b), bisecting [a, b] (L2) where a secant^2 step
+    shrinks it by less than gamma; secant(a, b) = (a phi'(b) - b phi'(a)) / (phi'(b) - phi'(a)).
+    The first trial: the solver's `guess` on the first search (I0 needs x_0) and for a `scaled`
+    direction; otherwise QuadStep (I1): phi at psi1 alpha_{k-1} and, if that is <= phi(0) and the
+    quadratic through phi(0), phi'(0) and it is strictly convex, its minimiser, else (I2) psi2
+    alpha_{k-1}. The QuadStep evaluation is a trial, never accepted itself; if not finite, the
+    first trial is theta psi1 alpha_{k-1}. `quad_step=False`: I2 always. A non-finite trial is
+    U3's case, the upper end b. Trials lie within [`min_step`, `max_step_size`].
 
     It fails after `judged_trials` (`max_trials` - 1; default 51) trials, when expansion reaches
-    `max_step_size`, when the next trial would not lie strictly inside the bracket (it collapsed in
-    floating point), when the bracket is narrower than `min_step`, or when the next trial would lie
-    below `min_step`. When a search in Wolfe (T1) mode fails, CG_DESCENT switches to approximate
-    Wolfe for good and runs the search again (unless the slope was still negative at the largest
-    step); here the switch is made the same way (from the next search on), and instead of a second
-    search the trials already evaluated are checked for T2: the one with the lowest value among them
-    is the step, with `success` True. Otherwise the search returns the trial with the lowest value
-    among those with sufficient decrease phi(t) <= phi(0) + delta t phi'(0) (in approximate mode:
-    phi(t) <= phi(0) + epsilon_k) and finite slope, or no step when there is none, with `success`
-    False. A step that was not the last trial is evaluated once more.
+    `max_step_size`, when the next trial would not lie strictly inside the bracket, or when the
+    bracket or the next trial is below `min_step`. Where a T1 search fails, CG_DESCENT switches
+    to T2 for good and searches again; here the switch holds from the next search, and the trials
+    seen are checked for T2 (the lowest is the step, with `success`). Otherwise the step is the
+    lowest trial with sufficient decrease (approximate mode: phi(t) <= phi(0) + epsilon_k) and a
+    finite slope, re-evaluated if not the last, `success` False; or no step.
 
-    Defaults are the papers' (2006, section 4): `delta` = 0.1, `sigma` = 0.9, `epsilon` = 1e-6,
-    `theta` = 0.5, `gamma` = 0.66, `omega` = 1e-3, `Delta` = 0.7, `psi1` = 0.1, `psi2` = 2,
-    `rho` = 5;
-    `epsilon = None` (the default) is the paper's 1e-6 in float64 and 3.5e-4 in float32, whose
-    rounding errors 1e-6 would not cover (`value_tolerance`).
-    Requires 0 < delta < 0.5, delta <= sigma < 1, epsilon >= 0, 0 < theta < 1, 0 < gamma < 1,
-    omega >= 0, 0 <= Delta <= 1, 0 < psi1 < 1, psi2 > 0, rho > 1, max_trials >= 1.
-
-    With a dynamic cap `max_step` passed to `start`, cap = min(max_step_size, max_step)
-    replaces max_step_size above (clipping of the first trial, QuadStep's and the expansion's,
-    failure at the cap) and the first trial is max(min(I0-I2's trial, cap), min_step). Where
-    cap < max_step_size (the dynamic cap binds), a QuadStep trial (I1) clipped to cap is
-    taken as the bracket routine's first trial c_0 instead, and a finite trial at t = cap
-    ends the search with step = cap and `success` True when phi'(cap) <= delta phi'(0) (f
-    still falls steeply there, as dcsrch stops at its stpmax) and it passes this search's
-    sufficient-decrease test: Armijo,
-    phi(t) - phi(0) <= delta t phi'(0) (T1's first half), or, in approximate mode, T2's
-    first half, (2 delta - 1) phi'(0) >= phi'(t) and phi(t) <= phi(0) + epsilon_k. A trial
-    at cap that fails it is treated as U3 (as above phi(0) + epsilon_k) unless phi'(cap) >= 0
-    (then it is an upper end, as usual), so the search goes on inside [0, cap]. A cap below
-    `min_step` (or <= 0, or NaN) ends the search at once with no step.
-
-    The approximate Wolfe conditions accept a rise of f up to epsilon_k: the search is
-    `monotone` only with `epsilon = 0`; otherwise the solver keeps the best point.
-    `max_step_size` (default +inf, no cap) and numeric settings given as arrays: see
-    `AbstractLineSearch`.
+    Defaults are the 2006 paper's (section 4): `delta` = 0.1, `sigma` = 0.9, `epsilon` = 1e-6,
+    `theta` = 0.5, `gamma` = 0.66, `omega` = 1e-3, `Delta` = 0.7, `psi1` = 0.1, `psi2` = 2, `rho`
+    = 5; `epsilon = None` (the default): 1e-6 in float64, 3.5e-4 in float32, whose rounding 1e-6
+    would not cover (`value_tolerance`). Requires 0 < delta < 0.5, delta <= sigma < 1, epsilon >=
+    0, 0 < theta < 1, 0 < gamma < 1, omega >= 0, 0 <= Delta <= 1, 0 < psi1 < 1, psi2 > 0, rho >
+    1, max_trials >= 1. A dynamic cap (`AbstractLineSearch.start`) replaces `max_step_size`
+    above; where it binds, a QuadStep trial clipped to it is B1's c_0, and a finite trial at the
+    cap ends the search with `success` when phi'(cap) <= delta phi'(0) (as dcsrch's stpmax) and
+    it passes T1's first half (approximate mode: T2's); failing that, it is U3's case unless
+    phi'(cap) >= 0. Approximate Wolfe accepts a rise up to epsilon_k: `monotone` only with
+    `epsilon = 0`. `max_step_size` (default +inf) and array settings: see `AbstractLineSearch`.
     """
 
     delta: Setting = 0.1
@@ -229,16 +190,15 @@ class HagerZhang(AbstractDecreaseSearch):
         original = decrease & curvature
         approximate = (phi <= s.bound) & ((2 * self.delta - 1) * s.dphi0 >= dphi) & curvature
         accept = finite & (original | (s.approx & approximate)) & ~in_quad & ~in_fallback
-        # At a binding dynamic cap, sufficient decrease (T1's, or T2's in approximate mode)
-        # alone is enough; a trial there without it cannot be a lower end (no expansion).
+        # At a binding dynamic cap, sufficient decrease alone suffices; without it, no lower end.
         edge = at_binding_cap(s, self.max_step_size, t)
         approx_decrease = (phi <= s.bound) & ((2 * self.delta - 1) * s.dphi0 >= dphi)
         edge_ok = self.falls_at_binding_cap(s, t, dphi, self.delta) & finite & ~in_fallback
         edge_ok = edge_ok & (decrease | (s.approx & approx_decrease))
         accept = accept | edge_ok
 
-        # The update rules classify the trial: U1 / B1 (a new upper end), U2 (a new lower
-        # end), U3 / B2 (above phi(0) + epsilon_k with negative slope) or not finite.
+        # U1 / B1: a new upper end; U2: a new lower end; U3 / B2: above phi(0) + epsilon_k with
+        # negative slope, or not finite.
         up = finite & (dphi >= 0)
         low = finite & (dphi < 0) & (phi <= s.bound) & ~(edge & ~edge_ok)
         high = ~up & ~low
@@ -310,9 +270,7 @@ class HagerZhang(AbstractDecreaseSearch):
         candidate = finite & (t > 0) & acceptable & ~in_fallback
         better = candidate & ((s.best.t == 0) | (phi < s.best.phi))
         best = select(better, current, s.best)
-        # CG_DESCENT reruns a failed Wolfe (T1) search with approximate Wolfe (T2) and keeps
-        # approximate Wolfe from then on (unless the slope stayed negative up to the largest
-        # step); here the trials seen so far are checked for T2 instead of searching again.
+        # CG_DESCENT reruns a failed T1 search with T2; here the trials seen are checked for T2.
         better = finite & (t > 0) & approximate & ~in_fallback
         better = better & ((s.best_approx.t == 0) | (phi < s.best_approx.phi))
         best_approx = select(better, current, s.best_approx)

@@ -13,25 +13,14 @@ from .._misc import Setting, check_setting, tree_inf_norm
 
 
 class InitialStepInfo(eqx.Module):
-    """What the solver knows when a search along d starts from x (scalars in `dtype`, the
-    scalar dtype).
-
-    - `scaled`: the direction carries curvature information (quasi-Newton, Newton), so the
-      unit step is natural;
-    - `slope`: phi'(0) = <grad f(x), d> < 0;
-    - `d_norm`: |d|_2;
-    - `value`: f(x);
-    - `prev_decrease`: the last step's decrease of f as the solver records it for N&W eq.
-      3.60 (see `InitialQuadratic`); NaN before the first step;
-    - `prev_step`: the last step's accepted step size, 0 where it did not move (and before
-      the first step);
-    - `x`, `d`: the point and the direction (pytrees), for rules that need their norms;
-    - `grad`: the gradient of f at x (a pytree like `x`);
-    - `prev_value`: f_{k-1}, f at the iterate before x (where the last step that moved
-      started), exactly as evaluated there; NaN before the first step. With `value` it gives
-      the last decrease f_{k-1} - f_k unclipped (`prev_decrease` is clipped), as scipy's
-      rule min(1, 1.01 * 2 (f_{k-1} - f_k) / -phi'(0)) needs.
-    """
+    """What the solver knows when a search along d starts from x (scalars in `dtype`): `scaled`, d
+    carries curvature (quasi-Newton, Newton) so the unit step is natural; `slope`, phi'(0) =
+    <grad f(x), d> < 0; `d_norm`, |d|_2; `value`, f(x); `prev_decrease`, the last step's decrease
+    of f as recorded for N&W eq. 3.60 (`InitialQuadratic`), NaN before the first step;
+    `prev_step`, the last accepted step size, 0 where it did not move; `x`, `d`, `grad`, the
+    point, the direction and the gradient (pytrees); `prev_value`, f at the previous iterate (NaN
+    before the first step), giving with `value` the unclipped decrease scipy's rule min(1, 1.01 *
+    2 (f_{k-1} - f_k) / -phi'(0)) needs."""
 
     scaled: Bool[Array, ""]
     slope: Scalar
@@ -50,21 +39,13 @@ class InitialStepInfo(eqx.Module):
 
 
 class AbstractInitialStep(eqx.Module):
-    """How the first trial step of each line search is chosen.
-
-    A subclass implements `init`, `first_trial` and `update` (Equinox's abstract/final rule).
-    Numeric settings may be Python numbers or 0-d arrays (a sweep reuses one compiled
-    program). Check a rule with `jaxsearch.testing.check_initial_step`.
-
-    `first_trial` returns a 0-d array of `info.dtype` (or a weakly typed scalar, which the
-    solver casts to it): anything else (a vector, another dtype) is refused while the solver
-    traces the rule, with a TypeError that names the class and `first_trial`. Its value must be
-    positive and finite, which only a run can tell: the kit checks it on ordinary inputs, and
-    at run time the solver replaces a trial that is not finite and positive (NaN, inf, 0 or
-    negative) by 1, silently, then takes at most the search's `max_step_size`; the search
-    caps it at its own limits (`AbstractLineSearch.start`). The state of `init` and `update`
-    keeps its structure, shapes and dtypes, with no weakly typed leaf.
-    """
+    """How the first trial step of each line search is chosen. A subclass implements `init`,
+    `first_trial` and `update` (Equinox's abstract/final rule; numeric settings may be 0-d
+    arrays); check it with `jaxsearch.testing.check_initial_step`. `first_trial` returns a 0-d
+    array of `info.dtype` (or a weakly typed scalar), else tracing raises a TypeError naming the
+    class; at run time a trial that is not finite and positive is replaced by 1, silently, then
+    capped at `max_step_size` and by the search. The state keeps its structure, shapes and
+    dtypes, with no weakly typed leaf."""
 
     @abc.abstractmethod
     def init(self, dtype) -> PyTree:
@@ -72,12 +53,12 @@ class AbstractInitialStep(eqx.Module):
 
     @abc.abstractmethod
     def first_trial(self, state: PyTree, info: InitialStepInfo) -> Scalar:
-        """The first trial step along d, from the rule's `state` and `info`."""
+        """The first trial step along d."""
 
     @abc.abstractmethod
     def update(self, state: PyTree, step: Scalar, slope: Scalar, moved: Bool[Array, ""]) -> PyTree:
-        """The state after a search along d with phi'(0) = `slope` ended, with `step` the
-        step size it accepted where it `moved`."""
+        """The state after a search with phi'(0) = `slope` ended, having accepted `step` where it
+        `moved`."""
 
 
 class _Stateless(AbstractInitialStep):
@@ -95,17 +76,11 @@ def _positive(owner: str, name: str, value: Any) -> None:
 
 
 class InitialQuadratic(_Stateless):
-    """The default rule (Nocedal & Wright, *Numerical Optimization*, 2nd ed., section 3.5):
-
-    - a well-scaled direction (`info.scaled`: quasi-Newton, Newton): t = 1;
-    - otherwise, after a step: t = 2 (f_{k-1} - f_k) / -phi'(0), N&W eq. 3.60, the minimiser
-      of the quadratic through f_{k-1}, f_k and phi'(0) that assumes the first-order change
-      of f equals the last step's. The solver records min(f_{k-1} - f_k, -t_{k-1}
-      phi_{k-1}'(0)) as that decrease, or half the latter where f did not decrease (rounding
-      noise), which turns the guess into N&W eq. 3.59;
-    - otherwise (the first step, or an unusable decrease): t = 1 / |d|_2, a first step of
-      unit length, as L-BFGS-B takes.
-    """
+    """The default rule (Nocedal & Wright, 2nd ed., section 3.5): t = 1 for a well-scaled direction
+    (`info.scaled`); otherwise, after a step, t = 2 (f_{k-1} - f_k) / -phi'(0) (N&W eq. 3.60)
+    with the decrease recorded as min(f_{k-1} - f_k, -t_{k-1} phi_{k-1}'(0)), or half the latter
+    where f did not decrease (rounding noise), which gives N&W eq. 3.59; otherwise (the first
+    step, or an unusable decrease) t = 1 / |d|_2, a unit-length step, as L-BFGS-B."""
 
     def first_trial(self, state, info: InitialStepInfo) -> Scalar:
         dtype = info.dtype
@@ -118,8 +93,8 @@ class InitialQuadratic(_Stateless):
 
 
 class InitialStatic(_Stateless):
-    """t = `alpha` at every search (LineSearches.jl's `InitialStatic`); with `scaled=True`,
-    t = `alpha` / |d|_2, a first step of length `alpha`."""
+    """t = `alpha` at every search (LineSearches.jl's `InitialStatic`); with `scaled=True`, t =
+    `alpha` / |d|_2."""
 
     alpha: Setting = 1.0
     scaled: bool = eqx.field(static=True, default=False)
@@ -170,19 +145,12 @@ class InitialConstantChange(AbstractInitialStep):
 
 
 class InitialHagerZhang(_Stateless):
-    """Hager & Zhang's initial steps (CG_DESCENT, "Algorithm 851", ACM TOMS 32 (2006),
-    section 4, I0 and I2), for any direction d:
-
-    - before the first step, and after a step that did not move (I0): t = psi0 |x|_inf /
-      |d|_inf where x != 0, else psi0 |f| / -phi'(0) where f != 0, else 1 (with d = -g,
-      the paper's psi0 |x|_inf / |g|_inf and psi0 |f| / |g|_2^2);
-    - otherwise (I2): t = psi2 t_{k-1}.
-
-    Their I1 (a trial at psi1 t_{k-1} and the minimiser of the quadratic through it, when
-    that quadratic is convex) evaluates f before the search starts: the solver evaluates f
-    only at a search's trials, so I1 is not offered; the search's own first trial at psi2
-    t_{k-1} takes its place. The defaults are the paper's, `psi0` = 0.01 and `psi2` = 2.
-    """
+    """Hager & Zhang's initial steps (CG_DESCENT, "Algorithm 851", ACM TOMS 32 (2006), section 4, I0
+    and I2), for any d: before the first step and after one that did not move (I0), t = psi0
+    |x|_inf / |d|_inf where x != 0, else psi0 |f| / -phi'(0) where f != 0, else 1 (for d = -g the
+    paper's forms); otherwise (I2) t = psi2 t_{k-1}. I1 evaluates f before the search, which the
+    solver does only at trials: the search's first trial at psi2 t_{k-1} takes its place.
+    Defaults are the paper's, `psi0` = 0.01 and `psi2` = 2."""
 
     psi0: Setting = 0.01
     psi2: Setting = 2.0
@@ -202,24 +170,13 @@ class InitialHagerZhang(_Stateless):
 
 
 class InitialDecaying(AbstractInitialStep):
-    """A gain that decays as the steps go on, for steps on mini-batches (stochastic
-    approximation; Robbins & Monro 1951, the gain tau / (tau + k) of Schraudolph, Yu &
-    Günter's online L-BFGS, AISTATS 2007):
-
-    - a well-scaled direction (`info.scaled`: quasi-Newton, Newton): t = tau / (tau + k);
-    - otherwise (steepest descent, L-BFGS before its first pair or after a reset): a first
-      step of that length, t = tau / (tau + k) / |d|_2,
-
-    where k counts the steps that moved since `init` (its state, a scalar). Pair it with a
-    search that accepts its first trial where f decreases enough, `js.Backtracking()`
-    (Armijo): a Wolfe search (`Zoom`) lengthens a short trial until the slope has fallen,
-    undoing part of the decay. With `Solver.reevaluate` after each step, each step's
-    curvature pair comes from one batch (y = grad f_B(x_new) - grad f_B(x)), so L-BFGS's
-    matrix approximates the Hessian, a unit step goes near the minimiser of the step's
-    batch, and a gain of 1 leaves the iterate about as far from the optimum as one batch's
-    minimiser is; the decaying gain averages the batches instead (docs/training-loops.md,
-    "L-BFGS on mini-batches"). `tau` (5) is the number of steps over which the gain halves.
-    """
+    """A decaying gain for steps on mini-batches (Robbins & Monro 1951; the gain tau / (tau + k) of
+    Schraudolph, Yu & Günter, AISTATS 2007): t = tau / (tau + k) for a well-scaled direction
+    (`info.scaled`), else tau / (tau + k) / |d|_2, k counting the steps that moved (its state);
+    `tau` (5) halves the gain. Pair it with `js.Backtracking()`: a Wolfe search lengthens a short
+    trial, undoing the decay. With `Solver.reevaluate` each curvature pair comes from one batch,
+    so a unit step goes near that batch's minimiser; the decay averages the batches
+    (docs/training-loops.md, "L-BFGS on mini-batches")."""
 
     tau: Setting = 5.0
 

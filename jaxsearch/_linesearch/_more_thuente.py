@@ -30,20 +30,17 @@ class _MoreThuenteSearch(DecreaseSearchState):
 
 
 def _dcstep(x: Point, y: Point, p: Point, bracketed, lower, upper):
-    """One safeguarded step of Moré & Thuente (1994), section 4 (MINPACK-2 `dcstep`).
-
-    `x` is the endpoint with the lower value, whose slope points towards the trial `p`;
-    `y` the other endpoint; the step is kept in [lower, upper] while nothing is bracketed.
-    Returns the updated (x, y, bracketed) and the next trial step (possibly NaN on
-    degenerate data; the caller guards it).
-    """
+    """One safeguarded step of Moré & Thuente (1994), section 4 (MINPACK-2 `dcstep`): `x` is the
+    endpoint with the lower value, whose slope points towards the trial `p`, `y` the other; the
+    step stays in [lower, upper] while nothing is bracketed. Returns (x, y, bracketed) and the
+    next trial (NaN on degenerate data: the caller guards it)."""
     forward = p.t > x.t
     higher = p.phi > x.phi  # case 1: the minimiser is bracketed by x and p
     opposite = jnp.sign(p.dphi) * jnp.sign(x.dphi) < 0  # case 2: slopes change sign
     flatter = jnp.abs(p.dphi) < jnp.abs(x.dphi)  # case 3 (else case 4)
 
-    # Case 1: the cubic minimiser if it is closer to x than the quadratic one (through
-    # phi(x), phi'(x), phi(p)), else the mean of the two.
+    # Case 1: the cubic minimiser if closer to x than the quadratic's (phi(x), phi'(x), phi(p)),
+    # else their mean.
     r, _ = scaled_cubic(x.t, x.phi, x.dphi, p.t, p.phi, p.dphi)
     cubic = x.t + r * (p.t - x.t)
     quadratic = quadratic_minimiser(x.t, x.phi, x.dphi, p.t, p.phi)
@@ -56,8 +53,8 @@ def _dcstep(x: Point, y: Point, p: Point, bracketed, lower, upper):
     cubic = p.t + r * (x.t - p.t)
     step2 = jnp.where(jnp.abs(cubic - p.t) > jnp.abs(secant - p.t), cubic, secant)
 
-    # Case 3: the cubic step only if the cubic tends to infinity in the direction of the
-    # step or its minimiser lies beyond p; otherwise the end of the allowed range.
+    # Case 3: the cubic step if the cubic tends to infinity along the step or its minimiser lies
+    # beyond p; else the range's end.
     r, gamma = scaled_cubic(p.t, p.phi, p.dphi, x.t, x.phi, x.dphi, clamp=True)
     cubic = jnp.where(
         (r < 0) & (gamma != 0), p.t + r * (x.t - p.t), jnp.where(forward, upper, lower)
@@ -71,8 +68,7 @@ def _dcstep(x: Point, y: Point, p: Point, bracketed, lower, upper):
     farther = jnp.maximum(jnp.minimum(farther, upper), lower)
     step3 = jnp.where(bracketed, nearer, farther)
 
-    # Case 4: the minimiser of the cubic through p and y when bracketed, else the end of the
-    # allowed range.
+    # Case 4: the cubic's minimiser through p and y when bracketed, else the range's end.
     r, _ = scaled_cubic(p.t, p.phi, p.dphi, y.t, y.phi, y.dphi)
     step4 = jnp.where(bracketed, p.t + r * (y.t - p.t), jnp.where(forward, upper, lower))
 
@@ -93,67 +89,40 @@ class MoreThuente(AbstractScaleKeepingSearch):
 
         phi(t) <= phi(0) + ftol t phi'(0)   and   |phi'(t)| <= gtol |phi'(0)|,
 
-    by the algorithm of J. J. Moré and D. J. Thuente, "Line search algorithms with
-    guaranteed sufficient decrease", *ACM Trans. Math. Software* 20(3), 286–307 (1994), as
-    in MINPACK-2's `dcsrch` and `dcstep` (the search inside L-BFGS-B and scipy's
-    `line_search_wolfe1`). The defaults are L-BFGS-B's: `ftol` = 1e-3, `gtol` = 0.9 and
-    `xtol` = 0.1 as it calls `dcsrch`, and its limit of 20 trials per search:
-    `max_trials = 21`, which counts the re-evaluation of the best trial of a failed search
-    (where L-BFGS-B takes no step).
+    by J. J. Moré and D. J. Thuente, "Line search algorithms with guaranteed sufficient
+    decrease", *ACM Trans. Math. Software* 20(3), 286–307 (1994), as MINPACK-2's `dcsrch` and
+    `dcstep` (inside L-BFGS-B and scipy's `line_search_wolfe1`). Defaults are L-BFGS-B's: `ftol`
+    = 1e-3, `gtol` = 0.9, `xtol` = 0.1 and 20 trials, `max_trials = 21` counting the
+    re-evaluation of a failed search's best trial. Requires 0 < ftol <= gtol < 1 (then a step
+    exists wherever phi is bounded below), `xtol >= 0`, `max_trials >= 1`.
 
-    The search keeps an interval [t_x, t_y] (in either order) and, while nothing is
-    bracketed, extrapolates: each next trial lies in t + [1.1, 4] (t - t_x). In the first
-    stage the interval is updated from the auxiliary function psi(t) = phi(t) - phi(0) -
-    ftol t phi'(0) whenever the trial lowered phi without sufficient decrease; the second
-    stage, which uses phi throughout, begins at the first trial with psi(t) <= 0 and
-    phi'(t) >= 0 (`dcsrch`'s test; the paper's phi'(t) > 0 differs only where phi'(t) = 0,
-    which already satisfies both conditions). Each trial comes from `dcstep`'s four cases:
-    a higher value (cubic or cubic/quadratic mean), slopes of opposite sign (cubic or secant),
-    a smaller slope of the same sign (cubic or secant, kept within 0.66 of the way to t_y once
-    bracketed), or a larger one (cubic through t_y, or an end of the extrapolation range).
-    Once bracketed, a trial bisects the interval if the interval did not shrink by 0.66 over
-    the last two trials. Trials are capped at `max_step_size`; a trial that would lie below
-    the line's resolution `min_step` is never proposed: the search ends instead.
+    The interval [t_x, t_y] (either order) extrapolates while nothing is bracketed: the next
+    trial lies in t + [1.1, 4] (t - t_x). The first stage works on psi(t) = phi(t) - phi(0) -
+    ftol t phi'(0) where a trial lowered phi without sufficient decrease; the second, on phi,
+    starts at the first trial with psi(t) <= 0 and phi'(t) >= 0 (`dcsrch`'s test; the paper's
+    phi'(t) > 0 differs only where both conditions hold). Trials come from `dcstep`'s four cases;
+    once bracketed, a trial bisects where the interval did not shrink by 0.66 over two trials. A
+    non-finite trial becomes the far end and the next bisects [t_x, t]; a non-finite interpolated
+    step is replaced by bisection or the far end of the extrapolation range. No trial exceeds
+    `max_step_size` or lies below `min_step`.
 
-    A trial whose value or slope is not finite is never accepted: it becomes the far end of
-    the bracket and the next trial bisects [t_x, t]. A non-finite step from the interpolation
-    (degenerate data) is replaced by bisection of the bracket, or by the far end of the
-    extrapolation range.
+    As `dcsrch` warns, it fails when a trial at `max_step_size` has sufficient decrease and
+    phi'(t) <= ftol phi'(0); when a trial at `min_step` lacks sufficient decrease or has phi'(t)
+    >= ftol phi'(0); when the next trial would not lie strictly inside the bracket; when the
+    bracket is at most `xtol` times its upper end wide, or below `min_step`; when the next trial
+    is below `min_step`; or after `judged_trials` (`max_trials` - 1) trials. It then returns the
+    lowest trial with sufficient decrease (re-evaluated if not the last), or no step; `success`
+    False.
 
-    The search fails, as `dcsrch` warns, when a trial at `max_step_size` has sufficient
-    decrease and phi'(t) <= ftol phi'(0); when a trial at `min_step` has no sufficient decrease
-    or phi'(t) >= ftol phi'(0); when the next trial would not lie strictly inside the bracket
-    (rounding errors); when the bracket's width is at most `xtol` times its upper end, or
-    below the line's resolution `min_step`; when the next trial would lie below `min_step`;
-    or after `judged_trials` (`max_trials` - 1) trials. It then returns the trial with the
-    lowest value that satisfies sufficient decrease (re-evaluating it once if it was not the
-    last trial: the `max_trials`-th evaluation), or no step when there is none; `success` is
-    False in both cases.
-
-    Requires 0 < ftol <= gtol < 1. The paper runs its tests with ftol = gtol; with
-    ftol <= gtol a minimiser of psi where psi < 0 satisfies both conditions, so an acceptable
-    step exists whenever phi is bounded below. `xtol >= 0`, `max_trials >= 1`.
-
-    An addition to `dcsrch`: where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k`
-    (C_k: Hager & Zhang's average of |f| over the iterates, `ValueScale`; `epsilon = None`:
-    1e-6 in float64, 3.5e-4 in float32), the change is lost in the rounding error of f
-    (`lost_in_rounding`, Hager & Zhang 2005, section 4):
-    sufficient decrease is then tested on the slope, phi'(t) <= (2 ftol - 1) phi'(0), and the
-    value is replaced by phi(0) + t (phi'(0) + phi'(t)) / 2. `epsilon = 0` gives `dcsrch`.
-
-    With a dynamic cap `max_step` passed to `start` (L-BFGS-B's `stpmax`, the distance to the
-    box's edge), cap = min(max_step_size, max_step) replaces max_step_size above (trial
-    clipping, the initial interval width cap - min_step, the failure at the cap) and the first
-    trial is max(min(guess, cap), min_step). Where cap < max_step_size (the dynamic cap
-    binds), a trial at t = cap with sufficient decrease (the test above, slope form included)
-    and phi'(cap) <= ftol phi'(0) ends the search with step = cap and `success` True: the
-    step `dcsrch` returns with its `stpmax` warning, which L-BFGS-B accepts. Any other trial
-    at cap is judged as usual, and the search goes on inside [0, cap]. A cap below `min_step`
-    (or <= 0, or NaN) ends the search at once with no step.
-
-    A step accepted on its slope may raise f within the allowance above: the search is
-    `monotone` only with `epsilon = 0`. `max_step_size` (default +inf, no cap) and numeric
-    settings given as arrays: see `AbstractLineSearch`.
+    An addition to `dcsrch`: where the change of f is within `epsilon C_k`
+    (`AbstractDecreaseSearch`; `epsilon = None`: 1e-6 in float64, 3.5e-4 in float32) it is lost
+    in rounding (Hager & Zhang 2005, section 4): sufficient decrease is tested as phi'(t) <= (2
+    ftol - 1) phi'(0), the value replaced by phi(0) + t (phi'(0) + phi'(t)) / 2. `epsilon = 0`
+    gives `dcsrch` (only then is it `monotone`). A dynamic cap (`AbstractLineSearch.start`;
+    L-BFGS-B's `stpmax`) replaces `max_step_size` above; where it binds, a trial at the cap with
+    sufficient decrease and phi'(cap) <= ftol phi'(0) ends the search with `success`, as L-BFGS-B
+    accepts `dcsrch`'s warning. `max_step_size` (default +inf) and array settings: see
+    `AbstractLineSearch`.
     """
 
     ftol: Setting = 1e-3
@@ -214,8 +183,8 @@ class MoreThuente(AbstractScaleKeepingSearch):
         converged = converged | at_edge
         use_phi = s.use_phi | (decrease & (dphi >= 0))
 
-        # The interval update and next step: dcstep on psi in the first stage when the trial
-        # lowered phi without sufficient decrease, on phi otherwise.
+        # The interval update and next step: dcstep on psi in the first stage after a trial that
+        # lowered phi without sufficient decrease, else on phi.
         on_psi = ~use_phi & finite & (phi <= s.x.phi) & ~decrease
         shift = jnp.where(on_psi, slope_test, 0).astype(dtype)
         x, y, bracketed, step = _dcstep(

@@ -29,26 +29,17 @@ class _NonmonotoneSearch(SearchState):
 
 
 class NonmonotoneArmijo(AbstractBacktracking):
-    """Backtracking on the nonmonotone Armijo condition of Zhang & Hager, "A nonmonotone line
-    search technique and its application to unconstrained optimization", SIAM J. Optim.
-    14(4), 2004, pp. 1043-1056 (algorithm NMLS, its Armijo form):
+    """Backtracking on the nonmonotone Armijo condition of Zhang & Hager, "A nonmonotone line search
+    technique and its application to unconstrained optimization", SIAM J. Optim. 14(4), 2004, pp.
+    1043-1056 (algorithm NMLS, Armijo form), phi(t) <= C_k + c1 t phi'(0), C_k a weighted average
+    of the iterates' values (`ReferenceValue`; `eta` = 0: Armijo against phi(0), 1: the mean of
+    all). f may rise (not `monotone`), which lets Barzilai-Borwein steps through (Raydan 1997).
+    The loop is `AbstractBacktracking`'s (a trial at a binding cap is judged as any other); on
+    failure C_k, Q_k stay.
 
-        phi(t) <= C_k + c1 t phi'(0),
-
-    where C_k is a weighted average of the values at the iterates (`ReferenceValue`, the
-    weight of the past set by `eta`): eta = 0 gives Armijo's test against phi(0), eta = 1
-    the average of every value so far. f may rise from one iterate to the next (the search
-    is not `monotone`), which lets Barzilai-Borwein steps through (Raydan 1997).
-
-    The first trial is the solver's guess, capped as `AbstractLineSearch.start` says (a trial
-    at a binding cap is judged as any other); each rejected trial (also one where f or its
-    slope is not finite) is multiplied by `shrink`. After `max_trials` trials, or when the
-    next would be below the line's resolution, no step is taken, and C_k, Q_k stay. (The
-    loop is `Backtracking`'s, `AbstractBacktracking`, with C_k for phi(0).)
-
-    **Arguments:** `c1` in (0, 1) (the paper's delta, 1e-4); `eta` in [0, 1] (0.85, the
-    paper's choice for its experiments); `shrink` in (0, 1) (0.5); `max_trials` (an int >= 1,
-    30); `max_step_size` > 0 (+inf: no cap).
+    **Arguments:** `c1` in (0, 1) (the paper's delta, 1e-4); `eta` in [0, 1] (0.85, the paper's
+    experiments'); `shrink` in (0, 1) (0.5); `max_trials` (an int >= 1, 30); `max_step_size` > 0
+    (+inf: no cap).
     """
 
     c1: Setting = 1e-4

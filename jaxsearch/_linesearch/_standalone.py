@@ -1,6 +1,5 @@
-"""A line search used by itself (`AbstractLineSearch.run`), as jaxopt's `ls.run` and scipy's
-`scipy.optimize.line_search` are called inside an optimiser of one's own: phi(t) = f(x + t d)
-and phi'(t) evaluated at the search's trials in a loop of its own."""
+"""A line search by itself (`AbstractLineSearch.run`), as jaxopt's `ls.run` and scipy's
+`line_search`."""
 
 from typing import Any
 
@@ -22,18 +21,15 @@ from .._misc import (
 
 
 class LineSearchResult(eqx.Module):
-    """What `search.run(fn, params, direction, ...)` returns (see `AbstractLineSearch.run`).
+    """What `search.run(fn, params, direction, ...)` returns (`AbstractLineSearch.run`).
 
-    - `step`: the accepted step size t (0: no step), in the search's scalar dtype (fn's
-      value dtype, at least float32).
-    - `params`: x + step d where a step was taken (the point fn was evaluated at), else x.
-    - `value`, `grad`: fn and its gradient at `params`, from the evaluation the search ended
-      on (at x: those given, or the first evaluation), so the caller needs no other.
-    - `success`: True where the search's own conditions hold at `step` (a boolean array,
-      usable under `jit` and `vmap`); False with no step for a direction that is not a
-      descent direction (phi'(0) >= 0 or not finite) and for a search that fails.
-    - `num_fun_evals`: evaluations of fn and its gradient (together one) this call made.
-    - `state`: the search's state between searches, to pass as `state=` to the next call.
+    - `step`: the accepted step size (0: none), in the search's dtype (fn's, at least float32).
+    - `params`: x + step d where a step was taken, else x.
+    - `value`, `grad`: fn and its gradient at `params`, from the last evaluation.
+    - `success`: a boolean array, True where the search's conditions hold at `step`; False, with
+      no step, for a non-descent direction or a failed search.
+    - `num_fun_evals`: evaluations of fn with its gradient this call made.
+    - `state`: the search's state, for the next call's `state=`.
     """
 
     step: Scalar
@@ -61,9 +57,8 @@ class _Loop(eqx.Module):
 
 
 def _start(search, state, phi0, dphi0, guess, min_step, max_step):
-    """(the search from phi(0), phi'(0), whether d descends). Where it does not (phi'(0) >= 0
-    or not finite) the cap is NaN: `AbstractLineSearch.start` then ends the search at once with
-    no step."""
+    """(the search, whether d descends). Where not (phi'(0) >= 0 or not finite) the cap is NaN, so
+    `start` ends the search with no step."""
     dtype = min_step.dtype
     descent = jnp.isfinite(phi0) & jnp.isfinite(dphi0) & (dphi0 < 0)
     cap = jnp.where(descent, jnp.inf if max_step is None else max_step, jnp.nan).astype(dtype)
@@ -73,9 +68,8 @@ def _start(search, state, phi0, dphi0, guess, min_step, max_step):
 
 @eqx.filter_jit
 def run_alone(search, fn, params, direction, args, value, grad, guess, max_step, state):
-    """`AbstractLineSearch.run`: one `lax.while_loop` whose iterations each evaluate fn and
-    its gradient once, at x (first, where `value` and `grad` are not given) and then at each
-    trial x + t d, within `max_trials` trials."""
+    """`AbstractLineSearch.run`: a `lax.while_loop`, one evaluation of fn and its gradient per
+    iteration (at x first where `value` is not given, then at each trial)."""
     if (value is None) != (grad is None):
         raise ValueError("run: give both value and grad at params, or neither.")
     traced = TracedOnce(fn, params, *args)  # fn traced once, evaluated in the loop

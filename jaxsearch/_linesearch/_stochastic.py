@@ -13,66 +13,35 @@ from ._decrease import accepts_max_steps
 
 @accepts_max_steps
 class StochasticArmijo(AbstractDecreaseBacktracking):
-    """Backtracking on the Armijo condition of the step's mini-batch, with the step size
-    carried over from step to step: SGD with Armijo line-search (SLS) of Vaswani, Mishkin,
-    Laradji, Schmidt, Gidel & Lacoste-Julien, "Painless Stochastic Gradient: Interpolation,
-    Line-Search, and Convergence Rates", NeurIPS 2019 (algorithms 1 and 2).
+    """Backtracking on the Armijo condition of the step's mini-batch, the step size carried from
+    step to step: SGD with Armijo line-search (SLS) of Vaswani, Mishkin, Laradji, Schmidt, Gidel
+    & Lacoste-Julien, "Painless Stochastic Gradient: Interpolation, Line-Search, and Convergence
+    Rates", NeurIPS 2019 (algorithms 1 and 2). With f_k the objective on step k's batch (in
+    `args`), phi(t) = f_k(x_k + t d) and `Solver.step` evaluates f_k and its gradient at x_k
+    first (`evaluates_each_step`; `run` does not). The condition is phi(t) <= phi(0) + c1 t
+    phi'(0) (for a preconditioned d = -D^{-1} grad f_k, Armijo in the D^{-1}-norm of Vaswani et
+    al. 2020). Where no trial passes within `max_trials` or above the line's resolution, no step
+    is taken (`Status.LINESEARCH_FAILED`) and the last trial times `shrink` is carried forward as
+    if accepted, as the authors' code does, so a step far too large is shrunk over a few steps
+    (their code's untested 1e-6 grad f move after a failure is left out). The first search starts
+    at `init_step`, the solver's guess unused. No cap by default, as the paper: a flat
+    objective's step grows by `gamma` per epoch while Armijo holds. Rounding (`epsilon`), a
+    dynamic cap and array settings: as `Backtracking`.
 
-    With f_k the objective on step k's batch (passed through `args`) and
-    phi(t) = f_k(x_k + t d):
-
-    - **Each step on its own batch** (`evaluates_each_step`). `Solver.step` first evaluates
-      f_k and its gradient at x_k on the args it is given, whatever the state caches (as
-      after `Solver.reevaluate`, which is no longer needed), so the direction and every trial
-      of the search are on that batch. `run`, whose args do not change, does not.
-    - **Condition.** phi(t) <= phi(0) + c1 t phi'(0), that is
-      f_k(x_k + t d) <= f_k(x_k) + c1 t <grad f_k(x_k), d> (the paper's c = `c1` = 0.1;
-      for d = -grad f_k the paper's f_k(x) - c t |grad f_k(x)|^2; for a preconditioned
-      d = -D^{-1} grad f_k it is the Armijo condition in the D^{-1}-norm of Vaswani et al.
-      2020).
-    - **Backtracking.** A rejected trial (also one where f or its slope is not finite) is
-      multiplied by `shrink` (the paper's beta = 0.9). After `max_trials` trials without one
-      that passes, or when the next would be below the line's resolution (no parameter would
-      change), the step takes no step (`Status.LINESEARCH_FAILED`), and its last trial times
-      `shrink` is carried forward as if it had been accepted, as the authors' code carries
-      it: the next search starts there and goes on shrinking, so a step size far too large
-      for f is found over a few steps instead of being tried again from the same start.
-      (Their code also moves x by 1e-6 grad f after a failure, a step that no test checked
-      and that raises f wherever f's curvature is above 2e6; here a step always passes the
-      test.)
-    - **Reset** (the paper's algorithm 2), the first trial of step k > 1, from the last
-      step eta_{k-1} carried forward: `reset="grow"` (option 1, the default)
-      eta_{k-1} growth with growth = `gamma` ** (1 / `batches_per_epoch`) (the paper's
-      gamma^(b/n), gamma = 2: the step may double over an epoch); `"keep"` (option 0)
-      eta_{k-1}; `"init"` (option 2) `init_step`, the paper's eta_max, at every step. The
-      first search starts at `init_step` (1). The solver's own initial guess is not used.
-    - **No cap** by default: the paper's method and the authors' code bound no step, so a
-      flat objective's step grows by `gamma` per epoch for as long as Armijo holds.
-      `max_step_size` caps every trial where a bound is wanted (the eta_max of the authors'
-      AdaSLS code, off there by default too).
-
-    Defaults are the paper's constants (c = 0.1, beta = 0.9, gamma = 2) and those of the
-    authors' implementation (initial step 1, 100 trials, 500 batches per epoch). Set
-    `batches_per_epoch` to the number of steps in an epoch of your data.
-
-    Where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k` (rounding; see
-    `Backtracking`), the test is on the slope instead, phi'(t) <= (2 c1 - 1) phi'(0);
-    `epsilon = 0` gives the condition above alone. A dynamic cap `max_step` and settings
-    given as arrays behave as in `Backtracking`.
-
-    **Arguments:**
+    **Arguments** (defaults: the paper's c = 0.1, beta = 0.9, gamma = 2; the authors' code's
+    initial step 1, 100 trials, 500 batches per epoch):
 
     - `c1`: the Armijo constant, in (0, 1).
-    - `shrink`: the backtracking factor, in (0, 1).
-    - `gamma`: the growth of the step over an epoch with `reset="grow"`, >= 1 (1: the step
-      never grows).
-    - `batches_per_epoch`: steps per epoch (an int >= 1), the paper's n / b.
-    - `init_step`: the first trial of the first search (of every search with
-      `reset="init"`), > 0.
-    - `reset`: "grow", "keep" or "init" (static), as above.
-    - `max_step_size`: no trial exceeds it, > 0 (default +inf: no cap).
-    - `max_trials`: the trial budget of a search (an int >= 1): the evaluations of f it may
-      use (`max_steps`, its old name, is deprecated).
+    - `shrink`: the backtracking factor (the paper's beta), in (0, 1).
+    - `gamma`: the growth over an epoch with `reset="grow"`, >= 1.
+    - `batches_per_epoch`: steps per epoch (an int >= 1), the paper's n / b: set it to yours.
+    - `init_step`: the first trial of the first search (of every one with `reset="init"`; the
+      paper's eta_max), > 0.
+    - `reset` (algorithm 2, static): the first trial of step k > 1 from the carried eta_{k-1}:
+      `"grow"` (option 1, the default) eta_{k-1} gamma ** (1 / batches_per_epoch), the paper's
+      gamma^(b/n); `"keep"` (option 0) eta_{k-1}; `"init"` (option 2) `init_step`.
+    - `max_step_size`: no trial exceeds it, > 0 (default +inf).
+    - `max_trials`: the trial budget (an int >= 1; `max_steps`, its old name, is deprecated).
     - `epsilon`: the rounding tolerance (None: as `Backtracking`'s, >= 0).
     """
 
@@ -105,8 +74,7 @@ class StochasticArmijo(AbstractDecreaseBacktracking):
 
     @property
     def growth(self) -> Setting:
-        """gamma ** (1 / batches_per_epoch): the factor between a step and the next one's
-        first trial with `reset="grow"`."""
+        """gamma ** (1 / batches_per_epoch), the growth per step with `reset="grow"`."""
         return self.gamma ** (1.0 / self.batches_per_epoch)
 
     def first_trial(self, prev_step: Scalar, guess: Scalar) -> Scalar:
@@ -121,8 +89,7 @@ class StochasticArmijo(AbstractDecreaseBacktracking):
         return None  # Armijo's test alone
 
     def carried_after_failure(self, prev_step: Scalar, search) -> Scalar:
-        # The last trial, shrunk once more, where the search tried one (a search that ended
-        # as it started, at a cap below the line's resolution, judged no step size).
+        # The last trial shrunk once more (none at a cap below the resolution).
         shrunk = search.trial
         tried = (search.num_trials > 0) & jnp.isfinite(shrunk) & (shrunk > 0)
         return jnp.where(tried, shrunk, prev_step).astype(prev_step.dtype)

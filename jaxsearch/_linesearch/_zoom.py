@@ -12,9 +12,8 @@ from ._decrease import AbstractScaleKeepingSearch, DecreaseSearchState, accepts_
 from ._interpolate import cubic_minimiser, expansion_trial, zoom_trial
 
 _BRACKET, _ZOOM, _FALLBACK = 0, 1, 2
-# An interpolated trial near an end of the bracket is taken only while the bracket shrinks to
-# this fraction of its width every two trials: Moré & Thuente's (1994) bisection rule (dcsrch's
-# p66; Hager & Zhang's gamma = 0.66).
+# An interpolated trial near an end is taken only while the bracket shrinks to this fraction of its
+# width every two trials (Moré & Thuente's bisection rule, dcsrch's p66; Hager & Zhang's gamma).
 _SHRINK = 0.66
 
 
@@ -33,48 +32,23 @@ class Zoom(AbstractScaleKeepingSearch):
 
         phi(t) <= phi(0) + c1 t phi'(0)   and   |phi'(t)| <= c2 |phi'(0)|,
 
-    with `c1` = 1e-4 and `c2` = 0.9 by default (Nocedal & Wright's values for quasi-Newton
-    directions), following Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithms
-    3.5 (bracketing by expansion) and 3.6 (zoom). A zoom trial is the minimiser of the cubic
-    through the bracket's ends (values and slopes), else of the quadratic through phi(lo),
-    phi'(lo) and phi(hi), where it lies at least `safeguard` times the bracket's width from
-    either end.
-    A cubic minimiser nearer an end (but inside, and at least the line's resolution
-    `min_step` from either end) is taken while the bracket's width is below 0.66 of its width
-    two trials before (Moré & Thuente's 1994 rule), else the trial bisects. So on a
-    quadratic, where the cubic is phi itself, a first trial however far beyond the minimiser
-    costs one more trial. Expansion trials come from safeguarded cubic extrapolation. A trial
-    with a non-finite value or slope fails sufficient decrease, so the search backs off from
-    it (by bisection).
+    with `c1` = 1e-4 and `c2` = 0.9 by default, by Nocedal & Wright, *Numerical Optimization*,
+    2nd ed., algorithms 3.5 (bracketing, by safeguarded cubic extrapolation) and 3.6 (zoom). A
+    zoom trial is the cubic's minimiser through the bracket's ends, else the quadratic's through
+    phi(lo), phi'(lo), phi(hi), where it lies at least `safeguard` times the width from either
+    end; nearer an end (at least `min_step` inside), the cubic's while the bracket shrinks below
+    0.66 of its width two trials before (Moré & Thuente 1994); else bisection. A non-finite
+    trial fails sufficient decrease, so the search backs off from it.
 
-    It fails after `judged_trials` trials, when the bracket shrinks below `xtol` relative to
-    its position or below the line's resolution `min_step` (or the next trial would lie below
-    it), or when expansion reaches `max_step_size`. It then returns the trial with the
-    lowest value that satisfies sufficient decrease (re-evaluating it once if it was not the
-    last trial), or no step when there is none; `success` is False in both cases. So a search
-    evaluates phi at most `max_trials` times (default 26): `judged_trials` = `max_trials` - 1
-    trials, and the re-evaluation (`max_trials=1` judges one trial: after a single trial the
-    best is that one or none).
-
-    Where phi(t) - phi(0) and t phi'(0) are within `epsilon C_k` (C_k: Hager & Zhang's
-    average of |f| over the iterates, `ValueScale`; `epsilon = None`: 1e-6 in float64,
-    3.5e-4 in float32), the change is lost in the rounding error of f
-    (`lost_in_rounding`, Hager & Zhang 2005, section 4): sufficient decrease is then tested
-    on the slope, phi'(t) <= (2 c1 - 1) phi'(0), and the value is not compared with other
-    trials'. `epsilon = 0` gives the textbook search.
-
-    With a dynamic cap `max_step` passed to `start`, cap = min(max_step_size, max_step)
-    replaces max_step_size above (expansion limit and failure there) and the first trial is
-    max(min(guess, cap), min_step). Where cap < max_step_size (the dynamic cap binds), a trial
-    at t = cap with sufficient decrease (the test above, slope form included) and
-    phi'(cap) <= c1 phi'(0) (f still falls steeply there, as Moré-Thuente's dcsrch stops at
-    its stpmax) ends the search with step = cap and `success` True; otherwise the trial is
-    judged as any other, so the zoom goes on inside [0, cap]. A cap below `min_step` (or
-    <= 0, or NaN) ends the search at once with no step.
-
-    A step accepted on its slope may raise f within the allowance above: the search is
-    `monotone` only with `epsilon = 0`. `max_step_size` (default +inf, no cap) and numeric
-    settings given as arrays: see `AbstractLineSearch`.
+    It fails after `judged_trials` trials (phi is evaluated at most `max_trials`, 26, times),
+    when the bracket is below `xtol` relative to its position or below `min_step` (or the next
+    trial would be), or when expansion reaches `max_step_size`, returning the lowest trial with
+    sufficient decrease (re-evaluated if not the last) or no step, `success` False. Rounding
+    (`epsilon`, as `Backtracking`): a change lost in rounding is judged by phi'(t) <= (2 c1 - 1)
+    phi'(0), its value compared with no other; `monotone` only with `epsilon = 0`. At a binding
+    dynamic cap (`AbstractLineSearch.start`), a trial at the cap with sufficient decrease and
+    phi'(cap) <= c1 phi'(0) ends the search with `success`, as dcsrch stops at stpmax.
+    `max_step_size` (default +inf) and array settings: see `AbstractLineSearch`.
     """
 
     c1: Setting = 1e-4
@@ -120,8 +94,8 @@ class Zoom(AbstractScaleKeepingSearch):
         # A value lost in rounding is not compared with others: the slopes steer.
         higher = jnp.where(bracketing, ~first & (phi >= search.prev.phi), phi >= search.lo.phi)
         above = ~decrease | (~lost & higher)
-        # At a binding dynamic cap (L-BFGS-B's stpmax), sufficient decrease is enough while f
-        # still falls steeply there, phi'(t) <= c1 phi'(0), as dcsrch stops at stpmax.
+        # At a binding dynamic cap, sufficient decrease suffices while phi'(t) <= c1 phi'(0), as
+        # dcsrch stops at stpmax.
         at_edge = self.falls_at_binding_cap(search, t, dphi, self.c1) & decrease
         accept = (~above & curvature) | at_edge
         # Otherwise `current` has sufficient decrease and the wrong slope.
@@ -139,8 +113,8 @@ class Zoom(AbstractScaleKeepingSearch):
         width = jnp.abs(hi.t - lo.t)
         zoom_width = jnp.where(expand, jnp.inf, width).astype(dtype)
         near_end = zoom_width < _SHRINK * search.width_before
-        # One cubic, through the points of the rule that applies (each scalar a kernel of
-        # its own on a CPU: computing both and selecting costs twice the kernels).
+        # One cubic, through the points of the rule that applies (each scalar op is a CPU kernel of
+        # its own: computing both and selecting doubles them).
         first_end, second_end = select(expand, (search.prev, current), (lo, hi))
         cubic = cubic_minimiser(*first_end.triple(), *second_end.triple())
         next_trial = jnp.where(

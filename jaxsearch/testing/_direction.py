@@ -11,14 +11,7 @@ from jaxtyping import PyTree
 from .._contract import same_avals
 from .._direction import AbstractDirection, AbstractLeastSquares, DirectionInfo
 from .._misc import at_least_float32, widest_float
-from ._common import (
-    abstract_values,
-    contract,
-    counting_compiles,
-    param_cases,
-    require,
-    scoped_x64,
-)
+from ._common import abstract_values, contract, counting_compiles, param_cases, require, scoped_x64
 
 
 def _quadratic_problem(n: int, seed: int):
@@ -61,13 +54,38 @@ def _advance(direction, state, x, grad, d, a, b, dtype, accept):
     t = -(g @ p) / (p @ (a @ p))
     x_new = _like(_flat(x, dtype) + t * p, x)
     grad_new = _gradient(x_new, a, b, dtype)
+    s, y = _pair(x_new, x, grad_new, grad)
+    return x_new, direction.update(state, s, y, dtype, accept=accept)
+
+
+def _pair(x_new, x, grad_new, grad):
+    """(s, y) = (x_new - x, grad_new - grad), each leaf in at least float32."""
 
     def sub(u, v):
         wide = at_least_float32(widest_float(u.dtype, v.dtype))
         return u.astype(wide) - v.astype(wide)
 
-    s, y = jax.tree.map(sub, x_new, x), jax.tree.map(sub, grad_new, grad)
-    return x_new, direction.update(state, s, y, dtype, accept=accept)
+    return jax.tree.map(sub, x_new, x), jax.tree.map(sub, grad_new, grad)
+
+
+def _require_kept(who: str, kept, state) -> None:
+    require(
+        _same(kept, state),
+        who,
+        "update(accept=False) changed the state",
+        "select the old state where accept is False (e.g. jnp.where(accept, new, old) on every "
+        "leaf)",
+    )
+
+
+def _require_no_compile(who: str, more: int, what: str) -> None:
+    require(
+        more == 0,
+        who,
+        f"one compile: {what} compiled {more} more programs (the state holds Python numbers, "
+        "or changed avals)",
+        "make every leaf of the state a JAX array of fixed dtype (no Python numbers)",
+    )
 
 
 def _cosine(grad, d) -> float:
@@ -107,28 +125,15 @@ def _check_direction_at(direction: AbstractDirection, name, x64, params, seed) -
                 with contract(name + " params"):
                     same_avals(direction, "compute", initial, new_state, "state")
                 kept = _advance(direction, new_state, x, grad, d, a, b, dtype, jnp.array(False))[1]
-                require(
-                    _same(kept, new_state),
-                    who,
-                    "update(accept=False) changed the state",
-                    "select the old state where accept is False (e.g. jnp.where(accept, new, "
-                    "old) on every leaf)",
-                )
+                _require_kept(who, kept, new_state)
                 computed_at = (x, new_state)  # the engine resets the state `compute` returned
                 x, state = _advance(direction, new_state, x, grad, d, a, b, dtype, jnp.array(True))
                 with contract(name + " params"):
                     same_avals(direction, "update", initial, state, "state")
                 if k == 0:
                     first = len(compiles)
-            require(
-                len(compiles) == first,
-                who,
-                f"one compile: later steps compiled {len(compiles) - first} more programs "
-                "(the state holds Python numbers, or changed avals)",
-                "make every leaf of the state a JAX array of fixed dtype (no Python numbers)",
-            )
-        # `reset` forgets (the engine resets the state `compute` returned at g when d is no
-        # descent direction): compute at g from the reset state is compute from `init`'s.
+            _require_no_compile(who, len(compiles) - first, "later steps")
+        # `reset` forgets: compute at g from the reset state is compute from `init`'s.
         x, computed = computed_at
         reset, replaced = _reset_and_replaced(direction, computed)
         with contract(name + " params"):
@@ -140,9 +145,9 @@ def _check_direction_at(direction: AbstractDirection, name, x64, params, seed) -
 
 
 def _multiple(grad: PyTree, d: PyTree) -> tuple[bool, float]:
-    """Whether d = -c g for one c > 0, each element to within two roundings of its leaf's
-    dtype and of the most precise leaf's (where c is read off); and the largest relative
-    difference of an element of d from -c g (inf where d is 0 or not finite off g's zeros)."""
+    """Whether d = -c g for one c > 0, each element within two roundings of its leaf's dtype and the
+    most precise leaf's (where c is read off); and the largest relative difference from -c g (inf
+    where d is 0 or not finite off g's zeros)."""
     leaves = [
         (np.asarray(g, np.float64).ravel(), np.asarray(p, np.float64).ravel(), _eps(g))
         for g, p in zip(jax.tree.leaves(grad), jax.tree.leaves(d), strict=True)
@@ -270,12 +275,7 @@ def _advance_residuals(direction, state, x, grad, d, a, b, curvature, dtype, acc
     t = jax.lax.while_loop(higher, lambda t: jnp.where(t > 2.0**-30, t / 2, 0), jnp.ones((), dtype))
     x_new = moved(t)
     grad_new = jax.grad(_objective)(x_new, a, b, curvature, dtype)
-
-    def sub(u, v):
-        wide = at_least_float32(widest_float(u.dtype, v.dtype))
-        return u.astype(wide) - v.astype(wide)
-
-    s, y = jax.tree.map(sub, x_new, x), jax.tree.map(sub, grad_new, grad)
+    s, y = _pair(x_new, x, grad_new, grad)
     return x_new, direction.update(state, s, y, dtype, accept=accept)
 
 
@@ -322,13 +322,7 @@ def _check_least_squares_at(direction: AbstractDirection, name, x64, params, see
                     kept = _advance_residuals(
                         direction, new_state, x, grad, d, a, b, c, dtype, jnp.array(False)
                     )[1]
-                    require(
-                        _same(kept, new_state),
-                        who_here,
-                        "update(accept=False) changed the state",
-                        "select the old state where accept is False (e.g. jnp.where(accept, "
-                        "new, old) on every leaf)",
-                    )
+                    _require_kept(who_here, kept, new_state)
                     computed_at = (x, new_state, d)
                     x, state = _advance_residuals(
                         direction, new_state, x, grad, d, a, b, c, dtype, jnp.array(True)
@@ -337,9 +331,8 @@ def _check_least_squares_at(direction: AbstractDirection, name, x64, params, see
                         same_avals(direction, "update", initial, state, "state")
                     if first is None:  # every later step, on every problem, reuses its programs
                         first = len(compiles)
-                # `reset` forgets: at the last point, compute from the reset state gives the d
-                # that compute from `init`'s state gives there. (Its programs, new on the
-                # first problem, are not counted against the steps.)
+                # `reset` forgets: at the last point, compute from the reset state gives compute
+                # from `init`'s (its programs, new, are not counted against the steps).
                 before = len(compiles)
                 at, computed, _ = computed_at
                 reset, replaced = _reset_and_replaced(direction, computed)
@@ -364,13 +357,7 @@ def _check_least_squares_at(direction: AbstractDirection, name, x64, params, see
                 )
                 allowed += len(compiles) - before
             more = len(compiles) - allowed - (first or 0)
-            require(
-                more == 0,
-                who,
-                f"one compile: later steps and problems compiled {more} more "
-                "programs (the state holds Python numbers, or changed avals)",
-                "make every leaf of the state a JAX array of fixed dtype (no Python numbers)",
-            )
+            _require_no_compile(who, more, "later steps and problems")
 
 
 def _check_outputs(who: str, grad, d, scaled, limit) -> None:
@@ -398,38 +385,25 @@ def _check_outputs(who: str, grad, d, scaled, limit) -> None:
 
 
 def check_direction(direction: AbstractDirection) -> None:
-    """Check `direction` against what the solver relies on (see `AbstractDirection`); raise
-    an AssertionError naming the first property that fails and how to fix it.
+    """Check `direction` against what the solver relies on (`AbstractDirection`); raise an
+    AssertionError naming the first property that fails and how to fix it. On random SPD
+    quadratics of 6 unknowns (condition number 100), with float16, bfloat16, float32, float64 and
+    mixed params, four exact steps along d:
 
-    On random SPD quadratics of 6 unknowns (condition number 100) with float16, bfloat16,
-    float32, float64 and mixed (bfloat16 and float32) params, four steps each with the exact
-    step along d:
+    - d is shaped as the gradient, `scaled` a 0-d bool, the limit +inf without bounds; <g, d> < 0
+      at every step;
+    - the state keeps `init`'s structure, shapes, dtypes and weak types through `compute`,
+      `update`, `reset` and `gradient_replaced` (a failure names the member and field), later
+      steps compile nothing, and `update(..., accept=False)` changes nothing;
+    - `compute` after `reset` gives `init`'s d, up to what `AbstractDirection.reset` lets a reset
+      keep: a positive multiple of -g (each element within two roundings) where `init`'s d is
+      one, else a positive diagonal scaling of -g.
 
-    - d has the structure, shapes and dtypes of the gradient; `scaled` is a 0-d bool; the
-      limit is +inf without bounds;
-    - d is a descent direction, <g, d> < 0, at every step;
-    - the state keeps the structure, shapes, dtypes and weak types of `init`'s through
-      `compute`, `update`, `reset` and `gradient_replaced`, and later steps compile nothing;
-    - `update(..., accept=False)` returns the state unchanged;
-    - `compute` at g from `reset` of the state `compute` returned there (the engine resets
-      that state when d is not a descent direction) gives the d it gives from `init`'s state,
-      or, up to what a reset may keep (see `AbstractDirection.reset`): where `init`'s gives
-      a positive multiple of -g, a positive multiple of -g, each element within two
-      roundings of its dtype; otherwise, a positive diagonal scaling of -g (each element of
-      the sign of -g's).
-
-    A state that changes its avals fails naming the member and the field (its pytree path).
-
-    A least-squares direction (an `AbstractLeastSquares`) is checked instead on residual
-    problems r(x) = A x - b + c (A x)^2 / 2 (A of n + 4 rows, condition number about 30): a
-    consistent linear one (b = A x*, c = 0), an inconsistent linear one and a nonlinear one
-    (c = 1/2), three steps each, with `DirectionInfo(x, J'r, dtype, hvp, residuals=r)` as the
-    solver passes it and the first of t = 1, 1/2, 1/4, ... that lowers f = 0.5 |r|^2, in the
-    same five params dtypes. The same properties hold, but for two: descent <J'r, d> < 0 is
-    asked only where |J'r| is above 50 times the params' machine epsilon relative to its
-    first value (below, d is lost in their rounding); and after `reset` at a point, `compute`
-    must give the d that it gives there from `init`'s state, bit for bit (as the built-in
-    least-squares directions do: they keep nothing through a reset).
+    An `AbstractLeastSquares` is checked on r(x) = A x - b + c (A x)^2 / 2 (A of n + 4 rows,
+    condition number about 30) instead: consistent and inconsistent linear and nonlinear (c =
+    1/2), three steps each with `DirectionInfo(x, J'r, dtype, hvp, residuals=r)` and the first of
+    t = 1, 1/2, ... lowering f; descent is asked only where |J'r| is above 50 eps of its first
+    value, and d after `reset` must be `init`'s bit for bit.
     """
     who = type(direction).__name__
     require(

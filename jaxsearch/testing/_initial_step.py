@@ -20,10 +20,9 @@ def _quadratic(n: int = 4):
 
 
 def _path(scaled: bool) -> list[dict]:
-    """What the solver knows at the start of each of `_STEPS` searches of steepest descent with
-    exact steps on `_quadratic` from x0 = 0 (`scaled`: d = -g / a_max, said to be scaled), as
-    float64 NumPy arrays: the fields of `InitialStepInfo` (prev_* NaN or 0 before the first
-    step) and the step each search takes."""
+    """The `InitialStepInfo` fields at the start of each of `_STEPS` exact steepest-descent searches
+    on `_quadratic` from x0 = 0 (`scaled`: d = -g / a_max, said to be scaled), as float64 NumPy
+    arrays (prev_* NaN or 0 before the first step), and each search's step."""
     a, b = _quadratic()
     x, prev_value, prev_decrease, prev_step, out = np.zeros_like(b), math.nan, math.nan, 0.0, []
     for _ in range(_STEPS):
@@ -137,23 +136,14 @@ def _check_vmap(rule: AbstractInitialStep, dtype, who: str) -> None:
 
 
 def check_initial_step(rule: AbstractInitialStep) -> None:
-    """Check the initial-step `rule` against what the solver relies on (see
-    `AbstractInitialStep`); raise an AssertionError naming the class and the first property
-    that fails.
-
-    Driven by hand through `init`, `first_trial` and `update` over five searches of steepest
-    descent with exact steps on a quadratic (d = -g, then a scaled d = -g / 10 said to be
-    scaled), with every field of `InitialStepInfo` as the solver fills it, in float32 and
-    float64 (under `jax.enable_x64(True)`, scoped):
-
-    - `init`'s state has no weakly typed leaf, and `update` (moved or not) returns a state of
-      its structure, shapes, dtypes and weak types (a failure names the field);
-    - `first_trial` returns a 0-d array of the scalar dtype (weakly typed allowed: the solver
-      casts it), positive and finite;
-    - the later searches compile nothing: one program for `first_trial`, one for `update`;
-    - under `jax.vmap` over three searches `first_trial` gives three positive trials and
-      `update` keeps the state's structure and shapes.
-    """
+    """Check the initial-step `rule` against what the solver relies on (`AbstractInitialStep`);
+    raise an AssertionError naming the class and the first property that fails. Driven through
+    five exact steepest-descent searches on a quadratic (d = -g, then d = -g / 10 said to be
+    scaled) with every `InitialStepInfo` field, in float32 and float64: `init`'s state has no
+    weakly typed leaf and `update` (moved or not) keeps its avals; `first_trial` is a positive
+    finite 0-d array of the scalar dtype (or weakly typed); later searches compile nothing; under
+    `jax.vmap` over three searches, three positive trials, and `update` keeps the state's
+    structure and shapes."""
     who = type(rule).__name__
     require(
         isinstance(rule, AbstractInitialStep),

@@ -58,11 +58,10 @@ def _update(search, record, t, phi, dphi):
 
 
 def drive(search: AbstractLineSearch, phi, dtype, guess=1.0, max_step=None, min_step=0.0):
-    """One search on the closed-form line `phi` (t -> (phi(t), phi'(t)) in float64), driven as
-    the solver drives it: `start`, then `update` at `trial` until `done` (phi'(t) = NaN at
-    the trials it judges on f alone, `slope_needed`). Returns the trials, their (phi, phi')
-    and the final search state; checks the state's avals, the budget, and
-    that no trial leaves [min_step, cap]."""
+    """One search on the closed-form line `phi` (t -> (phi(t), phi'(t)) in float64), driven as the
+    solver does (phi'(t) = NaN where `slope_needed` says so). Returns the trials, their (phi,
+    phi') and the final state; checks the avals, the budget and that no trial leaves [min_step,
+    cap]."""
     who = f"{type(search).__name__} ({np.dtype(dtype).name})"
 
     def c(v):
@@ -107,8 +106,8 @@ def drive(search: AbstractLineSearch, phi, dtype, guess=1.0, max_step=None, min_
         )
         trials.append(t)
         values.append(phi(tf))
-        # As the solver does: phi'(t) = NaN where the search needs no slope, unless it asks
-        # again for the trial it had without one (`AbstractLineSearch.slope_needed`).
+        # As the solver does: phi'(t) = NaN where no slope is needed, unless the search asks again
+        # for that trial.
         needed = search.slope_needed(record)
         alone = needed is not None and not bool(needed) and tf != value_only_t
         value_only_t = tf if alone else math.nan
@@ -234,8 +233,8 @@ def _check_driven(search: AbstractLineSearch, dtype) -> None:
         f"{float(record.step)}, trials {[float(t) for t in trials]})",
         "accept a trial at a binding cap (`at_binding_cap`) that passes your decrease test",
     )
-    # Trials judged on f alone (`slope_needed`): from a first trial far beyond the quadratic's
-    # minimiser, those after it come without their slope, and a sufficient decrease is found.
+    # Trials judged on f alone: from a first trial far beyond the minimiser, a sufficient decrease
+    # is found.
     trials, values, record = drive(search, _quadratic, dtype, guess=10.0)
     if search.slope_needed(record) is not None:
         require(
@@ -304,30 +303,23 @@ def _check_in_solver(search: AbstractLineSearch) -> None:
 
 
 def check_line_search(search: AbstractLineSearch) -> None:
-    """Check `search` against what the solver relies on (see `AbstractLineSearch`); raise an
-    AssertionError naming the first property that fails and how to fix it.
+    """Check `search` against what the solver relies on (`AbstractLineSearch`); raise an
+    AssertionError naming the first property that fails and how to fix it. Driven on closed-form
+    lines (quadratic, quartic, exp(-t), lines turning NaN or inf, one finite only at 0), in
+    float32 and float64:
 
-    Driven by hand on closed-form lines (quadratic, quartic, exp(-t), lines that turn NaN or
-    inf beyond a point, one finite nowhere but at 0), in float32 and float64:
-
-    - `start`'s state has no weakly typed field, and every `update` returns the structure,
-      shapes, dtypes and weak types of the state it replaces (a failure names the field);
-      driving it again compiles nothing;
-    - it ends within `max_trials` updates; every trial, and the accepted step, is positive,
-      finite and within [min_step, cap], the cap as the search's dtype holds it: searches
-      start above their cap, and below it (a first guess of 0.3 cap), under a dynamic cap
-      and, where `max_step_size` is a field holding a Python number, under a static one (the
-      search rebuilt with `eqx.tree_at`), so that a search that grows its trials must clip
-      them;
-    - a step > 0 is the last trial, with a finite value and slope (and no rise of f where
-      `monotone`); `success` only with a step; no step where nothing is finite;
-    - the cap rules of `AbstractLineSearch.start`: a cap below the resolution, <= 0 or NaN
-      ends the search at `start`; on phi(t) = -t a binding cap ends it with step = cap; a
-      dynamic cap at or above `max_step_size` changes no trial.
-
-    `finish` keeps the avals of `init`'s state. And a `Solver(Gradient(), search).run` on
-    mixed float16, bfloat16 and float32 params ends with finite params and a state of
-    `init`'s avals, and a second run compiles nothing.
+    - `start`'s state has no weakly typed field, every `update` keeps the state's structure,
+      shapes, dtypes and weak types, `finish` keeps `init`'s, and driving again compiles nothing;
+    - it ends within `max_trials` updates; every trial and step is positive, finite and within
+      [min_step, cap] (cap in the search's dtype), starting above and below the cap, under a
+      dynamic cap and, where `max_step_size` is a Python-number field, a static one;
+    - a step > 0 is the last trial, with finite value and slope (no rise where `monotone`);
+      `success` only with a step; no step where nothing is finite;
+    - `AbstractLineSearch.start`'s cap rules: a cap below the resolution, <= 0 or NaN ends it at
+      `start`; on phi(t) = -t a binding cap gives step = cap; a dynamic cap at or above
+      `max_step_size` changes nothing;
+    - `Solver(Gradient(), search).run` on mixed float16, bfloat16 and float32 params gives finite
+      params and `init`'s avals, and a second run compiles nothing.
     """
     who = type(search).__name__
     require(
