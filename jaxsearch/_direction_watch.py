@@ -19,7 +19,7 @@ import warnings
 import jax
 import numpy as np
 
-from ._compile import PackedState
+from ._packing import PackedState
 
 # Runs watched and not yet checked. The thread wakes on the first, waits `_GATHER` seconds for
 # the runs dispatched after it, then checks them all: a run's own cost is an append (a thread

@@ -22,7 +22,6 @@ from ._compile import (
     _retrace,
     bounded_cache,
     dispatch as _dispatch,
-    packed,
     plan as _plan,
 )
 from ._complex import OnRealView, check_complex, complex_params, real_params
@@ -30,6 +29,7 @@ from ._history import Report
 from ._inputs import check_params
 from ._misc import count_after, user_frame, with_fields
 from ._objective import Objective
+from ._packing import packed
 from ._result import Result
 from ._setup import fresh_run_state, prepare, resumed_state
 from ._status import Status

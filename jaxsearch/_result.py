@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
-from ._compile import PackedState, pack
+from ._packing import PackedState, pack
 from ._misc import leaves
 from ._state import SolverState
 from ._status import CONVERGED, Status, stop_message

@@ -9,7 +9,6 @@
 - `_computation`: objectives compared by what they compute, so a new closure over the same
   computation shares a compiled program;
 - `_retrace`: the warning when a solver keeps compiling for the same shapes;
-- `_packing`: a run's state carried out of its program in a few buffers;
 - `_jit`: `js.jit`, a training step compiled as jaxsearch compiles its own programs;
 - `_caches`: the wing's caches, each bounded, and `clear_caches`.
 
@@ -25,6 +24,5 @@ from . import (
 )
 from ._caches import Kept as Kept, bounded_cache as bounded_cache, clear_caches as clear_caches
 from ._jit import jit as jit
-from ._packing import PackedState as PackedState, pack as pack, packed as packed
 from ._plan import Plan as Plan, dispatch as dispatch, plan as plan
 from ._retrace import RetraceWarning as RetraceWarning

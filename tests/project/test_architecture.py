@@ -147,13 +147,13 @@ def test_the_layer_check_finds_breaches():
     trees[engine] = ast.parse(
         "from jax._src.core import trace_state_clean\n"
         "from jax.interpreters import partial_eval\n"
-        "from ._compile._packing import pack\n"
-        "from ._compile import pack\n"
+        "from ._compile._programs import call\n"
+        "from ._compile import plan\n"
     )
     assert layer_breaches(trees) == [
         "_engine.py:1 imports jax._src.core",
         "_engine.py:2 imports jax.interpreters",
-        "_engine.py:3 imports jaxsearch._compile._packing, behind the wing's door",
+        "_engine.py:3 imports jaxsearch._compile._programs, behind the wing's door",
     ]
 
 
