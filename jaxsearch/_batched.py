@@ -15,7 +15,7 @@ import numpy as np
 from jax import lax
 
 from . import _evaluate, _setup, _traced
-from ._compile import _closure, _programs
+from ._compile import plan
 from ._engine import Engine
 from ._history import Report
 from ._inputs import check_fn, partition
@@ -62,7 +62,11 @@ def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) ->
     counts the problems that match).
 
     Compiles one program per (solver, fn, B, W, value_dtype, avals of x0s and args): new
-    batches of the same size compile nothing.
+    batches of the same size compile nothing. It is its own path, by `eqx.filter_jit`, not
+    the compile wing's `plan` and `dispatch` that `run` and `step` go through: the pool's
+    loops and the compaction between them are one program of their own, where `run`'s
+    dispatch compiles one run per call; only fn's closure conversion is the wing's
+    (`plan("batched", ...)`).
 
     **Arguments:**
 
@@ -84,13 +88,12 @@ def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) ->
         )
     size = _batch_size(x0s, args)
     widths = tuple(_widths(min(size, lanes)))
-    # The tracers fn closes over (`_closure`), shared by every problem: one more argument.
-    captured = None
-    if not _programs.top_level():  # (at the top level, fn can close over none)
-        one = jax.tree.map(lambda leaf: leaf[0], (x0s, args))
-        fn, one_args = _closure.converted(fn, one[0], one[1])
-        captured = one_args[-1] if isinstance(fn, _closure.ClosedOver) else None
-    return _solve((solver, fn, value_dtype, widths), x0s, args, captured)
+    # The tracers fn closes over (the compile wing's closure conversion, at one problem),
+    # shared by every problem: one more argument. This path compiles its own program (below),
+    # not `plan`'s: it compacts the batch between the pool's loops, inside one program.
+    planned = plan("batched", solver, fn, x0s, args)
+    captured = planned.args[-1] if planned.fn is not fn else None
+    return _solve((solver, planned.fn, value_dtype, widths), x0s, args, captured)
 
 
 def _widths(width: int) -> list[int]:
@@ -143,7 +146,7 @@ def _where(mask, new, old):
 @eqx.filter_jit
 def _solve(settings, x0s, args, captured) -> Result:
     """The whole batch in one program: the starts, the pool's loops (one per width), and
-    every problem's `Result`; `captured`: what a `_closure.ClosedOver` fn takes last."""
+    every problem's `Result`; `captured`: what a closure-converted fn takes last."""
     solver, fn, value_dtype, widths = settings
     if captured is not None:
         closed_over = fn

@@ -12,7 +12,7 @@ import optax
 from jaxtyping import Array, Int, PyTree, Scalar
 
 from . import _setup, _traced
-from ._compile import _programs
+from ._compile import dispatch, plan
 from ._inputs import partition
 from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm, tree_norm
 from ._state import BestPoint, SolverState, fingerprint
@@ -169,7 +169,7 @@ def as_optax(solver) -> optax.GradientTransformationExtraArgs:
         # One compiled program (eager updates too): the state is checked while it is traced.
         fn = _WithKeywords(value_fn)
         arguments = (solver, fn, params, state, value, grad, extra_args)
-        chosen = _programs.options("auto", solver, fn, params, (extra_args,))
-        return _programs.call(_update, *arguments, filtered=True, options=chosen)
+        chosen = plan("update", solver, fn, params, (extra_args,)).options
+        return dispatch(_update, arguments, plain=False, static=(), donate=False, options=chosen)
 
     return optax.GradientTransformationExtraArgs(init, update)

@@ -1,6 +1,6 @@
 """What a call sets up on the host before its program runs: the call's box and its one line
 search (`line_search`: the bounded one where there are bounds), and the solver state, built
-for that search (`init`, `initial_state`, the cached state of a fresh run), resumed, or checked
+for that search (`init`, `initial_state`, the program of a fresh run's state), resumed, or checked
 against the solver and params (`check_state`).
 """
 
@@ -16,7 +16,6 @@ from jaxtyping import PyTree
 
 from . import _evaluate
 from ._box import Box, check_order
-from ._compile import Kept, _programs, dispatch
 from ._complex import OnRealView, RealView, check_complex, real_params
 from ._inputs import (
     check_fits,
@@ -215,40 +214,6 @@ def resumed_state(state, value_dtype) -> SolverState:
     if all(isinstance(leaf, jax.Array) for leaf in leaves(state)):
         return state
     return jax.tree.map(jnp.asarray, state)
-
-
-# A fresh run starts from `init`'s state, built by a compiled program of its own, so that a
-# fresh and a resumed run call the same compiled run. A small state (not donated) is kept for
-# the next run: it depends only on the solver, fn, the avals and shardings of x0 and args,
-# and the line search; building it again would cost a small problem as much as its run.
-fresh_states = Kept(16)
-
-
-def fresh_run_state(solver, search, fn, x0, args, value_dtype, plain: bool, options):
-    """The state a fresh `run` starts from (built with `options`), and whether the run
-    donates it; `plain` as `_programs.plain_call` says of the run."""
-
-    def build():
-        arguments = (solver, search, fn, x0, args, value_dtype)
-        static = (0, 1, 2, 5)
-        return dispatch(
-            fresh_state, arguments, plain=plain, static=static, donate=False, options=options
-        )
-
-    if not plain or _programs.traced((x0, args)):
-        state = build()
-        return state, _programs.donated(state)
-    avals = tuple((jax.typeof(leaf), leaf.sharding) for leaf in leaves((x0, args)))
-    # By identity: the entry holds the solver, so its id is not reused while it is kept.
-    key = (id(solver), fn, jax.tree.structure((x0, args)), avals, value_dtype, search)
-    kept = fresh_states.get(key)
-    if kept is not None and kept[0] is solver:
-        return kept[1], False
-    state = build()
-    if _programs.donated(state):
-        return state, True
-    fresh_states.put(key, (solver, state))
-    return state, False
 
 
 def fresh_state(solver, search, fn, x0, args, value_dtype) -> SolverState:

@@ -16,7 +16,6 @@ from jax import lax
 from . import _evaluate
 from ._adjoint import Problem
 from ._box import gradient_norm
-from ._compile import _retrace
 from ._engine import Engine
 from ._history import History, Report
 from ._inputs import check_fn, partition
@@ -56,7 +55,6 @@ def compiled_run(
 def traced_run(solver, search, fn, x0, args, box, report: Report, state, last_step=None) -> Result:
     """The run inside its compiled program: the adjoint is handed the whole run (`minimise`)
     and the result's state is packed into a few buffers (`Result`)."""
-    _retrace.note_trace("run", solver, fn, (x0, args))
     # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
     objective = Objective.of(solver, _evaluate.TracedOnce(fn, x0, *args))
     # The solution does not depend on where the run starts (as on x0, see the adjoints).
@@ -214,7 +212,6 @@ def take_step(solver, fn, params, state, args: tuple, bounds, evaluated: bool):
     params on these args (the optax transformation was given them), so a search that
     `evaluates_each_step` uses them."""
     check_fn(fn)
-    _retrace.note_trace("step", solver, fn, (params, args))
     given, static = partition(params)
     diff = tree_cast_like(given, given)  # strongly typed inside; given avals on the way out
     box = make_box(solver, bounds, diff)
