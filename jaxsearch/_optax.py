@@ -117,7 +117,7 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
     # Given f and its gradient, a search that evaluates each step uses them (they are on
     # this update's data) rather than evaluating them again.
     new_params, st = _traced.take_step(
-        solver, fn, params, st, (extra_args,), None, value is not None
+        solver, search, fn, params, (extra_args,), None, st, value is not None
     )
     updates = jax.tree.map(
         lambda new, old: new - old if eqx.is_inexact_array(old) else None,

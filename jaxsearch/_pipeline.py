@@ -17,8 +17,7 @@ import numpy as np
 
 from . import _direction_watch, _evaluate
 from ._compile import plan as _plan
-from ._complex import OnRealView, check_complex, complex_params, real_params
-from ._inputs import check_params
+from ._complex import complex_params
 from ._misc import count_after, user_frame, with_fields
 from ._packing import packed
 from ._result import Result
@@ -149,22 +148,19 @@ def _where_going(going, later: Result, ended: Result) -> Result:
 
 
 def step(solver, fn, params, state, args: tuple, bounds):
-    """`Solver.step`: `_traced.take_step` dispatched as the compile wing's `plan` says (by
-    `eqx.filter_jit`, with the options "auto" chooses); within `js.jit`'s pricing trace, only
-    priced (params and state come back as they went in). Complex params step as their real
-    view (`_complex`)."""
-    view = check_complex(solver, params, bounds)
-    given = params
-    if view is not None:
-        fn, params = OnRealView(fn, view), real_params(view, params)
-    check_params(params)  # before fn is traced, as in `run`
+    """`Solver.step`, down the path `run` takes: the call prepared (`_setup.prepare`: params
+    checked before fn is traced, complex params as their real view, the box and the one line
+    search), the compile wing's `plan` (within `js.jit`'s pricing trace, only priced: params
+    and state come back as they went in), then `_traced.take_step` dispatched as it says (by
+    `eqx.filter_jit`, with the options "auto" chooses)."""
     with _evaluate.sharing_traces():  # fn is traced once for its stand-in and the step
-        plan = _plan("step", solver, fn, params, args, state=state)
+        call = prepare(solver, fn, params, args, bounds)
+        plan = _plan("step", solver, call.fn, call.params, call.args, state=state)
         if plan.priced:
-            return given, state
-        arguments = (solver, plan.fn, params, state, plan.args, bounds, False)
+            return params, state
+        arguments = (solver, call.search, plan.fn, call.params, plan.args, call.box, state, False)
         options = plan.options
-        params, state = plan.call(take_step, arguments, static=(), donate=False, options=options)
-    if view is not None:
-        params = complex_params(view, (params,))[0]
-    return params, state
+        new, state = plan.call(take_step, arguments, static=(), donate=False, options=options)
+    if call.view is not None:
+        new = complex_params(call.view, (new,))[0]
+    return new, state

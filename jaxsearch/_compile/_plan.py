@@ -15,9 +15,6 @@ from .._objective import Objective
 from . import _closure, _computation, _programs, _retrace
 from ._caches import Kept, bounded_cache
 
-# Where each entry's programs take the solver, fn, params and args (`_noted`).
-_TAKEN_AT = {"run": (0, 2, 3, 4), "step": (0, 1, 2, 4)}
-
 
 class Plan(NamedTuple):
     """How a call (`entry`: "run", "step", "update" for the optax update, or "batched" for
@@ -235,14 +232,13 @@ def _bundled(program):
 @bounded_cache(16)
 def _noted(program, entry: str):
     """`program`, under its own name, that notes each trace of it as one of `entry`
-    (`_retrace.note_trace`, counted where `_retrace.watching` is on): its solver, fn, params
-    and args at the positions `_TAKEN_AT` gives."""
-    solver_at, fn_at, params_at, args_at = _TAKEN_AT[entry]
+    (`_retrace.note_trace`, counted where `_retrace.watching` is on). Every program of a
+    run or a step takes (solver, search, fn, params, args, ...) first."""
 
     @functools.wraps(program)
     def noted(*arguments):
-        given = (arguments[params_at], arguments[args_at])
-        _retrace.note_trace(entry, arguments[solver_at], arguments[fn_at], given)
+        solver, _, fn, params, args = arguments[:5]
+        _retrace.note_trace(entry, solver, fn, (params, args))
         return program(*arguments)
 
     return noted
