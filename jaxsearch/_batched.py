@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _evaluate, _setup, _traced
+from . import _evaluate, _setup, _state, _traced
 from ._compile import plan
 from ._engine import Engine
 from ._history import Report
@@ -162,9 +162,9 @@ def _solve(settings, x0s, args, captured) -> Result:
         def traced(x0, a):  # fn traced once, as the solver evaluates it
             return Objective.of(solver, _evaluate.TracedOnce(fn, x0, *a))
 
-        def fresh(x0, a):  # the state a fresh run starts from (`_setup.fresh_state`)
+        def fresh(x0, a):  # the state a fresh run starts from (`_state.fresh_state`)
             f = traced(x0, a)
-            return _setup.initial_state(solver, search, x0, partition(x0)[0], value_dtype, f, a)
+            return _state.initial_state(solver, search, x0, partition(x0)[0], value_dtype, f, a)
 
         states = lax.stop_gradient(jax.vmap(fresh)(x0s, args))  # as `traced_run`'s
         weak, weak_search = weak_settings((solver, search))

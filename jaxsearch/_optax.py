@@ -11,11 +11,11 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PyTree, Scalar
 
-from . import _setup, _traced
+from . import _traced
 from ._compile import dispatch, plan
 from ._inputs import partition
 from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm, tree_norm
-from ._state import BestPoint, SolverState, fingerprint
+from ._state import BestPoint, SolverState, check_state, fingerprint
 
 
 class OptaxState(NamedTuple):
@@ -92,7 +92,7 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
     `grad` (when given) replace the cached f and gradient at params."""
     st = dataclasses.replace(state.solver, grad=state.grad)
     search = solver.linesearch  # the transformation takes no bounds
-    _setup.check_state(solver, search, st, params, partition(params)[0], None, (), bounded=False)
+    check_state(solver, search, st, params, partition(params)[0], None, (), bounded=False)
     if value is not None:  # f and its gradient at params, e.g. from value_and_grad_from_state
         value = jnp.asarray(value).astype(st.value.dtype)
         grad = tree_cast_like(eqx.filter(grad, eqx.is_inexact_array), st.grad)

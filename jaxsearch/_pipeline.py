@@ -21,7 +21,8 @@ from ._complex import complex_params
 from ._misc import count_after, user_frame, with_fields
 from ._packing import packed
 from ._result import Result
-from ._setup import fresh_state, prepare, resumed_state
+from ._setup import prepare
+from ._state import fresh_state, resumed_state
 from ._status import Status
 from ._traced import compiled_run, take_step
 
@@ -80,7 +81,7 @@ def run(solver, fn, x0, args: tuple, value_dtype, bounds, report, state, compile
 
 def dispatched_run(solver, search, box, plan, value_dtype, x0, state, options, last_step) -> Result:
     """One compiled run from x0 with `options`: from `state` (resumed) or a fresh one (built
-    by its own program, `_setup.fresh_state`, kept for the next run by `Plan.fresh`), until
+    by its own program, `_state.fresh_state`, kept for the next run by `Plan.fresh`), until
     the step count `last_step` (per problem under `jax.vmap`; None: `max_steps` after the
     state's)."""
     fn, args = plan.fn, plan.args

@@ -30,8 +30,7 @@ from ._misc import (
 )
 from ._objective import Objective
 from ._result import Result
-from ._setup import check_state
-from ._state import SolverState, fingerprint, same_point
+from ._state import SolverState, check_state, fingerprint, same_point
 from ._status import CAUSES, Cause, Status, stop_message
 from ._stopping import returned_status, returns_last, run_status, stop_cause
 
