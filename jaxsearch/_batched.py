@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _evaluate, _setup, _traced
-from ._compile import _closure, _programs
+from . import _evaluate, _setup, _state, _traced
+from ._compile import plan
 from ._engine import Engine
 from ._history import Report
 from ._inputs import check_fn, partition
@@ -48,6 +48,10 @@ def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) ->
     the pool's width W for a larger batch (default 1024: wider runs fewer iterations, narrower
     spends less on ended lanes); `value_dtype`, as `Solver.run`'s. Returns a `js.Result` with the
     batch in front of every leaf.
+
+    Its own path, by `eqx.filter_jit`, not `plan` and `dispatch` as `run` and `step`: the pool's
+    loops and the compaction between them are one program; only fn's closure conversion is the
+    compile wing's (`plan("batched", ...)`).
     """
     check_fn(fn)
     lanes = _count("lanes", lanes)
@@ -58,13 +62,12 @@ def batched_run(solver, fn, x0s, *args, lanes: int = LANES, value_dtype=None) ->
         )
     size = _batch_size(x0s, args)
     widths = tuple(_widths(min(size, lanes)))
-    # The tracers fn closes over (`_closure`), shared by every problem: one more argument.
-    captured = None
-    if not _programs.top_level():  # (at the top level, fn can close over none)
-        one = jax.tree.map(lambda leaf: leaf[0], (x0s, args))
-        fn, one_args = _closure.converted(fn, one[0], one[1])
-        captured = one_args[-1] if isinstance(fn, _closure.ClosedOver) else None
-    return _solve((solver, fn, value_dtype, widths), x0s, args, captured)
+    # The tracers fn closes over (the compile wing's closure conversion, at one problem),
+    # shared by every problem: one more argument. This path compiles its own program (below),
+    # not `plan`'s: it compacts the batch between the pool's loops, inside one program.
+    planned = plan("batched", solver, fn, x0s, args)
+    captured = planned.args[-1] if planned.fn is not fn else None
+    return _solve((solver, planned.fn, value_dtype, widths), x0s, args, captured)
 
 
 def _widths(width: int) -> list[int]:
@@ -117,7 +120,7 @@ def _where(mask, new, old):
 @eqx.filter_jit
 def _solve(settings, x0s, args, captured) -> Result:
     """The whole batch in one program: the starts, the pool's loops (one per width), and
-    every problem's `Result`; `captured`: what a `_closure.ClosedOver` fn takes last."""
+    every problem's `Result`; `captured`: what a closure-converted fn takes last."""
     solver, fn, value_dtype, widths = settings
     if captured is not None:
         closed_over = fn
@@ -133,9 +136,9 @@ def _solve(settings, x0s, args, captured) -> Result:
         def traced(x0, a):  # fn traced once, as the solver evaluates it
             return Objective.of(solver, _evaluate.TracedOnce(fn, x0, *a))
 
-        def fresh(x0, a):  # the state a fresh run starts from (`_setup.fresh_state`)
+        def fresh(x0, a):  # the state a fresh run starts from (`_state.fresh_state`)
             f = traced(x0, a)
-            return _setup.initial_state(solver, search, x0, partition(x0)[0], value_dtype, f, a)
+            return _state.initial_state(solver, search, x0, partition(x0)[0], value_dtype, f, a)
 
         states = lax.stop_gradient(jax.vmap(fresh)(x0s, args))  # as `traced_run`'s
         weak, weak_search = weak_settings((solver, search))

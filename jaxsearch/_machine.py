@@ -6,9 +6,9 @@ import dataclasses
 import equinox as eqx
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
-from ._compile import PackedState, pack, packed
 from ._history import History
 from ._linesearch import SearchState
+from ._packing import PackedState, pack, packed
 from ._state import SolverState
 
 _replace = dataclasses.replace

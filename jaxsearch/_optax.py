@@ -11,11 +11,11 @@ import numpy as np
 import optax
 from jaxtyping import Array, Int, PyTree, Scalar
 
-from . import _setup, _traced
-from ._compile import _programs
+from . import _traced
+from ._compile import dispatch, plan
 from ._inputs import partition
 from ._misc import select, tree_cast_like, tree_equal, tree_inf_norm, tree_norm
-from ._state import BestPoint, SolverState, fingerprint
+from ._state import BestPoint, SolverState, check_state, fingerprint
 
 
 class OptaxState(NamedTuple):
@@ -80,7 +80,7 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
     replace the cached ones."""
     st = dataclasses.replace(state.solver, grad=state.grad)
     search = solver.linesearch  # the transformation takes no bounds
-    _setup.check_state(solver, search, st, params, partition(params)[0], None, (), bounded=False)
+    check_state(solver, search, st, params, partition(params)[0], None, (), bounded=False)
     if value is not None:  # f and its gradient at params, e.g. from value_and_grad_from_state
         value = jnp.asarray(value).astype(st.value.dtype)
         grad = tree_cast_like(eqx.filter(grad, eqx.is_inexact_array), st.grad)
@@ -104,7 +104,7 @@ def _update(solver, fn: _WithKeywords, params, state: OptaxState, value, grad, e
         )
     # Given f and its gradient (on this update's data), a search that evaluates each step uses them.
     new_params, st = _traced.take_step(
-        solver, fn, params, st, (extra_args,), None, value is not None
+        solver, search, fn, params, (extra_args,), None, st, value is not None
     )
     updates = jax.tree.map(
         lambda new, old: new - old if eqx.is_inexact_array(old) else None,
@@ -156,7 +156,7 @@ def as_optax(solver) -> optax.GradientTransformationExtraArgs:
         # One compiled program (eager updates too): the state is checked while it is traced.
         fn = _WithKeywords(value_fn)
         arguments = (solver, fn, params, state, value, grad, extra_args)
-        chosen = _programs.options("auto", solver, fn, params, (extra_args,))
-        return _programs.call(_update, *arguments, filtered=True, options=chosen)
+        chosen = plan("update", solver, fn, params, (extra_args,)).options
+        return dispatch(_update, arguments, plain=False, static=(), donate=False, options=chosen)
 
     return optax.GradientTransformationExtraArgs(init, update)

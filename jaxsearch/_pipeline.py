@@ -1,9 +1,10 @@
 """The host side of `Solver.run` and `step`, read top to bottom: the call prepared once
 (`_setup.prepare`: x0 checked, complex params as their real view, the box and the one line
-search), fn's closed-over tracers made arguments, the compile wing's `plan`, the state
-(resumed, or a fresh one), and the compiled run dispatched (`_compile.dispatch`). The run's
-program itself is `_traced`'s. A run that "auto" cuts in two (`_programs.run_options`) is two
-dispatches of the same program (`run_in_two`), never a second call of `run`.
+search), the compile wing's `plan` (fn's closed-over tracers made arguments, fn's stand-in,
+the options, retrace watching), the state (resumed, or a fresh one, `Plan.fresh`), and the
+compiled run dispatched (`Plan.call`). The run's program itself is `_traced`'s. A run that
+"auto" cuts in two (`Plan.split`) is two dispatches of the same program (`run_in_two`),
+never a second call of `run`.
 """
 
 import functools
@@ -15,32 +16,21 @@ import jax.tree_util as jtu
 import numpy as np
 
 from . import _evaluate
-from ._compile import (
-    _closure,
-    _computation,
-    _programs,
-    _retrace,
-    bounded_cache,
-    dispatch as _dispatch,
-    packed,
-    plan as _plan,
-)
-from ._complex import OnRealView, check_complex, complex_params, real_params
-from ._history import Report
-from ._inputs import check_params
+from ._compile import plan as _plan
+from ._complex import complex_params
 from ._misc import count_after, with_fields
-from ._objective import Objective
+from ._packing import packed
 from ._result import Result
-from ._setup import fresh_run_state, prepare, resumed_state
+from ._setup import prepare
+from ._state import fresh_state, resumed_state
 from ._status import Status
 from ._traced import compiled_run, take_step
 
 # -------------------------------------------------------------------------------- a run
 
 
-def report(history: bool, callback, verbose: bool, progress: bool) -> Report:
-    """The `Report` of these settings, built once (a module's construction costs as much as
-    a small problem's dispatch), once they are checked."""
+def report(history: bool, callback, verbose: bool, progress: bool) -> tuple:
+    """The settings of the run's `Report`, checked (`plan` builds it once)."""
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable, got {type(callback).__name__}.")
     if progress:
@@ -48,70 +38,59 @@ def report(history: bool, callback, verbose: bool, progress: bool) -> Report:
             import tqdm  # noqa: F401
         except ImportError as error:
             raise ImportError("progress=True needs tqdm: pip install tqdm") from error
-    try:
-        return _kept_report(history, callback, verbose, progress)
-    except TypeError:  # an unhashable callback
-        return Report(history, callback, verbose, progress)
-
-
-_kept_report = bounded_cache(64)(Report)
+    return history, callback, verbose, progress
 
 
 def run(solver, fn, x0, args: tuple, value_dtype, bounds, report, state, compiler_options):
-    """`Solver.run` once its arguments are checked: the call prepared (`_setup.prepare`),
-    fn's closed-over tracers made arguments (`_closure`), fn's stand-in for its computation
-    (`same_computation`), the compile wing's `plan` (`compiler_options` as
-    `_programs.setting` gives them), then the compiled run, in one call or cut in two
-    (`run_in_two`). Complex params run as their real view, turned back in the result."""
+    """`Solver.run` once its arguments are checked: the call prepared (`_setup.prepare`), the
+    compile wing's `plan` (fn's closed-over tracers made arguments, fn's stand-in for its
+    computation, the options and the cut `compiler_options` ask for), then the compiled run,
+    in one call or cut in two (`run_in_two`). Complex params run as their real view, turned
+    back in the result."""
     with _evaluate.sharing_traces():  # fn is traced once for its price, the state and the run
         call = prepare(solver, fn, x0, args, bounds)
-        fn, args = _closure.converted(call.fn, call.params, call.args)
         params, search, box = call.params, call.search, call.box
-        with _retrace.watching(_programs.compiled_per_call((params, args))):
-            fn = same_computation(solver, fn, params, args)
-            plan = _plan(solver, fn, params, args, report, state, compiler_options)
-            problem = (solver, search, fn, args, box, plan, value_dtype)
-            if plan.split:
-                result = run_in_two(*problem, params, state)
-            else:
-                result = dispatched_run(*problem, params, state, plan.options, None)
+        plan = _plan(
+            "run",
+            solver,
+            call.fn,
+            params,
+            call.args,
+            report=report,
+            state=state,
+            compiler_options=compiler_options,
+        )
+        problem = (solver, search, box, plan, value_dtype)
+        if plan.split:
+            result = run_in_two(*problem, params, state)
+        else:
+            result = dispatched_run(*problem, params, state, plan.options, None)
     if call.view is None:
         return result
     turned = complex_params(call.view, (result.params, result.grad, result.iterate))
     return eqx.tree_at(lambda r: (r.params, r.grad, r.iterate), result, turned)
 
 
-def dispatched_run(
-    solver, search, fn, args, box, plan, value_dtype, x0, state, options, last_step
-) -> Result:
+def dispatched_run(solver, search, box, plan, value_dtype, x0, state, options, last_step) -> Result:
     """One compiled run from x0 with `options`: from `state` (resumed) or a fresh one (built
-    by its own program, `_setup.fresh_run_state`), until the step count `last_step` (per
-    problem under `jax.vmap`; None: `max_steps` after the state's)."""
+    by its own program, `_state.fresh_state`, kept for the next run by `Plan.fresh`), until
+    the step count `last_step` (per problem under `jax.vmap`; None: `max_steps` after the
+    state's)."""
+    fn, args = plan.fn, plan.args
     if state is None:
         state_options = plan.state_options if options == plan.options else options
-        state, donate = fresh_run_state(
-            solver, search, fn, x0, args, value_dtype, plan.plain, state_options
-        )
+        arguments = (solver, search, fn, x0, args, value_dtype)
+        state, donate = plan.fresh(fresh_state, arguments, (0, 1, 2, 5), state_options)
     else:
-        state = resumed_state(state, value_dtype)
-        donate = _programs.donated(state)
-        if donate:
-            state = jax.device_put(state, may_alias=False)  # the run consumes a copy
+        state, donate = plan.resumed(resumed_state(state, value_dtype))
     # The state's small leaves come out packed (`Result`): only its larger ones, whose
     # buffers the result's can be, are donated.
     large, small = eqx.partition(state, lambda leaf: not packed(leaf))
     arguments = (solver, search, fn, x0, args, box, plan.report, last_step, small, large)
-    return _dispatch(
-        compiled_run,
-        arguments,
-        plain=plan.plain,
-        static=(0, 1, 2, 6),
-        donate=donate,
-        options=options,
-    )
+    return plan.call(compiled_run, arguments, static=(0, 1, 2, 6), donate=donate, options=options)
 
 
-def run_in_two(solver, search, fn, args, box, plan, value_dtype, x0, state) -> Result:
+def run_in_two(solver, search, box, plan, value_dtype, x0, state) -> Result:
     """A run that `plan` cuts in two at the step count `plan.split`: its steps before it
     compiled with the lean options and, where the run goes on after them, the rest of its
     `max_steps` resumed from that part's state and iterate under XLA's defaults (with
@@ -119,22 +98,21 @@ def run_in_two(solver, search, fn, args, box, plan, value_dtype, x0, state) -> R
     run's). Each problem under `jax.vmap` is cut at its own step: one that ended in the lean
     part keeps that part's result (one resumed from a failure would try again)."""
     lean_part = with_fields(solver, throw="failures" if solver.throw is True else solver.throw)
-    common = (search, fn, args, box, plan, value_dtype)
-    lean_items = _programs.LEAN_ITEMS
-    if not _programs.batched((x0, args, state)):  # counted on the host: nothing to compile
-        start = 0 if state is None else int(_programs.local_value(state.num_steps))
+    common = (search, box, plan, value_dtype)
+    if not plan.batched:  # counted on the host: nothing to compile
+        start = 0 if state is None else int(plan.local(state.num_steps))
         # (NumPy scalars: dynamic arguments, replicated on every process of a multi-host run)
         last = np.asarray(count_after(start, solver.max_steps), np.int32)  # as the engine's
         cut = np.asarray(plan.split, np.int32)
-        lean = dispatched_run(lean_part, *common, x0, state, lean_items, cut)
-        if int(_programs.local_value(lean.status)) != Status.MAX_STEPS:  # ended before split
+        lean = dispatched_run(lean_part, *common, x0, state, plan.lean, cut)
+        if int(plan.local(lean.status)) != Status.MAX_STEPS:  # ended before split
             return lean
         return dispatched_run(solver, *common, lean.iterate, lean.state, None, last)
     starts = jnp.zeros((), jnp.int32) if state is None else state.num_steps
     last, cut = _last_steps(starts, solver.max_steps, plan.split)
-    lean = dispatched_run(lean_part, *common, x0, state, lean_items, cut)
+    lean = dispatched_run(lean_part, *common, x0, state, plan.lean, cut)
     going = _going_on(lean, last)  # some problems may end at their own last step first
-    if not np.any(np.asarray(_programs.unbatched(going))):
+    if not np.any(np.asarray(plan.unbatched(going))):
         return lean  # (read on the host, for every problem: nothing compiled for it)
     later = dispatched_run(solver, *common, lean.iterate, lean.state, None, last)
     return _where_going(going, later, lean)
@@ -159,41 +137,23 @@ def _where_going(going, later: Result, ended: Result) -> Result:
     return jtu.tree_map(lambda a, b: jnp.where(going, a, b) if eqx.is_array(a) else a, later, ended)
 
 
-def same_computation(solver, fn, params, args: tuple):
-    """Where each call compiles its own programs (`_programs.compiled_per_call`: at the top
-    level, or under eager `jax.vmap`, `jax.jvp` or `jax.grad`), fn's stand-in that is equal
-    to any fn computing the same thing (`_computation`): a new closure over the same
-    computation takes the program compiled for an earlier one. Inside a `jax.jit`'s trace,
-    fn (the caller's compile decides)."""
-    if not _programs.compiled_per_call((params, args)):
-        return fn
-    return _computation.by_computation(Objective.of(solver, fn), params, args)
-
-
 # ------------------------------------------------------------------------------- a step
 
 
 def step(solver, fn, params, state, args: tuple, bounds):
-    """`Solver.step`: `_traced.take_step` compiled by `eqx.filter_jit` with the options
-    "auto" chooses; within `js.jit`'s pricing trace, only priced (params and state come back
-    as they went in). Complex params step as their real view (`_complex`)."""
-    view = check_complex(solver, params, bounds)
-    given = params
-    if view is not None:
-        fn, params = OnRealView(fn, view), real_params(view, params)
-    check_params(params)  # before fn is traced, as in `run`
-    if _programs.price(solver, fn, params, args):
-        return given, state
-    # fn is traced once for its stand-in and the step
-    with _evaluate.sharing_traces(), _retrace.watching(_programs.compiled_per_call(state)):
-        fn, args = _closure.converted(fn, params, args)  # the tracers fn closes over: args
-        if _programs.compiled_per_call(state):
-            fn = same_computation(solver, fn, params, args)
-        chosen = _programs.options("auto", solver, fn, params, args)
-        arguments = (solver, fn, params, state, args, bounds, False)
-        params, state = _dispatch(
-            take_step, arguments, plain=False, static=(), donate=False, options=chosen
-        )
-    if view is not None:
-        params = complex_params(view, (params,))[0]
-    return params, state
+    """`Solver.step`, down the path `run` takes: the call prepared (`_setup.prepare`: params
+    checked before fn is traced, complex params as their real view, the box and the one line
+    search), the compile wing's `plan` (within `js.jit`'s pricing trace, only priced: params
+    and state come back as they went in), then `_traced.take_step` dispatched as it says (by
+    `eqx.filter_jit`, with the options "auto" chooses)."""
+    with _evaluate.sharing_traces():  # fn is traced once for its stand-in and the step
+        call = prepare(solver, fn, params, args, bounds)
+        plan = _plan("step", solver, call.fn, call.params, call.args, state=state)
+        if plan.priced:
+            return params, state
+        arguments = (solver, call.search, plan.fn, call.params, plan.args, call.box, state, False)
+        options = plan.options
+        new, state = plan.call(take_step, arguments, static=(), donate=False, options=options)
+    if call.view is not None:
+        new = complex_params(call.view, (new,))[0]
+    return new, state

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int, PyTree, Scalar
 
-from ._compile import PackedState, pack
 from ._misc import leaves
+from ._packing import PackedState, pack
 from ._state import SolverState
 from ._status import CONVERGED, Status, stop_message
 from ._stopping import stop_cause

@@ -1,42 +1,24 @@
-"""What a call sets up on the host before its program runs: the call's box and its one line
-search (`line_search`: the bounded one where there are bounds), and the solver state, built
-for that search (`init`, `initial_state`, the cached state of a fresh run), resumed, or checked
-against the solver and params (`check_state`).
+"""What a call sets up on the host before its program runs: the call checked and prepared
+(`prepare`), with its box and its one line search (`line_search`: the bounded one where
+there are bounds), and `init`'s state for that search. The state's lifecycle (fresh,
+resumed, checked) is `_state`'s.
 """
 
 import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
-import jax.tree_util as jtu
 from jaxtyping import PyTree
 
-from . import _evaluate
 from ._box import Box, check_order
-from ._compile import Kept, _programs, dispatch
 from ._complex import OnRealView, RealView, check_complex, real_params
 from ._inputs import (
-    check_fits,
-    check_is_state,
     check_params,
-    floating_dtype,
-    misfit,
     partition,
 )
 from ._linesearch import AbstractLineSearch
-from ._misc import (
-    at_least_float32,
-    leaves,
-    scalar,
-    tree_zeros_like,
-    widest_float,
-)
 from ._objective import Objective
-from ._state import BestPoint, SolverState, fingerprint_dtype
-from ._status import SearchEnd, Status
+from ._state import SolverState, initial_state
 
 _replace = dataclasses.replace
 
@@ -101,157 +83,3 @@ def init(solver, params, value_dtype, fn, args: tuple, bounds) -> SolverState:
     diff = partition(call.params)[0]
     objective = None if call.fn is None else Objective.of(solver, call.fn)
     return initial_state(solver, call.search, call.params, diff, value_dtype, objective, args)
-
-
-def initial_state(solver, search, params, diff, value_dtype, objective, args: tuple):
-    """The state `init` gives for params (with floating leaves `diff`) and `search`, its
-    value dtype as `Solver.init` says; the `Objective`, when given (None: no fn), is traced
-    for its value and aux."""
-    out = None
-    if objective is not None:
-        out = eqx.filter_eval_shape(lambda p: objective.value_and_aux(p, args), params)
-    elif solver.has_aux:
-        raise TypeError("Solver(has_aux=True).init needs `fn=` to learn the structure of aux.")
-    if value_dtype is None:
-        if out is not None:
-            value_dtype = out[0].dtype
-        else:
-            value_dtype = widest_float(*(x.dtype for x in leaves(diff)), jnp.float32)
-    value_dtype = jnp.dtype(floating_dtype(value_dtype, "value_dtype"))
-    aux_shapes = None
-    if solver.has_aux:
-        assert out is not None  # has_aux without fn raised above
-        # Aux leaves become arrays (a Python number too), zero until fn is evaluated.
-        aux_shapes = jtu.tree_map(
-            lambda a: jax.ShapeDtypeStruct(
-                jnp.shape(a), jax.dtypes.canonicalize_dtype(jnp.result_type(a))
-            ),
-            out[1],
-        )
-    return build_state(solver, search, diff, value_dtype, aux_shapes)
-
-
-@eqx.filter_jit
-def build_state(solver, search, diff, value_dtype, aux_shapes) -> SolverState:
-    """Every leaf of a fresh state. One compiled program builds them all: built eagerly, each
-    new shape of a leaf would compile a program of its own, about ten for a first `init`."""
-    dtype = at_least_float32(value_dtype)
-    aux = None
-    if aux_shapes is not None:
-        aux = jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), aux_shapes)
-    best = None
-    if solver.return_best and not search.monotone:
-        best = BestPoint(
-            value=scalar(jnp.inf, value_dtype),
-            params=tree_zeros_like(diff),
-            grad=tree_zeros_like(diff),
-            aux=jtu.tree_map(jnp.zeros_like, aux),
-            start_value=scalar(jnp.inf, value_dtype),
-        )
-    return SolverState(
-        value=scalar(jnp.inf, value_dtype),
-        grad=tree_zeros_like(diff),
-        aux=aux,
-        has_eval=jnp.array(False),
-        direction=solver.direction.init(diff, dtype),
-        linesearch=search.init(dtype),
-        prev_decrease=scalar(jnp.nan, dtype),
-        prev_value=scalar(jnp.nan, dtype),
-        initial_step=solver.initial_step.init(dtype),
-        step_size=scalar(0, dtype),
-        num_steps=scalar(0, jnp.int32),
-        num_fun_evals=scalar(0, jnp.int32),
-        num_grad_evals=scalar(0, jnp.int32),
-        num_replaced=scalar(0, jnp.int32),
-        search_end=scalar(SearchEnd.NOT_SEARCHED, jnp.int32),
-        status=scalar(Status.RUNNING, jnp.int32),
-        best=best,
-        steps_since_best=scalar(0, jnp.int32),
-        lowest_grad_norm=scalar(jnp.inf, dtype),
-        fingerprint=jnp.zeros(2, fingerprint_dtype(diff)),
-        num_foreign_params=scalar(0, jnp.int32),
-    )
-
-
-def check_state(
-    solver, search, state, params, diff, objective, args: tuple, *, bounded: bool
-) -> None:
-    """Raise unless `state` is a `SolverState` with the structure, shapes and dtypes of the
-    state `init` gives for params, fn, args and `search` with the state's own value dtype (so
-    a value dtype other than params' fits): a TypeError that names the first leaf or node
-    that differs, what it is and what the solver and params give; a state made with bounds
-    for a call without them (`bounded` False), or the reverse, is said so. `run`, `step` and
-    the optax update call it while they are traced: it costs nothing per call."""
-    check_is_state(state)
-    value_dtype = jnp.result_type(state.value)
-    expected = jax.eval_shape(
-        lambda: initial_state(solver, search, params, diff, value_dtype, objective, args)
-    )
-    if solver.linesearch is not solver.bounded_linesearch:
-        other = solver.linesearch if bounded else solver.bounded_linesearch
-        made_for_other = jax.eval_shape(lambda: other.init(at_least_float32(value_dtype)))
-        if (
-            misfit(state.linesearch, expected.linesearch, "") is not None
-            and misfit(state.linesearch, made_for_other, "") is None
-        ):
-            given, made = ("with", "without") if bounded else ("without", "with")
-            raise TypeError(
-                f"step was called {given} bounds on a state that init made {made} them; "
-                "with bounds the default line search is another one (L-BFGS-B's): pass "
-                "the same bounds to init and step."
-            )
-    check_fits(state, expected, "state")
-
-
-def resumed_state(state, value_dtype) -> SolverState:
-    """`state`, checked to be a `SolverState` of the value dtype asked for, with its leaves
-    as arrays (NumPy leaves, of a checkpoint say, become new device buffers)."""
-    check_is_state(state)
-    if value_dtype is not None and jnp.dtype(value_dtype) != state.value.dtype:
-        raise TypeError(
-            f"value_dtype {jnp.dtype(value_dtype)} differs from the state's value dtype "
-            f"{state.value.dtype}: a resumed run keeps the state's."
-        )
-    if all(isinstance(leaf, jax.Array) for leaf in leaves(state)):
-        return state
-    return jax.tree.map(jnp.asarray, state)
-
-
-# A fresh run starts from `init`'s state, built by a compiled program of its own, so that a
-# fresh and a resumed run call the same compiled run. A small state (not donated) is kept for
-# the next run: it depends only on the solver, fn, the avals and shardings of x0 and args,
-# and the line search; building it again would cost a small problem as much as its run.
-fresh_states = Kept(16)
-
-
-def fresh_run_state(solver, search, fn, x0, args, value_dtype, plain: bool, options):
-    """The state a fresh `run` starts from (built with `options`), and whether the run
-    donates it; `plain` as `_programs.plain_call` says of the run."""
-
-    def build():
-        arguments = (solver, search, fn, x0, args, value_dtype)
-        static = (0, 1, 2, 5)
-        return dispatch(
-            fresh_state, arguments, plain=plain, static=static, donate=False, options=options
-        )
-
-    if not plain or _programs.traced((x0, args)):
-        state = build()
-        return state, _programs.donated(state)
-    avals = tuple((jax.typeof(leaf), leaf.sharding) for leaf in leaves((x0, args)))
-    # By identity: the entry holds the solver, so its id is not reused while it is kept.
-    key = (id(solver), fn, jax.tree.structure((x0, args)), avals, value_dtype, search)
-    kept = fresh_states.get(key)
-    if kept is not None and kept[0] is solver:
-        return kept[1], False
-    state = build()
-    if _programs.donated(state):
-        return state, True
-    fresh_states.put(key, (solver, state))
-    return state, False
-
-
-def fresh_state(solver, search, fn, x0, args, value_dtype) -> SolverState:
-    """The compiled program of a fresh run's state."""
-    objective = Objective.of(solver, _evaluate.TracedOnce(fn, x0, *args))  # the run's trace
-    return initial_state(solver, search, x0, partition(x0)[0], value_dtype, objective, args)

@@ -12,7 +12,6 @@ from jaxtyping import PyTree
 
 from . import _pipeline, _setup
 from ._adjoint import AbstractAdjoint
-from ._compile import _programs
 from ._direction import AbstractDirection
 from ._inputs import check_fn, floating_dtype, solver_settings
 from ._linesearch import AbstractInitialStep, AbstractLineSearch
@@ -227,8 +226,9 @@ class Solver(eqx.Module):
         check_fn(fn)
         value_dtype = None if value_dtype is None else floating_dtype(value_dtype, "value_dtype")
         report = _pipeline.report(bool(history), callback, bool(verbose), bool(progress))
-        options = _programs.setting(compiler_options)
-        return _pipeline.run(self, fn, x0, args, value_dtype, bounds, report, state, options)
+        return _pipeline.run(
+            self, fn, x0, args, value_dtype, bounds, report, state, compiler_options
+        )
 
     def as_optax(self):
         """This solver as an `optax.GradientTransformationExtraArgs` that honours optax's

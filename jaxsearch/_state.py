@@ -153,3 +153,138 @@ def same_point(given: Float[Array, "2"], held: Float[Array, "2"]) -> Bool[Array,
     their sums agree within the held tolerance, or neither is finite."""
     within = jnp.abs(given[0] - held[0]) <= held[1]
     return within | (~jnp.isfinite(given[0]) & ~jnp.isfinite(held[0]))
+
+
+# -------------------------------------------------------------- the state's lifecycle
+# A state fresh (`initial_state`, and `fresh_state`, the program a fresh run starts from),
+# resumed (`resumed_state`) or checked against the solver and params (`check_state`). Their
+# imports are here, below `SolverState`, and `_inputs` is read as a module: it imports
+# `SolverState` itself (the objective, which imports it in turn, is imported where used).
+
+import jax  # noqa: E402
+
+from . import _evaluate, _inputs  # noqa: E402
+from ._misc import at_least_float32, leaves, scalar, tree_zeros_like  # noqa: E402
+from ._status import SearchEnd, Status  # noqa: E402
+
+
+def initial_state(solver, search, params, diff, value_dtype, objective, args: tuple):
+    """The state `init` gives for params (with floating leaves `diff`) and `search`, its
+    value dtype as `Solver.init` says; the `Objective`, when given (None: no fn), is traced
+    for its value and aux."""
+    out = None
+    if objective is not None:
+        out = eqx.filter_eval_shape(lambda p: objective.value_and_aux(p, args), params)
+    elif solver.has_aux:
+        raise TypeError("Solver(has_aux=True).init needs `fn=` to learn the structure of aux.")
+    if value_dtype is None:
+        if out is not None:
+            value_dtype = out[0].dtype
+        else:
+            value_dtype = widest_float(*(x.dtype for x in leaves(diff)), jnp.float32)
+    value_dtype = jnp.dtype(_inputs.floating_dtype(value_dtype, "value_dtype"))
+    aux_shapes = None
+    if solver.has_aux:
+        assert out is not None  # has_aux without fn raised above
+        # Aux leaves become arrays (a Python number too), zero until fn is evaluated.
+        aux_shapes = jtu.tree_map(
+            lambda a: jax.ShapeDtypeStruct(
+                jnp.shape(a), jax.dtypes.canonicalize_dtype(jnp.result_type(a))
+            ),
+            out[1],
+        )
+    return build_state(solver, search, diff, value_dtype, aux_shapes)
+
+
+@eqx.filter_jit
+def build_state(solver, search, diff, value_dtype, aux_shapes) -> SolverState:
+    """Every leaf of a fresh state. One compiled program builds them all: built eagerly, each
+    new shape of a leaf would compile a program of its own, about ten for a first `init`."""
+    dtype = at_least_float32(value_dtype)
+    aux = None
+    if aux_shapes is not None:
+        aux = jtu.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), aux_shapes)
+    best = None
+    if solver.return_best and not search.monotone:
+        best = BestPoint(
+            value=scalar(jnp.inf, value_dtype),
+            params=tree_zeros_like(diff),
+            grad=tree_zeros_like(diff),
+            aux=jtu.tree_map(jnp.zeros_like, aux),
+            start_value=scalar(jnp.inf, value_dtype),
+        )
+    return SolverState(
+        value=scalar(jnp.inf, value_dtype),
+        grad=tree_zeros_like(diff),
+        aux=aux,
+        has_eval=jnp.array(False),
+        direction=solver.direction.init(diff, dtype),
+        linesearch=search.init(dtype),
+        prev_decrease=scalar(jnp.nan, dtype),
+        prev_value=scalar(jnp.nan, dtype),
+        initial_step=solver.initial_step.init(dtype),
+        step_size=scalar(0, dtype),
+        num_steps=scalar(0, jnp.int32),
+        num_fun_evals=scalar(0, jnp.int32),
+        num_grad_evals=scalar(0, jnp.int32),
+        num_replaced=scalar(0, jnp.int32),
+        search_end=scalar(SearchEnd.NOT_SEARCHED, jnp.int32),
+        status=scalar(Status.RUNNING, jnp.int32),
+        best=best,
+        steps_since_best=scalar(0, jnp.int32),
+        lowest_grad_norm=scalar(jnp.inf, dtype),
+        fingerprint=jnp.zeros(2, fingerprint_dtype(diff)),
+        num_foreign_params=scalar(0, jnp.int32),
+    )
+
+
+def check_state(
+    solver, search, state, params, diff, objective, args: tuple, *, bounded: bool
+) -> None:
+    """Raise unless `state` is a `SolverState` with the structure, shapes and dtypes of the
+    state `init` gives for params, fn, args and `search` with the state's own value dtype (so
+    a value dtype other than params' fits): a TypeError that names the first leaf or node
+    that differs, what it is and what the solver and params give; a state made with bounds
+    for a call without them (`bounded` False), or the reverse, is said so. `run`, `step` and
+    the optax update call it while they are traced: it costs nothing per call."""
+    _inputs.check_is_state(state)
+    value_dtype = jnp.result_type(state.value)
+    expected = jax.eval_shape(
+        lambda: initial_state(solver, search, params, diff, value_dtype, objective, args)
+    )
+    if solver.linesearch is not solver.bounded_linesearch:
+        other = solver.linesearch if bounded else solver.bounded_linesearch
+        made_for_other = jax.eval_shape(lambda: other.init(at_least_float32(value_dtype)))
+        if (
+            _inputs.misfit(state.linesearch, expected.linesearch, "") is not None
+            and _inputs.misfit(state.linesearch, made_for_other, "") is None
+        ):
+            given, made = ("with", "without") if bounded else ("without", "with")
+            raise TypeError(
+                f"step was called {given} bounds on a state that init made {made} them; "
+                "with bounds the default line search is another one (L-BFGS-B's): pass "
+                "the same bounds to init and step."
+            )
+    _inputs.check_fits(state, expected, "state")
+
+
+def resumed_state(state, value_dtype) -> SolverState:
+    """`state`, checked to be a `SolverState` of the value dtype asked for, with its leaves
+    as arrays (NumPy leaves, of a checkpoint say, become new device buffers)."""
+    _inputs.check_is_state(state)
+    if value_dtype is not None and jnp.dtype(value_dtype) != state.value.dtype:
+        raise TypeError(
+            f"value_dtype {jnp.dtype(value_dtype)} differs from the state's value dtype "
+            f"{state.value.dtype}: a resumed run keeps the state's."
+        )
+    if all(isinstance(leaf, jax.Array) for leaf in leaves(state)):
+        return state
+    return jax.tree.map(jnp.asarray, state)
+
+
+def fresh_state(solver, search, fn, x0, args, value_dtype) -> SolverState:
+    """The compiled program of a fresh run's state."""
+    from ._objective import Objective
+
+    objective = Objective.of(solver, _evaluate.TracedOnce(fn, x0, *args))  # the run's trace
+    return initial_state(solver, search, x0, _inputs.partition(x0)[0], value_dtype, objective, args)

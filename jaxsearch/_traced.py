@@ -16,7 +16,6 @@ from jax import lax
 from . import _evaluate
 from ._adjoint import Problem
 from ._box import gradient_norm
-from ._compile import _retrace
 from ._engine import Engine
 from ._history import History, Report
 from ._inputs import check_fn, partition
@@ -31,8 +30,7 @@ from ._misc import (
 )
 from ._objective import Objective
 from ._result import Result
-from ._setup import check_state, line_search, make_box
-from ._state import SolverState, fingerprint, same_point
+from ._state import SolverState, check_state, fingerprint, same_point
 from ._status import CAUSES, Cause, Status, stop_message
 from ._stopping import returned_status, returns_last, run_status, stop_cause
 
@@ -56,7 +54,6 @@ def compiled_run(
 def traced_run(solver, search, fn, x0, args, box, report: Report, state, last_step=None) -> Result:
     """The run inside its compiled program: the adjoint is handed the whole run (`minimise`)
     and the result's state is packed into a few buffers (`Result`)."""
-    _retrace.note_trace("run", solver, fn, (x0, args))
     # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
     objective = Objective.of(solver, _evaluate.TracedOnce(fn, x0, *args))
     # The solution does not depend on where the run starts (as on x0, see the adjoints).
@@ -208,17 +205,14 @@ def own_params(state: SolverState, diff) -> SolverState:
     )
 
 
-def take_step(solver, fn, params, state, args: tuple, bounds, evaluated: bool):
-    """One step while traced: the box and line search of the call, the state checked, and
-    the engine until the next step boundary. `evaluated`: the state's f and gradient are at
-    params on these args (the optax transformation was given them), so a search that
-    `evaluates_each_step` uses them."""
+def take_step(solver, search, fn, params, args: tuple, box, state, evaluated: bool):
+    """One step while traced, with the call's line search and box (None: no bounds), both
+    made on the host (`_setup.prepare`): the state checked, and the engine until the next
+    step boundary. `evaluated`: the state's f and gradient are at params on these args (the
+    optax transformation was given them), so a search that `evaluates_each_step` uses them."""
     check_fn(fn)
-    _retrace.note_trace("step", solver, fn, (params, args))
     given, static = partition(params)
     diff = tree_cast_like(given, given)  # strongly typed inside; given avals on the way out
-    box = make_box(solver, bounds, diff)
-    search = line_search(solver, box)
     # Trace fn once: its jaxpr serves both the check of the state and every evaluation.
     objective = Objective.of(solver, _evaluate.TracedOnce(fn, params, *args))
     check_state(solver, search, state, params, given, objective, args, bounded=box is not None)

@@ -17,7 +17,7 @@ import numpy as np
 
 import jaxsearch as js
 import jaxsearch.internal as jsi
-from jaxsearch._compile import _programs
+from jaxsearch._compile import seam
 
 
 def spread_diagonal(v):
@@ -112,7 +112,7 @@ TIGHT = dict(gtol=1e-12, ftol=0.0)
 # the caller's compile decides), in tests of what a program computes. The options change how
 # XLA compiles it, not what it computes (no fast math either way). XLA's defaults (None) on
 # other backends.
-LEAN = dict(_programs.LEAN_OPTIONS) if jax.default_backend() == "cpu" else None
+LEAN = dict(seam.LEAN_OPTIONS) if jax.default_backend() == "cpu" else None
 
 
 # ------------------------------------------------------------------ hypothesis profiles

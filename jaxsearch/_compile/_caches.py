@@ -13,15 +13,22 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 _clearers: list[Callable[[], None]] = []
+_sizes: dict[str, Callable[[], int]] = {}  # each cache's name -> its number of entries
+
+
+def sizes() -> dict[str, int]:
+    """The number of entries each cache holds, by its name (for the test seam)."""
+    return {name: size() for name, size in _sizes.items()}
 
 
 class Kept:
-    """A mapping of at most `size` entries; putting one more drops the oldest."""
+    """A mapping of at most `size` entries, called `name`; putting one more drops the oldest."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, name: str):
         self.size = size
         self._entries: dict = {}
         _clearers.append(self._entries.clear)
+        _sizes[name] = self.__len__
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         return self._entries.get(key, default)
@@ -38,12 +45,14 @@ class Kept:
         return len(self._entries)
 
 
-def bounded_cache(size: int):
-    """`functools.lru_cache(maxsize=size)`, emptied by `clear_caches`."""
+def bounded_cache(size: int, name: str | None = None):
+    """`functools.lru_cache(maxsize=size)`, emptied by `clear_caches`, called `name` (by
+    default the function's)."""
 
     def decorate(fun):
         cached = functools.lru_cache(maxsize=size)(fun)
         _clearers.append(cached.cache_clear)
+        _sizes[name or fun.__name__] = lambda: cached.cache_info().currsize
         return cached
 
     return decorate

@@ -82,7 +82,12 @@ def _constant_hash(constant: np.ndarray) -> int:
 incomparable: "weakref.WeakSet" = weakref.WeakSet()
 
 # Stand-ins kept by fn and the call's argument types: the last 64.
-_kept = Kept(64)
+_kept = Kept(64, "computations")
+
+
+def forget() -> None:
+    """Empty the kept stand-ins (for the test seam)."""
+    _kept.clear()
 
 
 def by_computation(objective: Objective, params, args: tuple):

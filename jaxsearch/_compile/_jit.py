@@ -44,9 +44,16 @@ def jit(fun=None, *, compiler_options="auto", donate: Donate = "none"):
     return _Jitted(fun, _programs.setting(compiler_options), donate)
 
 
+# Functions each told (fun, arrays, compiler_options) of every jit `jitted` builds (the test
+# seam's recorders, `seam.jits`; none otherwise).
+recorders: list = []
+
+
 def jitted(fun, arrays: bool, donate: Donate, compiler_options: dict | None):
     """`jax.jit(fun)` where `arrays` (called on arrays alone, nothing donated), else
     `eqx.filter_jit(fun)`, with `compiler_options`."""
+    for record in recorders:
+        record(fun, arrays, compiler_options)
     jit_options: dict[str, Any] = {"compiler_options": compiler_options}  # to jax.jit
     if arrays:
         return jax.jit(fun, **jit_options)
@@ -63,7 +70,7 @@ class _Jitted:
         self._by_jax_jit = True  # until a trace by jax.jit finds an output not an array
         functools.update_wrapper(self, fun)
 
-    def _jit(self, options, arrays: bool = False):
+    def _jit_with(self, options, arrays: bool = False):
         """`fun` jitted with `options`: by `jax.jit` where `arrays` (every argument leaf an
         array), else by `eqx.filter_jit`."""
         if (options, arrays) not in self._jitted:
@@ -76,7 +83,7 @@ class _Jitted:
     def __call__(self, *args, **kwargs):
         if not _programs.top_level():
             _programs.check_top_level(self._setting)
-            return self._jit(None)(*args, **kwargs)
+            return self._jit_with(None)(*args, **kwargs)
         options = self._setting
         if options == "auto":
             options = self._auto(args, kwargs)
@@ -92,12 +99,12 @@ class _Jitted:
         )
         if arrays:
             try:
-                return self._jit(options, arrays=True)(*args, **kwargs)
+                return self._jit_with(options, arrays=True)(*args, **kwargs)
             except TypeError as error:  # an output that is not an array: filter_jit's
                 if "is not a valid JAX type" not in str(error):
                     raise
                 self._by_jax_jit = False
-        return self._jit(options)(*args, **kwargs)
+        return self._jit_with(options)(*args, **kwargs)
 
     def _auto(self, args, kwargs):
         """The options "auto" chooses for these arguments: the lean ones where every solver

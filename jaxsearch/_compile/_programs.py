@@ -39,7 +39,8 @@ the call top to bottom), and how it is compiled.
 import contextvars
 import math
 import sys
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
 
 import equinox as eqx
 import jax
@@ -66,7 +67,7 @@ LEAN_SAVES_SECONDS = 0.9
 EVALUATIONS_PER_STEP = 2  # L-BFGS averages 1.1 to 1.2 (benchmarks/studies/compile_options.py)
 HORIZON = 1000  # steps at which "auto" prices a run it cannot cut in two (`run_options`)
 LEAN_ITEMS = tuple(sorted(LEAN_OPTIONS.items()))  # as `setting` gives them
-_lean_options_supported = True  # until this jaxlib refuses one of them
+lean_options_supported = True  # until this jaxlib refuses one of them
 
 # Within `js.jit`'s pricing trace: the run time the lean options may add to each solver
 # call in it (see `price`).
@@ -167,7 +168,7 @@ def lean_eligible(tree=None) -> bool:
     """Whether a call (on the arrays of `tree`) may be compiled with `LEAN_OPTIONS`: on a
     CPU, with a jaxlib that takes them, at the top level or under eager `jax.vmap`s only
     (jax compiles the batched program at the top level, with its jit's options)."""
-    if not (_lean_options_supported and jax.default_backend() == "cpu"):
+    if not (lean_options_supported and jax.default_backend() == "cpu"):
         return False
     return compiled_at_top_level(tree)
 
@@ -238,7 +239,7 @@ def splits(solver, report) -> bool:
 
 
 # The estimate per evaluation, kept by fn and the avals (and other leaves) of params and args.
-_extra_kept = Kept(64)
+_extra_kept = Kept(64, "prices")
 
 
 def _extra_per_evaluation(fn, params, args: tuple) -> float:
@@ -335,7 +336,7 @@ def _vmapped_in_pricing(tree) -> bool:
     )
 
 
-@bounded_cache(256)
+@bounded_cache(256, "programs")
 def _compiled(fun, filtered: bool, donated: int | None, options, static_argnums: tuple):
     """`fun` under `eqx.filter_jit` (`filtered`: all arguments but the first donated when
     `donated` is not None) or `jax.jit` with `static_argnums` (argument `donated` donated);
@@ -361,27 +362,47 @@ def with_fallback(compile_and_call, options):
     """`compile_and_call(options)`; where `options` are `LEAN_OPTIONS` and this jaxlib
     refuses one, `compile_and_call(None)`, and the defaults from then on (the compiler refuses
     before any buffer is used)."""
-    global _lean_options_supported
+    global lean_options_supported
     if options == LEAN_ITEMS:
-        if not _lean_options_supported:
+        if not lean_options_supported:
             return compile_and_call(None)
         try:
             return compile_and_call(options)
         except jax.errors.JaxRuntimeError as error:
             if "compile option" not in str(error):
                 raise
-            _lean_options_supported = False
+            lean_options_supported = False
             return compile_and_call(None)
     return compile_and_call(options)
+
+
+class Dispatched(NamedTuple):
+    """A program compiled (or its compiled program reused) and called by `call`, as the test
+    seam (`seam.dispatches`) records it: `lean` where `options` are the lean ones."""
+
+    name: str
+    options: tuple | None
+    lean: bool
+    filtered: bool
+    donate: bool
+    arguments: tuple
+
+
+# Functions each told of every `Dispatched` (the test seam's recorders; none otherwise).
+recorders: list[Callable[[Dispatched], None]] = []
 
 
 def call(fun, *args, filtered: bool, donate: bool = False, options, static_argnums=()):
     """`fun(*args)` compiled as `_compiled` says, its last argument donated when `donate`,
     with `options` (falling back to the defaults where `with_fallback` says)."""
     donated = len(args) - 1 if donate else None
-    return with_fallback(
-        lambda chosen: _compiled(fun, filtered, donated, chosen, static_argnums)(*args), options
-    )
+
+    def compile_and_call(chosen):
+        for record in recorders:
+            record(Dispatched(fun.__name__, chosen, chosen == LEAN_ITEMS, filtered, donate, args))
+        return _compiled(fun, filtered, donated, chosen, static_argnums)(*args)
+
+    return with_fallback(compile_and_call, options)
 
 
 # ------------------------------------------------------------------------------ dispatch

@@ -30,7 +30,7 @@ class _Seen:
         self.warned = False
 
 
-_seen = Kept(256)
+_seen = Kept(256, "retraces")
 
 # Whether the call being traced compiles its own programs (`_programs.compiled_per_call`):
 # inside a caller's `jax.jit`, the caller's compile decides, and nothing here is a retrace.

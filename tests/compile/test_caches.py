@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch import _pipeline, _private_jax, _setup
-from jaxsearch._compile import _caches, _computation, _programs, _retrace
+from jaxsearch import _private_jax
+from jaxsearch._compile import seam
 
 from ..problems import rosenbrock
 
 
 def test_kept_drops_the_oldest_entry_beyond_its_size():
-    kept = _caches.Kept(3)
+    kept = seam.Kept(3, "a test's")
     for key in "abcd":
         kept.put(key, key.upper())
     assert len(kept) == 3
@@ -31,18 +31,15 @@ def test_clear_caches_empties_every_cache_and_runs_still_work():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", js.RetraceWarning)
         first = solver.run(rosenbrock, x0)
-        with _retrace.watching(True):
-            _retrace.note_trace("run", solver, rosenbrock, (x0,))
-    assert len(_setup.fresh_states) > 0  # a small run keeps its fresh state
-    assert len(_retrace._seen) > 0
-    assert _programs._compiled.cache_info().currsize > 0
+        with seam.watching(True):
+            seam.note_trace("run", solver, rosenbrock, (x0,))
+    cached = seam.cached()
+    for name in ("fresh states", "retraces", "programs", "reports"):
+        assert cached[name] > 0, name  # a small run keeps its fresh state, ...
+    assert {"prices", "computations"} <= set(cached)
 
     js.clear_caches()
-    for cache in (_setup.fresh_states, _programs._extra_kept, _computation._kept):
-        assert len(cache) == 0
-    assert len(_retrace._seen) == 0
-    assert _programs._compiled.cache_info().currsize == 0
-    assert _pipeline._kept_report.cache_info().currsize == 0
+    assert seam.cached() == dict.fromkeys(cached, 0)
 
     again = solver.run(rosenbrock, x0)
     np.testing.assert_array_equal(np.asarray(again.params), np.asarray(first.params))

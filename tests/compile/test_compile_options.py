@@ -1,9 +1,10 @@
-"""`compiler_options` of `run`, "auto"'s choice by the estimated cost of a run
-(`jaxsearch._compile._cost`, `jaxsearch._compile._programs`), and `js.jit`, which compiles a
-training step with the options `step` gets. Structure only (which options reach the compiler,
-how many compiles, what the cost counter counts): the timings are in
+"""`compiler_options` of `run`, "auto"'s choice by the estimated cost of a run (the compile
+wing's pricing, read through its test seam, `jaxsearch._compile.seam`), and `js.jit`, which
+compiles a training step with the options `step` gets. Structure only (which options reach
+the compiler, how many compiles, what the cost counter counts): the timings are in
 benchmarks/studies/compile_options.py."""
 
+import contextlib
 import math
 
 import equinox as eqx
@@ -13,10 +14,10 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch._compile import _cost, _jit, _programs
+from jaxsearch._compile import seam
 
 on_cpu = pytest.mark.skipif(jax.default_backend() != "cpu", reason="lean options are CPU's")
-LEAN = _programs.LEAN_ITEMS
+LEAN = seam.LEAN_ITEMS
 
 
 def bowl(x):
@@ -35,33 +36,18 @@ def network_problem(points: int, dtype=jnp.float32):
 
 
 @pytest.fixture
-def compiled_as(monkeypatch):
-    """The options of every program `_programs.call` compiles or reuses, in order."""
-    seen = []
-    compiled = _programs._compiled
-
-    def recorded(fun, filtered, donated, options, static_argnums):
-        seen.append((fun.__name__, options))
-        return compiled(fun, filtered, donated, options, static_argnums)
-
-    monkeypatch.setattr(_programs, "_compiled", recorded)
-    return seen
+def compiled_as():
+    """The options of every program compiled or reused, in order."""
+    with seam.dispatches("name", "options") as seen:
+        yield seen
 
 
 @pytest.fixture
-def filter_jits(monkeypatch):
+def filter_jits():
     """The `compiler_options` of every jit (`jax.jit` or `eqx.filter_jit`) that `js.jit`
     builds (of a function defined in this module)."""
-    seen = []
-    original = _jit.jitted
-
-    def recorded(fun, arrays, donate, compiler_options):
-        if getattr(fun, "__module__", None) == __name__:
-            seen.append(compiler_options)
-        return original(fun, arrays, donate, compiler_options)
-
-    monkeypatch.setattr(_jit, "jitted", recorded)
-    return seen
+    with seam.jits("compiler_options", of_module=__name__) as seen:
+        yield seen
 
 
 # ----------------------------------------------------------------------------- the counter
@@ -76,7 +62,7 @@ def test_work_counts_a_network_layer_exactly():
         return jnp.sum(jnp.tanh(a @ x + b))
 
     jaxpr = jax.make_jaxpr(layer)(jnp.ones(n), jnp.ones((m, n)), jnp.ones(m)).jaxpr
-    assert _cost.work(jaxpr) == _cost.Work(elementwise=2 * m, transcendental=m, dot_flops=2 * m * n)
+    assert seam.work(jaxpr) == seam.Work(elementwise=2 * m, transcendental=m, dot_flops=2 * m * n)
 
 
 def test_work_counts_a_scan_once_per_trip_and_nested_jits():
@@ -86,20 +72,20 @@ def test_work_counts_a_scan_once_per_trip_and_nested_jits():
     def repeated(x):
         return jnp.sum(jax.jit(lambda x: jax.lax.scan(body, x, None, length=6)[0])(x))
 
-    counted = _cost.work(jax.make_jaxpr(repeated)(jnp.ones(4)).jaxpr)
+    counted = seam.work(jax.make_jaxpr(repeated)(jnp.ones(4)).jaxpr)
     assert counted.transcendental == 6 * 4
     assert counted.elementwise == 4  # the sum
 
 
 def test_lean_extra_seconds_is_the_documented_sum():
-    counted = _cost.Work(elementwise=1000, transcendental=100, dot_flops=10_000)
+    counted = seam.Work(elementwise=1000, transcendental=100, dot_flops=10_000)
     expected = 1e-9 * (
-        _cost.EXTRA_NS_PER_ELEMENTWISE * 1000
-        + _cost.EXTRA_NS_PER_TRANSCENDENTAL * 100
-        + _cost.EXTRA_NS_PER_DOT_FLOP * 10_000
-        + _cost.EXTRA_NS_PER_PARAMETER * 50
+        seam.EXTRA_NS_PER_ELEMENTWISE * 1000
+        + seam.EXTRA_NS_PER_TRANSCENDENTAL * 100
+        + seam.EXTRA_NS_PER_DOT_FLOP * 10_000
+        + seam.EXTRA_NS_PER_PARAMETER * 50
     )
-    assert _cost.lean_extra_seconds(counted, 50) == pytest.approx(expected, rel=1e-12)
+    assert seam.lean_extra_per_work(counted, 50) == pytest.approx(expected, rel=1e-12)
 
 
 # ----------------------------------------------------------------------------- "auto"
@@ -109,22 +95,18 @@ def test_lean_extra_seconds_is_the_documented_sum():
 def test_auto_prices_the_run_by_its_steps_and_its_objective():
     """A cheap objective is lean at any budget; a network's loss is lean for a short run and
     keeps XLA's defaults for a long one, or on more data; the price is `max_steps` steps of
-    `EVALUATIONS_PER_STEP` evaluations of fn, each as `_cost` estimates it."""
+    `EVALUATIONS_PER_STEP` evaluations of fn, each as the wing's cost counter estimates it."""
     model, x, y = network_problem(256)
-    per_evaluation = _programs.lean_extra_seconds(
-        js.Solver(max_steps=1), network_loss, model, (x, y)
-    )
-    per_evaluation /= _programs.EVALUATIONS_PER_STEP
+    per_evaluation = seam.lean_extra_seconds(js.Solver(max_steps=1), network_loss, model, (x, y))
+    per_evaluation /= seam.EVALUATIONS_PER_STEP
     assert per_evaluation > 0
-    affordable = int(
-        _programs.LEAN_SAVES_SECONDS / (_programs.EVALUATIONS_PER_STEP * per_evaluation)
-    )
+    affordable = int(seam.LEAN_SAVES_SECONDS / (seam.EVALUATIONS_PER_STEP * per_evaluation))
     short, long = js.Solver(max_steps=affordable), js.Solver(max_steps=affordable + 1)
-    assert _programs.options("auto", short, network_loss, model, (x, y)) == LEAN
-    assert _programs.options("auto", long, network_loss, model, (x, y)) is None
+    assert seam.auto_options(short, network_loss, model, (x, y)) == LEAN
+    assert seam.auto_options(long, network_loss, model, (x, y)) is None
     model, x, y = network_problem(4096)  # 16 times the points: 16 times the price
-    assert _programs.options("auto", short, network_loss, model, (x, y)) is None
-    assert _programs.options("auto", js.Solver(max_steps=10**6), bowl, jnp.zeros(10), ()) == LEAN
+    assert seam.auto_options(short, network_loss, model, (x, y)) is None
+    assert seam.auto_options(js.Solver(max_steps=10**6), bowl, jnp.zeros(10), ()) == LEAN
 
 
 @on_cpu
@@ -134,7 +116,7 @@ def test_run_compiles_with_the_options_it_is_given(compiled_as):
     given = {"xla_backend_optimization_level": 1}
     results = [
         solver.run(bowl, x0, compiler_options=options)
-        for options in ("auto", None, given, _programs.LEAN_OPTIONS)
+        for options in ("auto", None, given, seam.LEAN_OPTIONS)
     ]
     assert compiled_as == [
         ("fresh_state", LEAN),  # the fresh state, kept for the next runs
@@ -156,12 +138,12 @@ def test_an_expensive_run_rents_or_keeps_the_defaults_and_its_state_program_is_l
     ends within them); one that cannot be cut in two (a budget of evaluations) is priced at
     `HORIZON` steps, whatever its `max_steps`."""
     x0 = jnp.zeros(3)
-    rent_for(_programs.HORIZON - 1, bowl, x0)
+    rent_for(seam.HORIZON - 1, bowl, x0)
     result = js.Solver(max_steps=10**4).run(bowl, x0)
     assert result.status == js.Status.CONVERGED_GTOL
     result = js.Solver(max_steps=10**4, max_evals=10**5).run(bowl, x0)
     assert result.status == js.Status.CONVERGED_GTOL
-    rent_for(_programs.HORIZON, bowl, x0)
+    rent_for(seam.HORIZON, bowl, x0)
     js.Solver(max_steps=10**4, max_evals=10**5).run(bowl, x0)
     assert compiled_as == [
         ("fresh_state", LEAN),  # evaluates no fn
@@ -178,29 +160,30 @@ def rosenbrock(x):
 
 
 @pytest.fixture
-def rent_for(monkeypatch):
+def rent_for():
     """Make "auto" price a run so that `lean_steps` is `steps` for `fn` (the saving scaled)."""
 
     def rent(steps, fn, x0, args=()):
-        per_step = _programs.lean_extra_seconds(js.Solver(max_steps=1), fn, x0, args)
+        per_step = seam.lean_extra_seconds(js.Solver(max_steps=1), fn, x0, args)
         saving = (steps + 0.5) * per_step
-        monkeypatch.setattr(_programs, "LEAN_SAVES_SECONDS", saving)
-        assert _programs.lean_steps(fn, x0, args) == steps
+        hooks.enter_context(seam.options(saving=saving))
+        assert seam.lean_steps(fn, x0, args) == steps
 
-    return rent
+    with contextlib.ExitStack() as hooks:
+        yield rent
 
 
 @on_cpu
 def test_lean_steps_are_those_priced_below_the_saving():
     x0 = jnp.zeros(10**4, jnp.float32)
-    per_step = _programs.lean_extra_seconds(js.Solver(max_steps=1), bowl, x0, ())
-    assert _programs.lean_steps(bowl, x0, ()) == int(_programs.LEAN_SAVES_SECONDS / per_step)
+    per_step = seam.lean_extra_seconds(js.Solver(max_steps=1), bowl, x0, ())
+    assert seam.lean_steps(bowl, x0, ()) == int(seam.LEAN_SAVES_SECONDS / per_step)
     batched = []
     four = jnp.zeros((4, 10**4), jnp.float32)
-    jax.vmap(lambda x: batched.append(_programs.lean_steps(bowl, x, ())) or x)(four)
-    jax.jit(jax.vmap(lambda x: batched.append(_programs.lean_steps(bowl, x, ())) or x))(four)
+    jax.vmap(lambda x: batched.append(seam.lean_steps(bowl, x, ())) or x)(four)
+    jax.jit(jax.vmap(lambda x: batched.append(seam.lean_steps(bowl, x, ())) or x))(four)
     # an eager vmap prices its 4 problems; inside a jit, nothing is compiled lean
-    assert batched == [int(_programs.LEAN_SAVES_SECONDS / (4 * per_step)), 0]
+    assert batched == [int(seam.LEAN_SAVES_SECONDS / (4 * per_step)), 0]
 
 
 @on_cpu
@@ -220,7 +203,7 @@ def test_a_long_run_rents_lean_steps_then_resumes_under_the_defaults(compiled_as
         assert result.status == js.Status.CONVERGED_GTOL and result.num_steps > 5
         np.testing.assert_allclose(result.params, [1.0, 1.0], rtol=1e-8)
         lean = js.Solver(gtol=1e-9, ftol=0.0, max_steps=5).run(
-            rosenbrock, x0, compiler_options=_programs.LEAN_OPTIONS
+            rosenbrock, x0, compiler_options=seam.LEAN_OPTIONS
         )
         assert lean.status == js.Status.MAX_STEPS
         rest = js.Solver(gtol=1e-9, ftol=0.0, max_steps=95).run(
@@ -258,9 +241,9 @@ def test_an_eagerly_vmapped_run_rents_each_problem_at_its_own_step(compiled_as, 
         np.testing.assert_allclose(whole.params, np.ones((4, 2)), rtol=1e-8)
         # by hand: 5 steps lean for every problem, then the others resumed under the defaults
         first = js.Solver(gtol=1e-9, ftol=0.0, max_steps=5)
-        lean = jax.vmap(
-            lambda x: first.run(rosenbrock, x, compiler_options=_programs.LEAN_OPTIONS)
-        )(starts)
+        lean = jax.vmap(lambda x: first.run(rosenbrock, x, compiler_options=seam.LEAN_OPTIONS))(
+            starts
+        )
         assert [int(s) for s in lean.num_steps] == [5, 0, 5, 5]
         rest = js.Solver(gtol=1e-9, ftol=0.0, max_steps=95)
         later = jax.vmap(
@@ -379,7 +362,7 @@ def test_js_jit_passes_the_options_step_chooses(compiled_as, filter_jits):
         filter_jits.clear()
         js.jit(_training_step(solver))(model, state, x, y)
         assert filter_jits == [None if expected is None else dict(expected)]
-        assert _programs.options("auto", solver, network_loss, model, (x, y)) == expected
+        assert seam.auto_options(solver, network_loss, model, (x, y)) == expected
     compiled_as.clear()
     solver = js.Solver(max_steps=10)
     solver.step(network_loss, model, solver.init(model, value_dtype=jnp.float32), x, y)
@@ -412,43 +395,36 @@ def test_js_jit_compiles_once_per_dtype_setting(compiles):
     assert traces == [jnp.float32] * 2 + [jnp.bfloat16] * 2
 
 
-def test_js_jit_without_lean_options_is_one_filter_jit(monkeypatch, compiles, filter_jits):
+def test_js_jit_without_lean_options_is_one_filter_jit(compiles, filter_jits):
     """Where the lean options do not apply (a GPU or a TPU, simulated here), `js.jit` is
     `eqx.filter_jit` with XLA's defaults: the training step traced once (no pricing trace),
     one program compiled, reused by the next calls (issue 48: never slower than
     `eqx.filter_jit` on any backend)."""
-    monkeypatch.setattr(_programs, "lean_eligible", lambda tree=None: False)
-    solver = js.Solver(max_steps=50)
-    traces = []
+    with seam.options(supported=False):
+        solver = js.Solver(max_steps=50)
+        traces = []
 
-    def train_step(model, state, x, y):
-        traces.append(None)
-        return solver.step(network_loss, model, state, x, y)
+        def train_step(model, state, x, y):
+            traces.append(None)
+            return solver.step(network_loss, model, state, x, y)
 
-    model, x, y = network_problem(32)
-    state = solver.init(model, value_dtype=jnp.float32)
-    batches = [x + i for i in range(3)]
-    jax.block_until_ready((model, state, batches))
-    jitted = js.jit(train_step)
-    compiles.reset()
-    for batch in batches:
-        model, state = jitted(model, state, batch, y)
-    jax.block_until_ready(state)
-    assert (len(traces), compiles.count, filter_jits) == (1, 1, [None])
+        model, x, y = network_problem(32)
+        state = solver.init(model, value_dtype=jnp.float32)
+        batches = [x + i for i in range(3)]
+        jax.block_until_ready((model, state, batches))
+        jitted = js.jit(train_step)
+        compiles.reset()
+        for batch in batches:
+            model, state = jitted(model, state, batch, y)
+        jax.block_until_ready(state)
+        assert (len(traces), compiles.count, filter_jits) == (1, 1, [None])
 
 
 @pytest.fixture
-def dispatches(monkeypatch):
+def dispatches():
     """For every jit `js.jit` builds: True where by `jax.jit`, False by `eqx.filter_jit`."""
-    seen = []
-    original = _jit.jitted
-
-    def recorded(fun, arrays, donate, compiler_options):
-        seen.append(arrays)
-        return original(fun, arrays, donate, compiler_options)
-
-    monkeypatch.setattr(_jit, "jitted", recorded)
-    return seen
+    with seam.jits("arrays") as seen:
+        yield seen
 
 
 def test_js_jit_on_arrays_is_jax_jit(dispatches, compiles):
@@ -532,8 +508,8 @@ def test_a_vmapped_solver_call_inside_js_jit_is_priced_per_problem(filter_jits):
     priced above the saving keeps XLA's defaults, and then the pricing trace stops at that
     call (what follows it is traced once, by the compile)."""
     solver = js.Solver(max_steps=10**6)
-    one = _programs.lean_extra_seconds(solver, bowl, jnp.zeros(3), ())
-    above = math.ceil(_programs.LEAN_SAVES_SECONDS / one) + 1
+    one = seam.lean_extra_seconds(solver, bowl, jnp.zeros(3), ())
+    above = math.ceil(seam.LEAN_SAVES_SECONDS / one) + 1
     after = []
 
     @js.jit
@@ -551,14 +527,16 @@ def test_a_vmapped_solver_call_inside_js_jit_is_priced_per_problem(filter_jits):
 
 
 @on_cpu
-def test_js_jit_falls_back_where_a_lean_option_is_refused(monkeypatch):
+def test_js_jit_falls_back_where_a_lean_option_is_refused():
     bogus = {"xla_no_such_option_in_any_jaxlib": True}
-    monkeypatch.setattr(_programs, "LEAN_OPTIONS", bogus)
-    monkeypatch.setattr(_programs, "LEAN_ITEMS", tuple(bogus.items()))
-    monkeypatch.setattr(_programs, "_lean_options_supported", True)
+    with seam.options(lean=bogus, supported=True):
+        _refused_in_js_jit()
+
+
+def _refused_in_js_jit():
     solver = js.Solver(max_steps=5)
     model, x, y = network_problem(16)
     state = solver.init(model, value_dtype=jnp.float32)
     _, state = js.jit(_training_step(solver))(model, state, x, y)
     assert int(state.num_steps) == 1
-    assert not _programs._lean_options_supported
+    assert not seam.lean_supported()

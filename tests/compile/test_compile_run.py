@@ -153,32 +153,27 @@ def _quadratic(x, scale):
     return jnp.sum(scale * (x - 1.0) ** 2)
 
 
-def test_run_dispatch_paths(monkeypatch):
+def test_run_dispatch_paths():
     """Arrays everywhere and a hashable fn: `run` goes through jax.jit (not equinox's
     filtering); any other leaf (here a Python float in args, a function in params) takes the
     filtered path. Both solve the same problem to the same point."""
-    from jaxsearch import _traced
-    from jaxsearch._compile import _programs
+    from jaxsearch._compile import seam
 
     solver = make_solver("LBFGS", "Zoom")
     x0, scale = jnp.array([3.0, -2.0]), jnp.asarray(2.0)
-    call = _programs.call
-    calls = []
 
-    def counted(fun, *args, **kwargs):
-        if fun is not _traced.compiled_run and fun.__name__ == "compiled_run":  # bundled
-            calls.append(1)
-        return call(fun, *args, **kwargs)
+    def filtered_runs(dispatched):
+        return [1 for d in dispatched if d.name == "compiled_run" and d.filtered]
 
-    monkeypatch.setattr(_programs, "call", counted)
-    fast = solver.run(_quadratic, x0, scale)
-    assert calls == []
-    slow = solver.run(_quadratic, x0, 2.0)
-    assert calls == [1]
-    mixed = solver.run(
-        lambda p: _quadratic(p["x"], 2.0) + 0 * p["f"](0.0), {"x": x0, "f": jnp.tanh}
-    )
-    assert calls == [1, 1]
+    with seam.dispatches() as dispatched:
+        fast = solver.run(_quadratic, x0, scale)
+        assert filtered_runs(dispatched) == []
+        slow = solver.run(_quadratic, x0, 2.0)
+        assert filtered_runs(dispatched) == [1]
+        mixed = solver.run(
+            lambda p: _quadratic(p["x"], 2.0) + 0 * p["f"](0.0), {"x": x0, "f": jnp.tanh}
+        )
+        assert filtered_runs(dispatched) == [1, 1]
     # Three programs (the scale an argument, or a constant XLA may fold), which need not agree
     # bit for bit: each stopped by gtol at the same minimiser, 1. Near 1, grad f = 4 (x - 1)
     # is exact in float32 (x - 1 by Sterbenz, times a power of two), so |x - 1| <= GTOL / 4.

@@ -1,4 +1,5 @@
-"""How `run` and `step` called outside a trace are compiled (`jaxsearch._compile._programs`): small
+"""How `run` and `step` called outside a trace are compiled (the compile wing's rules, seen
+through its test seam, `jaxsearch._compile.seam`): small
 problems on a CPU with XLA's lean options, others with its defaults, and every program with
 the defaults where a jaxlib refuses an option."""
 
@@ -8,11 +9,10 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch._compile import _programs
+from jaxsearch._compile import seam
 
 from ..problems import rosenbrock
 
-compiled = _programs._compiled  # its cache, whatever a test patches
 on_cpu = pytest.mark.skipif(jax.default_backend() != "cpu", reason="lean options are CPU's")
 
 
@@ -21,26 +21,20 @@ def chain(x, a):
 
 
 @pytest.fixture
-def compiled_as(monkeypatch):
-    """The `lean` flag of every program `_programs.call` compiles or reuses, in order."""
-    seen = []
-
-    def recorded(fun, filtered, donated, options, static_argnums):
-        seen.append((fun.__name__, options == _programs.LEAN_ITEMS))
-        return compiled(fun, filtered, donated, options, static_argnums)
-
-    monkeypatch.setattr(_programs, "_compiled", recorded)
-    return seen
+def compiled_as():
+    """The `lean` flag of every program compiled or reused, in order."""
+    with seam.dispatches("name", "lean") as dispatched:
+        yield dispatched
 
 
 @on_cpu
 def test_lean_at_the_top_level_or_under_an_eager_vmap_only():
     small = jnp.zeros(1000, jnp.float32)
-    assert _programs.lean_eligible()
+    assert seam.lean_eligible()
     inside = []
-    jax.jit(lambda x: inside.append(_programs.lean_eligible((x,))) or x)(small)
-    jax.vmap(lambda x: inside.append(_programs.lean_eligible((x,))) or x)(small[:4])
-    jax.jit(jax.vmap(lambda x: inside.append(_programs.lean_eligible((x,))) or x))(small[:4])
+    jax.jit(lambda x: inside.append(seam.lean_eligible((x,))) or x)(small)
+    jax.vmap(lambda x: inside.append(seam.lean_eligible((x,))) or x)(small[:4])
+    jax.jit(jax.vmap(lambda x: inside.append(seam.lean_eligible((x,))) or x))(small[:4])
     # jax takes compile options at the top level only, where an eager vmap compiles too
     assert inside == [False, True, False]
 
@@ -70,7 +64,7 @@ def test_run_and_step_compile_lean_where_priced_below_the_saving(compiled_as):
     # the defaults here, but for the fresh state's program, which evaluates no fn
     bowl = jnp.asarray(0.0, jnp.float32)  # a = 0: a separable quadratic, solved in a step or two
     larger = jnp.asarray(np.tile([-1.2, 1.0], 1 << 19), jnp.float32)  # 4 MiB
-    assert _programs.lean_steps(chain, larger, (bowl,)) < _programs.HORIZON
+    assert seam.lean_steps(chain, larger, (bowl,)) < seam.HORIZON
     js.Solver(js.LBFGS(), max_steps=10**6, max_evals=10**6).run(chain, larger, bowl)
     assert compiled_as == [("fresh_state", True), ("compiled_run", False)]
     compiled_as.clear()
@@ -94,23 +88,17 @@ def test_lean_and_default_programs_find_the_same_minimiser():
 
 
 @on_cpu
-def test_a_refused_option_falls_back_to_the_defaults(monkeypatch, compiled_as):
+def test_a_refused_option_falls_back_to_the_defaults(compiled_as):
     """A jaxlib without one of the options: the call compiles with the defaults, and so does
-    every later one."""
+    every later one (no program with the bogus option outlives the hook)."""
     bogus = {"xla_no_such_option_in_any_jaxlib": True}
-    monkeypatch.setattr(_programs, "LEAN_OPTIONS", bogus)
-    monkeypatch.setattr(_programs, "LEAN_ITEMS", tuple(bogus.items()))
-    monkeypatch.setattr(_programs, "_lean_options_supported", True)
-    compiled.cache_clear()
-    try:
+    with seam.options(lean=bogus, supported=True):
         solver = js.Solver(js.LBFGS(), max_steps=50)
         result = solver.run(rosenbrock, jnp.array([-1.2, 1.0], jnp.float32))
         assert result.success
-        assert not _programs._lean_options_supported
+        assert not seam.lean_supported()
         assert compiled_as == [
             ("fresh_state", True),
             ("fresh_state", False),
             ("compiled_run", False),
         ]
-    finally:
-        compiled.cache_clear()  # no program with the bogus option stays cached

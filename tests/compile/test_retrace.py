@@ -92,14 +92,14 @@ def test_step_warns_too():
 
 def test_the_same_function_never_warns_when_its_stand_in_is_made_anew():
     """The same fn object compiled again (caches cleared) is no new object to warn about,
-    though its stand-in (`jaxsearch._compile._computation.Computation`) is made anew each time."""
-    from jaxsearch._compile import _computation
+    though its stand-in (the compile wing's `Computation`) is made anew each time."""
+    from jaxsearch._compile import seam
 
     solver = js.Solver(max_steps=9, gtol=1e-3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
-            _computation._kept.clear()
+            seam.forget_computations()
             jax.clear_caches()
             solver.run(_square_one, jnp.ones(3))
     assert not [w for w in caught if issubclass(w.category, js.RetraceWarning)]

@@ -1,7 +1,8 @@
-"""New closures over the same computation share one compile (`jaxsearch._compile._computation`): a
-library that builds its loss as a new closure for every fit compiles the solver once. Closures
-that compute something else (other captured arrays, other constants, another custom rule) do
-not share, and each gets its own answer."""
+"""New closures over the same computation share one compile (the compile wing's stand-ins, read
+through its test seam, `jaxsearch._compile.seam`): a library that builds its loss as a new
+closure for every fit compiles the solver once. Closures that compute something else (other
+captured arrays, other constants, another custom rule) do not share, and each gets its own
+answer."""
 
 import os
 import subprocess
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch._compile import _computation
+from jaxsearch._compile import seam
 from jaxsearch._objective import Objective
 
 from ..helpers import solver
@@ -182,7 +183,7 @@ def test_a_callback_keeps_one_compile_per_object(compiles):
         return fn
 
     fn = fit(0)
-    assert _computation.by_computation(scalar(fn), jnp.ones(2), ()) is fn
+    assert seam.by_computation(scalar(fn), jnp.ones(2), ()) is fn
     per_fit, results, _ = _fits(fit, jnp.ones(2), method, compiles, times=2)
     assert all(count >= 1 for count in per_fit)
     assert all(r.status == js.Status.CONVERGED_GTOL for r in results)
@@ -283,20 +284,16 @@ def test_equality_is_by_bits():
     """-0.0 and 0.0 (and two NaNs) compare by their bits, as they compute differently."""
     x = jnp.ones(2)
     keys = [
-        _computation.by_computation(scalar(lambda p, c=c: jnp.sum(p / c)), x, ())
-        for c in (0.0, -0.0, 0.0)
+        seam.by_computation(scalar(lambda p, c=c: jnp.sum(p / c)), x, ()) for c in (0.0, -0.0, 0.0)
     ]
     assert keys[0] == keys[2] and keys[0] != keys[1]
     weights = [jnp.array([1.0, 2.0]), jnp.array([1.0, 2.0]), jnp.array([1.0, 3.0])]
-    keys = [
-        _computation.by_computation(scalar(lambda p, w=w: jnp.sum(w * p**2)), x, ())
-        for w in weights
-    ]
+    keys = [seam.by_computation(scalar(lambda p, w=w: jnp.sum(w * p**2)), x, ()) for w in weights]
     assert keys[0] == keys[1] and hash(keys[0]) == hash(keys[1]) and keys[0] != keys[2]
     # other argument types: another key
-    assert _computation.by_computation(
+    assert seam.by_computation(
         scalar(lambda p: jnp.sum(p**2)), jnp.ones(3), ()
-    ) != _computation.by_computation(scalar(lambda p: jnp.sum(p**2)), jnp.ones(2), ())
+    ) != seam.by_computation(scalar(lambda p: jnp.sum(p**2)), jnp.ones(2), ())
 
 
 _LOWER_TWICE = """

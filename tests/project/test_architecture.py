@@ -112,9 +112,10 @@ def _imported(path: pathlib.Path, node: ast.ImportFrom) -> str:
 
 
 def layer_breaches(trees: dict) -> list[str]:
-    """Imports that break the layer rules (issue 49): JAX's private modules are imported by
-    `_private_jax.py` alone; outside the compile wing (`jaxsearch/_compile/`), a module
-    imports from the wing's package (its door), never from one of the wing's modules."""
+    """Imports that break the layer rules (issues 49 and 61): JAX's private modules are
+    imported by `_private_jax.py` alone; outside the compile wing (`jaxsearch/_compile/`), a
+    module imports from the wing's package (its door), never from one of the wing's private
+    modules, nor a private name from the door."""
     wing = f"jaxsearch.{COMPILE_WING}"
     found = []
     for path, tree in trees.items():
@@ -132,6 +133,10 @@ def layer_breaches(trees: dict) -> list[str]:
                     found.append(f"{where} imports {name}")
                 if not inside and name.startswith(wing + "."):
                     found.append(f"{where} imports {name}, behind the wing's door")
+            if not inside and isinstance(node, ast.ImportFrom) and names == [wing]:
+                for alias in node.names:
+                    if alias.name.startswith("_"):
+                        found.append(f"{where} imports {wing}.{alias.name}, behind the door")
     return found
 
 
@@ -147,13 +152,93 @@ def test_the_layer_check_finds_breaches():
     trees[engine] = ast.parse(
         "from jax._src.core import trace_state_clean\n"
         "from jax.interpreters import partial_eval\n"
-        "from ._compile._packing import pack\n"
-        "from ._compile import pack\n"
+        "from ._compile._programs import call\n"
+        "from ._compile import plan\n"
+        "from ._compile import _programs\n"
     )
     assert layer_breaches(trees) == [
         "_engine.py:1 imports jax._src.core",
         "_engine.py:2 imports jax.interpreters",
-        "_engine.py:3 imports jaxsearch._compile._packing, behind the wing's door",
+        "_engine.py:3 imports jaxsearch._compile._programs, behind the wing's door",
+        "_engine.py:5 imports jaxsearch._compile._programs, behind the door",
+    ]
+
+
+DOOR = {"Plan", "RetraceWarning", "clear_caches", "dispatch", "jit", "plan", "seam"}
+
+
+def test_the_compile_wing_s_door_is_functions_and_one_seam():
+    """Issue 61: the wing exports `plan`, `dispatch`, `Plan`, `clear_caches`, `jit`,
+    `RetraceWarning` and the test seam, nothing else."""
+    import types
+
+    import jaxsearch._compile as wing
+
+    assert set(wing.__all__) == DOOR
+    public = {
+        name
+        for name, value in vars(wing).items()
+        if not name.startswith("_") and (name == "seam" or not isinstance(value, types.ModuleType))
+    }
+    assert public == DOOR
+
+
+TESTS = PACKAGE.parent / "tests"
+
+
+def wing_private_references(trees: dict) -> list[str]:
+    """Where a test names something private of the compile wing: imports a module of it
+    (`jaxsearch._compile._x`) or a private name from it, or reads `_compile._x` or
+    `seam._x` (tests reach the wing through `jaxsearch._compile.seam` alone)."""
+    wing = f"jaxsearch.{COMPILE_WING}"
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module == wing:
+                names = [f"{wing}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Attribute) and _private(node.attr):
+                receiver = node.value
+                if isinstance(receiver, ast.Attribute):
+                    receiver = ast.Name(receiver.attr)
+                if isinstance(receiver, ast.Name) and receiver.id in ("seam", COMPILE_WING):
+                    found.append(f"{path.name}:{node.lineno} {receiver.id}.{node.attr}")
+                continue
+            for name in names:
+                parts = name.split(".")
+                if parts[:2] == wing.split(".") and any(_private(p) for p in parts[2:]):
+                    found.append(f"{path.name}:{node.lineno} {name}")
+    return found
+
+
+def _test_trees() -> dict:
+    return {path: ast.parse(path.read_text(), str(path)) for path in sorted(TESTS.rglob("*.py"))}
+
+
+def test_tests_reach_the_compile_wing_through_its_seam():
+    assert wing_private_references(_test_trees()) == []
+
+
+def test_the_seam_check_finds_private_references():
+    tree = ast.parse(
+        "from jaxsearch._compile import _programs\n"
+        "from jaxsearch._compile._cost import work\n"
+        "import jaxsearch._compile._plan\n"
+        "from jaxsearch._compile import seam\n"
+        "seam._programs\n"
+        "jaxsearch._compile._caches\n"
+    )
+    found = wing_private_references({TESTS / "t.py": tree})
+    assert [line.split()[-1] for line in found] == [
+        "jaxsearch._compile._programs",
+        "jaxsearch._compile._cost",
+        "jaxsearch._compile._plan",
+        "seam._programs",
+        "_compile._caches",
     ]
 
 

@@ -148,7 +148,7 @@ def test_every_study_opens_with_its_question_and_date(path):
 def test_the_lean_options_of_fresh_fit_are_the_library_s():
     """fresh_fit.py names the lean compile options itself (the suite's names are public);
     they are the ones `compiler_options="auto"` picks."""
-    from jaxsearch._compile._programs import LEAN_OPTIONS
+    from jaxsearch._compile.seam import LEAN_OPTIONS
 
     tree = _tree(BENCHMARKS / "suite" / "fresh_fit.py")
     (value,) = [

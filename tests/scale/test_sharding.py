@@ -33,7 +33,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 import jaxsearch as js
-from jaxsearch._compile._programs import LEAN_OPTIONS
+from jaxsearch._compile.seam import LEAN_OPTIONS
 
 LEAN = dict(LEAN_OPTIONS) if jax.default_backend() == "cpu" else None  # as tests/helpers.py
 n, N = 8 * 32, 32  # parameters (sharded), examples (replicated)

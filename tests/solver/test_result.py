@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jaxsearch as js
-from jaxsearch._compile._packing import PACKED_SIZE, pack
+from jaxsearch._packing import PACKED_SIZE, pack
 
 
 def bowl(x, c):

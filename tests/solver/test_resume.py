@@ -257,27 +257,19 @@ def test_state_from_a_checkpoint_resumes(tmp_path):
     assert same_bits(loaded, direct)
 
 
-def test_a_large_state_is_donated_never_the_callers(monkeypatch):
+def test_a_large_state_is_donated_never_the_callers():
     """A state of 1 MiB or more is donated to the run (its buffers become the loop's and
     the result's), a resumed run's as a copy: the caller's stays valid."""
-    from jaxsearch import _traced
-    from jaxsearch._compile import _programs
+    from jaxsearch._compile import seam
 
-    given = []
-    call = _programs.call
-
-    def recorded(fun, *args, donate=False, **kwargs):
-        if fun is _traced.compiled_run and donate:
-            given.append(args[-1])
-        return call(fun, *args, donate=donate, **kwargs)
-
-    monkeypatch.setattr(_programs, "call", recorded)
     n = 20_000  # L-BFGS's memory alone: 2 * 10 * n float32 numbers, 1.6 MB
     x0 = jnp.asarray(np.tile([-1.2, 1.0], n // 2), jnp.float32)
     a = jnp.asarray(100.0, jnp.float32)
     solver = js.Solver(js.LBFGS(), max_steps=3, gtol=0.0, ftol=0.0)
-    first = solver.run(chain, x0, a)
-    second = solver.run(chain, first.iterate, a, state=first.state)
+    with seam.dispatches() as dispatched:
+        first = solver.run(chain, x0, a)
+        second = solver.run(chain, first.iterate, a, state=first.state)
+    given = [d.arguments[-1] for d in dispatched if d.name == "compiled_run" and d.donate]
     assert len(given) == 2
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves(given[1]))  # the copy, donated
     assert given[1] is not first.state

@@ -1,6 +1,6 @@
 """A state that does not fit the solver and params is refused, by `run(state=...)`, `step`
 and the optax `update` alike, with one message that names the leaf, what it is and what this
-solver and params give (one check, `_setup.check_state`, while the call is traced: nothing
+solver and params give (one check, `_state.check_state`, while the call is traced: nothing
 at run time)."""
 
 import jax

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
-from .._private_jax import with_weak_type
+from ._private_jax import with_weak_type
 
 PACKED_SIZE = 64  # a leaf of fewer elements is packed (at most 63 * itemsize bytes each)
 
