@@ -141,6 +141,21 @@ def test_new_bounds_values_do_not_recompile(compiles):
     assert jnp.max(result.params) <= jnp.asarray(0.8)
 
 
+def test_step_takes_bounds_as_run_does(compiles):
+    """`step` builds its box on the host, as `run`: new Python-number bounds compile nothing,
+    and a lower bound above its upper is refused by `step` itself."""
+    solver = js.Solver()
+    x0 = jnp.asarray([-1.2, 1.0, 0.5])
+    state = solver.init(x0, bounds=(-2.0, 0.5))
+    x, state = solver.step(rosenbrock, x0, state, bounds=(-2.0, 0.5))
+    compiles.reset()
+    x, state = solver.step(rosenbrock, x, state, bounds=(-1.0, 0.8))
+    assert compiles.count == 0
+    assert float(jnp.max(x)) <= 0.8
+    with pytest.raises(ValueError, match="lower must not exceed upper"):
+        solver.step(rosenbrock, x, state, bounds=(1.0, -1.0))
+
+
 def test_bounds_errors():
     x0 = jnp.zeros(3)
     with pytest.raises(TypeError, match="cannot honour bounds"):
