@@ -79,8 +79,8 @@ def dispatched_run(solver, search, box, plan, value_dtype, x0, state, options, l
     fn, args = plan.fn, plan.args
     if state is None:
         state_options = plan.state_options if options == plan.options else options
-        arguments = (solver, search, fn, x0, args, value_dtype)
-        state, donate = plan.fresh(fresh_state, arguments, (0, 1, 2, 5), state_options)
+        state_arguments = (solver, search, fn, x0, args, value_dtype)
+        state, donate = plan.fresh(fresh_state, state_arguments, (0, 1, 2, 5), state_options)
     else:
         state, donate = plan.resumed(resumed_state(state, value_dtype))
     # The state's small leaves come out packed (`Result`): only its larger ones, whose

@@ -190,8 +190,8 @@ class Result(eqx.Module):
         state = self.state
         if not isinstance(state, SolverState):
             return np.zeros(batch, np.int32), np.zeros(batch, np.int32)
-        counts = (np.asarray(state.num_replaced), np.asarray(state.num_steps))
-        return tuple(np.broadcast_to(count, batch) for count in counts)
+        replaced, steps = np.asarray(state.num_replaced), np.asarray(state.num_steps)
+        return np.broadcast_to(replaced, batch), np.broadcast_to(steps, batch)
 
     def _causes(self, batch: tuple) -> np.ndarray:
         """The `Cause` of each problem's end, read from the state (`stop_cause`)."""
