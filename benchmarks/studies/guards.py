@@ -1,5 +1,5 @@
 """What does each guard inside a step cost? (issue 61, item 3)
-Date: 2026-12-07
+Date: 2026-12-07, commit 47c4e2e
 
 The training step of benchmarks/suite/first_call.py (an MLP 64-256-1, tanh, 4096 rows, mean
 squared error, `js.Solver(gtol=0.0, ftol=0.0, max_steps=10**6)`, the step

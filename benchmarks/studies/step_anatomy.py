@@ -1,5 +1,5 @@
 """Where do the instructions of the compiled training step come from? (issue 61, item 1)
-Date: 2026-12-07
+Date: 2026-12-07, commit 8677bc2
 
 The training step of benchmarks/suite/first_call.py (an MLP 64-256-1, tanh, 4096 rows, mean
 squared error, `solver.step` under `jax.jit`), compiled; every instruction of the optimised
