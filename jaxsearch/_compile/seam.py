@@ -65,11 +65,8 @@ def dispatches(*fields: str) -> Iterator[list]:
     def record(dispatched: Dispatched) -> None:
         seen.append(tuple(getattr(dispatched, f) for f in fields) if fields else dispatched)
 
-    _programs.recorders.append(record)
-    try:
+    with _recording(_programs.recorders, record):
         yield seen
-    finally:
-        _programs.recorders.remove(record)
 
 
 @contextlib.contextmanager
@@ -83,11 +80,8 @@ def jits(field: str | None = None, *, of_module: str | None = None) -> Iterator[
             built = Built(fun, arrays, compiler_options)
             seen.append(built if field is None else getattr(built, field))
 
-    _jit.recorders.append(record)
-    try:
+    with _recording(_jit.recorders, record):
         yield seen
-    finally:
-        _jit.recorders.remove(record)
 
 
 @contextlib.contextmanager
@@ -136,3 +130,13 @@ def cached() -> dict[str, int]:
 def forget_computations() -> None:
     """Empty the cache of fn's stand-ins alone (`_computation`), the retrace records kept."""
     _computation.forget()
+
+
+@contextlib.contextmanager
+def _recording(recorders: list, record) -> Iterator[None]:
+    """`record` among `recorders` within this context."""
+    recorders.append(record)
+    try:
+        yield
+    finally:
+        recorders.remove(record)
